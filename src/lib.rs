@@ -1,0 +1,25 @@
+//! `fcp` plans and simulates context parallelism (CP) for long-context LLM training.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! trace ──pack──▶ Batch ──Planner──▶ Plan (IR) ──▶ verify
+//!                                      └──▶ plan.json ──▶ scripts/replay (GPU)
+//! ```
+//!
+//! * [`trace`] reads, generates, packs and summarises document-length traces.
+//! * [`hardware`] and [`model`] describe the GPUs, the network and the attention shape.
+//! * [`plan`] is the IR every planner emits and the verifier, simulator and executor read.
+//! * [`planners`] holds one file per scheme behind the [`planners::Planner`] trait.
+
+pub mod hardware;
+pub mod model;
+pub mod output;
+pub mod plan;
+pub mod planners;
+pub mod trace;
+
+pub use model::Model;
+pub use plan::{Mask, Plan, TokenRange};
+pub use planners::{PlanContext, Planner};
+pub use trace::Batch;

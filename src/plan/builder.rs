@@ -1,0 +1,132 @@
+//! Incremental construction of a [`Plan`], shared by every planner so that none of them repeats
+//! the bookkeeping (empty-task filtering, step padding, parameter recording).
+
+use std::collections::BTreeMap;
+
+use super::{
+    allowed_pairs, Document, Mask, Plan, RankPlan, SchemeInfo, Step, Task, TokenRange, Transfer,
+    PLAN_VERSION,
+};
+use crate::planners::PlanContext;
+use crate::trace::Batch;
+
+/// Builds a plan rank by rank. Tasks with no pair allowed by the mask are dropped, so planners
+/// can emit the cross product of what they hold and let the mask decide.
+#[derive(Debug, Clone)]
+pub struct PlanBuilder {
+    plan: Plan,
+}
+
+impl PlanBuilder {
+    /// Start a plan for `batch` under `ctx`, produced by scheme `name` with `params`.
+    pub fn new(
+        name: &str,
+        params: BTreeMap<String, serde_json::Value>,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+    ) -> Self {
+        let documents = batch
+            .doc_lens
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| Document { id: i as u32, len })
+            .collect();
+        let ranks = (0..ctx.ranks)
+            .map(|rank| RankPlan {
+                rank,
+                owned: Vec::new(),
+                steps: Vec::new(),
+            })
+            .collect();
+        PlanBuilder {
+            plan: Plan {
+                version: PLAN_VERSION,
+                scheme: SchemeInfo {
+                    name: name.to_string(),
+                    params,
+                },
+                num_ranks: ctx.ranks,
+                mask: ctx.mask,
+                q_heads: ctx.model.q_heads,
+                kv_heads: ctx.model.kv_heads,
+                memory_cap_tokens: None,
+                congestion_free: false,
+                batch_index: Some(batch.index as u64),
+                model: Some(ctx.model.name.clone()),
+                hardware: Some(ctx.hardware.name.clone()),
+                documents,
+                ranks,
+                transfers: Vec::new(),
+            },
+        }
+    }
+
+    /// The mask of the plan being built.
+    pub fn mask(&self) -> Mask {
+        self.plan.mask
+    }
+
+    /// Documents of the plan being built.
+    pub fn documents(&self) -> &[Document] {
+        &self.plan.documents
+    }
+
+    /// Declare a per-rank token cap the verifier must hold the plan to.
+    pub fn memory_cap(&mut self, tokens: u64) -> &mut Self {
+        self.plan.memory_cap_tokens = Some(tokens);
+        self
+    }
+
+    /// Declare that transfers form congestion-free rounds.
+    pub fn congestion_free(&mut self, yes: bool) -> &mut Self {
+        self.plan.congestion_free = yes;
+        self
+    }
+
+    /// Give `range` to `rank` (appended to its buffer). Empty ranges are ignored.
+    pub fn own(&mut self, rank: u32, range: TokenRange) -> &mut Self {
+        if !range.is_empty() {
+            self.plan.ranks[rank as usize].owned.push(range);
+        }
+        self
+    }
+
+    /// Add a task on `rank` in `step` unless the mask allows no pair in it. Returns whether the
+    /// task was kept.
+    pub fn task(&mut self, rank: u32, step: u32, q: TokenRange, kv: TokenRange) -> bool {
+        if q.doc != kv.doc || allowed_pairs(self.plan.mask, q.start, q.end, kv.start, kv.end) == 0
+        {
+            return false;
+        }
+        let steps = &mut self.plan.ranks[rank as usize].steps;
+        if steps.len() <= step as usize {
+            steps.resize(step as usize + 1, Step::default());
+        }
+        steps[step as usize].tasks.push(Task { q, kv, heads: None });
+        true
+    }
+
+    /// Add a transfer unless it moves nothing.
+    pub fn transfer(&mut self, t: Transfer) -> &mut Self {
+        if t.tokens() > 0 {
+            self.plan.transfers.push(t);
+        }
+        self
+    }
+
+    /// Finish: every rank gets the same number of steps (trailing empty steps are padding the
+    /// executor skips), so step indices line up across ranks.
+    pub fn finish(mut self) -> Plan {
+        let steps = self
+            .plan
+            .ranks
+            .iter()
+            .map(|r| r.steps.len())
+            .max()
+            .unwrap_or(0);
+        for r in &mut self.plan.ranks {
+            r.steps.resize(steps, Step::default());
+        }
+        self.plan
+    }
+}

@@ -1,0 +1,367 @@
+//! Plan IR types and their JSON form. The format is documented in `docs/plan-format.md`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::Mask;
+
+/// Version of the plan format this build reads and writes. Bump on any incompatible change.
+pub const PLAN_VERSION: u32 = 1;
+
+/// Errors reading or writing plan files.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// File involved.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not a plan in the expected JSON shape.
+    #[error("{path}: not a valid fcp plan: {message}")]
+    Parse {
+        /// File involved.
+        path: String,
+        /// What serde said.
+        message: String,
+    },
+    /// The plan was written by a different, incompatible format version.
+    #[error("{path}: plan format version {found}, this fcp reads version {PLAN_VERSION}")]
+    Version {
+        /// File involved.
+        path: String,
+        /// Version found in the file.
+        found: String,
+    },
+    /// A planner could not produce a plan for its input.
+    #[error("{0}")]
+    Planning(String),
+}
+
+/// A token range `[start, end)` of one document. Serialised as `[doc, start, end]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "(u32, u64, u64)", into = "(u32, u64, u64)")]
+pub struct TokenRange {
+    /// Document id (index into [`Plan::documents`]).
+    pub doc: u32,
+    /// First token position, inclusive.
+    pub start: u64,
+    /// Last token position, exclusive.
+    pub end: u64,
+}
+
+impl TokenRange {
+    /// A range of document `doc`.
+    pub fn new(doc: u32, start: u64, end: u64) -> Self {
+        TokenRange { doc, start, end }
+    }
+    /// Number of tokens.
+    pub fn len(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+    /// True when the range holds no token.
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+}
+
+impl From<(u32, u64, u64)> for TokenRange {
+    fn from(t: (u32, u64, u64)) -> Self {
+        TokenRange::new(t.0, t.1, t.2)
+    }
+}
+impl From<TokenRange> for (u32, u64, u64) {
+    fn from(r: TokenRange) -> Self {
+        (r.doc, r.start, r.end)
+    }
+}
+
+/// A range `[start, end)` of query heads, for schemes that split heads (Ulysses).
+/// Serialised as `[start, end]`. Absent means all heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "(u32, u32)", into = "(u32, u32)")]
+pub struct HeadRange {
+    /// First query head, inclusive.
+    pub start: u32,
+    /// Last query head, exclusive.
+    pub end: u32,
+}
+
+impl From<(u32, u32)> for HeadRange {
+    fn from(t: (u32, u32)) -> Self {
+        HeadRange {
+            start: t.0,
+            end: t.1,
+        }
+    }
+}
+impl From<HeadRange> for (u32, u32) {
+    fn from(h: HeadRange) -> Self {
+        (h.start, h.end)
+    }
+}
+
+/// One document of the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Document {
+    /// Id, equal to the document's index in [`Plan::documents`].
+    pub id: u32,
+    /// Length in tokens (≥ 1).
+    pub len: u64,
+}
+
+/// Scheme that produced the plan and the parameters it ran with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchemeInfo {
+    /// Scheme name as registered (`ring`, `zigzag`, `fcp`, ...).
+    pub name: String,
+    /// Parameters, sorted by key so output is deterministic.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// One attention work item: queries `q` attend to keys/values `kv` of the same document under
+/// the plan's mask. Pairs the mask forbids are skipped by the kernel, not computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Query tokens.
+    pub q: TokenRange,
+    /// Key/value tokens.
+    pub kv: TokenRange,
+    /// Query heads computed; absent = all heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<HeadRange>,
+}
+
+/// Tasks a rank runs together; one step may be one varlen kernel launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Step {
+    /// Work items of the step, in launch order.
+    pub tasks: Vec<Task>,
+}
+
+/// Everything one rank owns and runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Rank id, equal to its index in [`Plan::ranks`].
+    pub rank: u32,
+    /// Token ranges this rank owns, in its local buffer order: their Q, and the K/V it holds
+    /// from the start.
+    pub owned: Vec<TokenRange>,
+    /// Compute steps in order; step `s` may start once every transfer with `arrive_by <= s`
+    /// to this rank has landed.
+    pub steps: Vec<Step>,
+}
+
+/// How a transfer is carried out, so the simulator can cost it with the right algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferKind {
+    /// Point-to-point send/receive.
+    #[default]
+    P2p,
+    /// One piece of an all-gather among the ranks sharing its `collective` id.
+    AllGather,
+    /// One piece of an all-to-all.
+    AllToAll,
+    /// One piece of a reduce-scatter.
+    ReduceScatter,
+}
+
+/// Which tensor a transfer moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferTensor {
+    /// Keys and values of the ranges.
+    #[default]
+    Kv,
+    /// Queries of the ranges (head-parallel schemes move Q to where it is computed).
+    Q,
+    /// Partial attention outputs (with their log-sum-exp) of the ranges, returned to the
+    /// owner of those queries, which merges them.
+    Out,
+}
+
+/// Data moved from `src` to `dst`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    /// Algorithm family; pieces of one collective call share `collective`.
+    #[serde(default)]
+    pub kind: TransferKind,
+    /// Id of the collective call this piece belongs to (absent for p2p).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<u32>,
+    /// Tensor moved.
+    #[serde(default)]
+    pub tensor: TransferTensor,
+    /// Sending rank.
+    pub src: u32,
+    /// Receiving rank.
+    pub dst: u32,
+    /// Token ranges moved (all must be available on `src` at `issue_at`).
+    pub ranges: Vec<TokenRange>,
+    /// Query heads moved; absent = all heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heads: Option<HeadRange>,
+    /// The transfer starts when `src` starts its step `issue_at` (a value past the last step
+    /// means after all of `src`'s compute).
+    pub issue_at: u32,
+    /// The data must have arrived before `dst` starts its step `arrive_by`.
+    pub arrive_by: u32,
+    /// Communication round for congestion-free schedules (at most one send and one receive per
+    /// rank in each round); absent = `issue_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+}
+
+impl Transfer {
+    /// A point-to-point K/V transfer.
+    pub fn kv(src: u32, dst: u32, ranges: Vec<TokenRange>, issue_at: u32, arrive_by: u32) -> Self {
+        Transfer {
+            kind: TransferKind::P2p,
+            collective: None,
+            tensor: TransferTensor::Kv,
+            src,
+            dst,
+            ranges,
+            heads: None,
+            issue_at,
+            arrive_by,
+            round: None,
+        }
+    }
+
+    /// Tokens moved.
+    pub fn tokens(&self) -> u64 {
+        self.ranges.iter().map(TokenRange::len).sum()
+    }
+
+    /// Round used by the congestion-free check.
+    pub fn round(&self) -> u32 {
+        self.round.unwrap_or(self.issue_at)
+    }
+}
+
+/// A plan: one batch on one CP group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Format version, [`PLAN_VERSION`].
+    pub version: u32,
+    /// Scheme and parameters.
+    pub scheme: SchemeInfo,
+    /// CP group size.
+    pub num_ranks: u32,
+    /// Mask inside each document.
+    pub mask: Mask,
+    /// Query heads of the model the plan was made for.
+    pub q_heads: u32,
+    /// Key/value heads of the model the plan was made for.
+    pub kv_heads: u32,
+    /// Per-rank token budget the scheme promises to respect (checked by the verifier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_cap_tokens: Option<u64>,
+    /// Whether the scheme claims at most one send and one receive per rank per round.
+    #[serde(default)]
+    pub congestion_free: bool,
+    /// Provenance: batch index in the packed trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_index: Option<u64>,
+    /// Provenance: model preset or file name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Provenance: hardware profile name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    /// Documents of the batch.
+    pub documents: Vec<Document>,
+    /// Per-rank layout and compute steps, indexed by rank.
+    pub ranks: Vec<RankPlan>,
+    /// Every data movement.
+    pub transfers: Vec<Transfer>,
+}
+
+impl Plan {
+    /// Total tokens of the batch.
+    pub fn total_tokens(&self) -> u64 {
+        self.documents.iter().map(|d| d.len).sum()
+    }
+
+    /// Number of tasks over all ranks and steps.
+    pub fn num_tasks(&self) -> usize {
+        self.ranks
+            .iter()
+            .flat_map(|r| &r.steps)
+            .map(|s| s.tasks.len())
+            .sum()
+    }
+
+    /// Serialise to the canonical JSON text (compact, one trailing newline). Parsing this text
+    /// and serialising again gives the same bytes.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("plan serialisation cannot fail");
+        s.push('\n');
+        s
+    }
+
+    /// Parse a plan from JSON text; `origin` names the source in error messages.
+    pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| PlanError::Parse {
+                path: origin.to_string(),
+                message: e.to_string(),
+            })?;
+        match value.get("version") {
+            Some(v) if v.as_u64() == Some(PLAN_VERSION as u64) => {}
+            Some(v) => {
+                return Err(PlanError::Version {
+                    path: origin.to_string(),
+                    found: v.to_string(),
+                })
+            }
+            None => {
+                return Err(PlanError::Parse {
+                    path: origin.to_string(),
+                    message: "missing `version`".to_string(),
+                })
+            }
+        }
+        serde_json::from_value(value).map_err(|e| PlanError::Parse {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Read a plan file (`-` for standard input).
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let origin = path.display().to_string();
+        let text = if origin == "-" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|source| PlanError::Io {
+                    path: origin.clone(),
+                    source,
+                })?;
+            s
+        } else {
+            std::fs::read_to_string(path).map_err(|source| PlanError::Io {
+                path: origin.clone(),
+                source,
+            })?
+        };
+        Plan::from_json(&text, &origin)
+    }
+
+    /// Write the plan atomically (no partial file on failure).
+    pub fn save(&self, path: &Path) -> Result<(), PlanError> {
+        crate::output::write_atomic(path, self.to_json().as_bytes()).map_err(|source| {
+            PlanError::Io {
+                path: path.display().to_string(),
+                source,
+            }
+        })
+    }
+}

@@ -1,0 +1,13 @@
+//! The plan IR: one batch on one CP group, explicit enough that the verifier, the simulator and
+//! the GPU executor need nothing else. See `docs/plan-format.md`.
+
+mod builder;
+mod ir;
+mod mask;
+
+pub use builder::PlanBuilder;
+pub use ir::{
+    Document, HeadRange, Plan, PlanError, RankPlan, SchemeInfo, Step, Task, TokenRange, Transfer,
+    TransferKind, TransferTensor, PLAN_VERSION,
+};
+pub use mask::{allowed_pairs, Mask};

@@ -1,0 +1,147 @@
+//! Planners: one file per scheme, all behind the [`Planner`] trait, all emitting the same
+//! [`Plan`] IR.
+
+use std::collections::BTreeMap;
+
+use crate::hardware::Hardware;
+use crate::model::Model;
+use crate::plan::{Mask, Plan, PlanError};
+use crate::trace::Batch;
+
+
+
+/// What every planner is given besides the batch.
+#[derive(Debug, Clone)]
+pub struct PlanContext<'a> {
+    /// CP group size N.
+    pub ranks: u32,
+    /// Token budget per rank the batch was packed for (N × this is the batch budget).
+    pub tokens_per_rank: u64,
+    /// Mask inside each document.
+    pub mask: Mask,
+    /// Attention shape (head counts bound some schemes; costs depend on it).
+    pub model: &'a Model,
+    /// Hardware profile, for planners that weigh work by its cost.
+    pub hardware: &'a Hardware,
+}
+
+/// A CP scheme: turns one batch into one plan.
+///
+/// Planners never simulate; a planner that needs a cost estimate asks the shared cost model in
+/// [`crate::hardware`].
+pub trait Planner {
+    /// Registered scheme name, as written in plans and accepted by `--scheme`.
+    fn name(&self) -> &'static str;
+    /// Parameters the planner runs with, recorded in the plan.
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        BTreeMap::new()
+    }
+    /// Plan one batch.
+    fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError>;
+}
+
+/// Names of all registered schemes, in the order `--schemes all` runs them.
+pub const SCHEMES: &[&str] = &["ring", "zigzag"];
+
+/// A scheme entry as users write it: `name` or `name:key=value,key=value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemeSpec {
+    /// Scheme name.
+    pub name: String,
+    /// Parameters in the order given.
+    pub params: Vec<(String, String)>,
+}
+
+/// Errors resolving a scheme entry.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SchemeError {
+    /// No scheme of that name.
+    #[error("unknown scheme `{name}` (known: {known})")]
+    Unknown {
+        /// Name given.
+        name: String,
+        /// Registered names.
+        known: String,
+    },
+    /// A parameter the scheme does not take or cannot parse.
+    #[error("scheme `{scheme}`: {message}")]
+    BadParam {
+        /// Scheme name.
+        scheme: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl SchemeSpec {
+    /// Parse `name[:key=value,...]`.
+    pub fn parse(text: &str) -> Result<SchemeSpec, SchemeError> {
+        let (name, rest) = match text.split_once(':') {
+            Some((n, r)) => (n.trim(), Some(r)),
+            None => (text.trim(), None),
+        };
+        let mut params = Vec::new();
+        if let Some(rest) = rest {
+            for item in rest.split(',').filter(|s| !s.trim().is_empty()) {
+                let (k, v) = item.split_once('=').ok_or_else(|| SchemeError::BadParam {
+                    scheme: name.to_string(),
+                    message: format!("parameter `{item}` is not key=value"),
+                })?;
+                params.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        Ok(SchemeSpec {
+            name: name.to_string(),
+            params,
+        })
+    }
+}
+
+/// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
+pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
+    let spec = SchemeSpec::parse(spec)?;
+    let _no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {
+        match spec.params.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(SchemeError::BadParam {
+                scheme: spec.name.clone(),
+                message: format!("takes no parameter `{k}`"),
+            }),
+        }
+    };
+    match spec.name.as_str() {
+        other => Err(SchemeError::Unknown {
+            name: other.to_string(),
+            known: SCHEMES.join(", "),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_parses_params() {
+        let s = SchemeSpec::parse("fcp:block=2048,coalesce=8").unwrap();
+        assert_eq!(s.name, "fcp");
+        assert_eq!(
+            s.params,
+            vec![
+                ("block".into(), "2048".into()),
+                ("coalesce".into(), "8".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_scheme_is_named() {
+        let err = planner_for("nope").err().unwrap();
+        assert!(err.to_string().contains("unknown scheme `nope`"));
+    }
+
+    #[test]
+    fn ring_rejects_params() {
+        assert!(planner_for("ring:block=3").is_err());
+    }
+}
