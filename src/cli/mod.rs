@@ -1,0 +1,77 @@
+//! Command-line glue: each subcommand is a small function over the library.
+//!
+//! Exit codes: 0 success; 1 a check failed (an invalid plan, a regression); 2 bad input or
+//! usage (the message says what to fix).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod hw;
+mod trace;
+
+/// Plan and simulate context parallelism (CP) for long-context LLM training.
+#[derive(Debug, Parser)]
+#[command(name = "fcp", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate, inspect and pack document-length traces.
+    Trace(trace::TraceArgs),
+    /// Inspect hardware and model profiles.
+    Hw(hw::HwArgs),
+}
+
+/// An error that should exit with a specific code (1: a check failed).
+#[derive(Debug)]
+pub struct Exit(pub u8);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+impl std::error::Error for Exit {}
+
+/// Parse arguments, run, and map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = match cli.command {
+        Command::Trace(a) => trace::run(a),
+        Command::Hw(a) => hw::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(Exit(code)) = e.downcast_ref::<Exit>() {
+                return ExitCode::from(*code);
+            }
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
