@@ -173,7 +173,9 @@ pub enum TransferKind {
 }
 
 /// Which tensor a transfer moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferTensor {
     /// Keys and values of the ranges.
@@ -340,11 +342,12 @@ impl Plan {
         let origin = path.display().to_string();
         let text = if origin == "-" {
             let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                .map_err(|source| PlanError::Io {
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
+                PlanError::Io {
                     path: origin.clone(),
                     source,
-                })?;
+                }
+            })?;
             s
         } else {
             std::fs::read_to_string(path).map_err(|source| PlanError::Io {

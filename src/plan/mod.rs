@@ -4,6 +4,8 @@
 mod builder;
 mod ir;
 mod mask;
+mod numeric;
+mod verify;
 
 pub use builder::PlanBuilder;
 pub use ir::{
@@ -11,3 +13,5 @@ pub use ir::{
     TransferKind, TransferTensor, PLAN_VERSION,
 };
 pub use mask::{allowed_pairs, Mask};
+pub use numeric::{check_numeric, NumericOptions, NumericReport};
+pub use verify::{verify, Violation};

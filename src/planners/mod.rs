@@ -8,7 +8,12 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
+mod ring;
+mod shard;
+mod zigzag;
 
+pub use ring::Ring;
+pub use zigzag::Zigzag;
 
 /// What every planner is given besides the batch.
 #[derive(Debug, Clone)]
@@ -100,7 +105,7 @@ impl SchemeSpec {
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
 pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
     let spec = SchemeSpec::parse(spec)?;
-    let _no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {
+    let no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {
         match spec.params.first() {
             None => Ok(()),
             Some((k, _)) => Err(SchemeError::BadParam {
@@ -110,6 +115,14 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         }
     };
     match spec.name.as_str() {
+        "ring" => {
+            no_params(&spec)?;
+            Ok(Box::new(Ring))
+        }
+        "zigzag" => {
+            no_params(&spec)?;
+            Ok(Box::new(Zigzag))
+        }
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
             known: SCHEMES.join(", "),
@@ -143,5 +156,33 @@ mod tests {
     #[test]
     fn ring_rejects_params() {
         assert!(planner_for("ring:block=3").is_err());
+    }
+}
+
+/// Test support: a planning context for the bundled defaults.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Run `f` with a context of `ranks` ranks and `mask` for llama3-70b on h100.
+    pub fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
+        let model = Model {
+            name: "llama3-70b".into(),
+            q_heads: 64,
+            kv_heads: 8,
+            head_dim: 128,
+            dtype_bytes: 2,
+        };
+        let hardware = Hardware {
+            name: "h100".into(),
+        };
+        let ctx = PlanContext {
+            ranks,
+            tokens_per_rank: 1024,
+            mask,
+            model: &model,
+            hardware: &hardware,
+        };
+        f(&ctx)
     }
 }
