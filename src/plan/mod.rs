@@ -5,6 +5,7 @@ mod builder;
 mod ir;
 mod mask;
 mod numeric;
+mod summary;
 mod verify;
 
 pub use builder::PlanBuilder;
@@ -14,4 +15,5 @@ pub use ir::{
 };
 pub use mask::{allowed_pairs, Mask};
 pub use numeric::{check_numeric, NumericOptions, NumericReport};
-pub use verify::{verify, Violation};
+pub use summary::{imbalance, max_over_mean, summarize, transfer_bytes, PlanSummary, RankLoad};
+pub use verify::{verify, Violation, ViolationKind};

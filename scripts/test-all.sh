@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The full test suite: formatting, lints with warnings denied, every test.
+# This is the README's test command; .ci/run calls it on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --all-targets --locked
+cargo test --doc --locked

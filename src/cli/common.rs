@@ -1,0 +1,119 @@
+//! Arguments and loading steps shared by several commands.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use fcp::hardware::Hardware;
+use fcp::plan::Mask;
+use fcp::trace::{pack, Batch, Trace};
+use fcp::Model;
+
+use super::trace::PackArgs;
+
+/// Where the batches come from and how the CP group is shaped.
+#[derive(Debug, Clone, Args)]
+pub struct BatchArgs {
+    /// Trace file (CSV with a `doc_len` column, or JSONL with `doc_lens`; `-` for stdin).
+    /// Defaults to the bundled trace.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// CP group size N.
+    #[arg(long)]
+    pub ranks: u32,
+    /// Tokens per rank; a batch holds ranks × tokens-per-rank tokens (32K is the FCP paper's
+    /// setting, §6.1).
+    #[arg(long, default_value_t = 32768)]
+    pub tokens_per_rank: u64,
+    #[command(flatten)]
+    pub pack: PackArgs,
+    /// Mask inside each document.
+    #[arg(long, value_enum, default_value_t = MaskArg::Causal)]
+    pub mask: MaskArg,
+}
+
+/// Hardware and model selection.
+#[derive(Debug, Clone, Args)]
+pub struct ProfileArgs {
+    /// Hardware profile: a bundled name (h100, h200, b200) or a TOML file.
+    #[arg(long, default_value = "h100")]
+    pub hardware: String,
+    /// Model preset (llama3-70b, llama3-8b, mha-16, mha-32) or a TOML file.
+    #[arg(long, default_value = "llama3-70b")]
+    pub model: String,
+}
+
+/// Mask as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MaskArg {
+    /// Causal inside each document.
+    Causal,
+    /// Full (bidirectional) inside each document.
+    Full,
+}
+
+impl From<MaskArg> for Mask {
+    fn from(m: MaskArg) -> Mask {
+        match m {
+            MaskArg::Causal => Mask::Causal,
+            MaskArg::Full => Mask::Full,
+        }
+    }
+}
+
+impl ProfileArgs {
+    /// Load both profiles.
+    pub fn load(&self) -> Result<(Hardware, Model)> {
+        let hw = Hardware::load(&self.hardware)?;
+        let model = Model::load(&self.model)?;
+        Ok((hw, model))
+    }
+}
+
+/// Packed batches and how many documents packing truncated.
+pub struct Batches {
+    pub batches: Vec<Batch>,
+    pub truncated: usize,
+}
+
+impl BatchArgs {
+    /// Validate the shape and pack the trace.
+    pub fn load(&self) -> Result<Batches> {
+        if self.ranks == 0 {
+            bail!("--ranks must be at least 1");
+        }
+        if self.tokens_per_rank == 0 {
+            bail!("--tokens-per-rank must be at least 1");
+        }
+        let trace = match &self.trace {
+            Some(p) => Trace::load(p)?,
+            None => fcp::trace::default_trace(),
+        };
+        let packed = pack(&trace, &self.pack.options(self.ranks, self.tokens_per_rank))
+            .context("packing the trace")?;
+        if packed.batches.is_empty() {
+            bail!("the trace packs into no batch");
+        }
+        Ok(Batches {
+            batches: packed.batches,
+            truncated: packed.truncated,
+        })
+    }
+}
+
+/// Human-readable byte count.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}

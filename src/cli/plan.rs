@@ -1,0 +1,106 @@
+//! `fcp plan`: plan one batch (or all) with one scheme and write plan files.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use fcp::plan::{summarize, Plan};
+use fcp::planners::{planner_for, PlanContext};
+
+use super::common::{bytes, BatchArgs, ProfileArgs};
+
+/// Arguments of `fcp plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Scheme, optionally with parameters: `zigzag`, `fcp:block=2048,coalesce=8`.
+    #[arg(long)]
+    scheme: String,
+    #[command(flatten)]
+    batch: BatchArgs,
+    #[command(flatten)]
+    profile: ProfileArgs,
+    /// Batch to plan (index into the packed trace).
+    #[arg(long, default_value_t = 0, conflicts_with = "all_batches")]
+    batch_index: usize,
+    /// Plan every batch; `-o` is then a directory that receives `batch-NNNNN.json` files.
+    #[arg(long)]
+    all_batches: bool,
+    /// Output plan file (`-` for stdout), or directory with `--all-batches`.
+    #[arg(short, long)]
+    output: PathBuf,
+}
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let planner = planner_for(&a.scheme)?;
+    let (hw, model) = a.profile.load()?;
+    let packed = a.batch.load()?;
+    let ctx = PlanContext {
+        ranks: a.batch.ranks,
+        tokens_per_rank: a.batch.tokens_per_rank,
+        mask: a.batch.mask.into(),
+        model: &model,
+        hardware: &hw,
+    };
+    let chosen: Vec<_> = if a.all_batches {
+        packed.batches.iter().collect()
+    } else {
+        match packed.batches.get(a.batch_index) {
+            Some(b) => vec![b],
+            None => bail!(
+                "--batch-index {} is out of range: the trace packs into {} batches",
+                a.batch_index,
+                packed.batches.len()
+            ),
+        }
+    };
+    // Plan everything before writing anything, so a failure leaves no output behind.
+    let plans: Vec<Plan> = chosen
+        .iter()
+        .map(|b| planner.plan(b, &ctx).with_context(|| format!("planning batch {}", b.index)))
+        .collect::<Result<_>>()?;
+    if packed.truncated > 0 {
+        eprintln!(
+            "note: packing truncated {} document(s) longer than a batch",
+            packed.truncated
+        );
+    }
+    if a.all_batches {
+        std::fs::create_dir_all(&a.output)
+            .with_context(|| format!("creating directory {}", a.output.display()))?;
+        for p in &plans {
+            let path = a
+                .output
+                .join(format!("batch-{:05}.json", p.batch_index.unwrap_or(0)));
+            p.save(&path)?;
+        }
+        eprintln!(
+            "wrote {} plans ({}) to {}",
+            plans.len(),
+            a.scheme,
+            a.output.display()
+        );
+    } else {
+        let p = &plans[0];
+        if a.output.as_os_str() == "-" {
+            print!("{}", p.to_json());
+        } else {
+            p.save(&a.output)?;
+        }
+        let s = summarize(p, &model);
+        eprintln!(
+            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}",
+            a.output.display(),
+            p.batch_index.unwrap_or(0),
+            s.docs,
+            s.tokens,
+            s.ranks,
+            s.steps,
+            s.tasks,
+            s.transfers,
+            bytes(s.comm_bytes_total),
+            s.max_over_mean
+        );
+    }
+    Ok(())
+}
