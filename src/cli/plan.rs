@@ -21,7 +21,7 @@ pub struct PlanArgs {
     #[command(flatten)]
     profile: ProfileArgs,
     /// Batch to plan (index into the packed trace).
-    #[arg(long, default_value_t = 0, conflicts_with = "all_batches")]
+    #[arg(long = "batch", visible_alias = "batch-index", default_value_t = 0, conflicts_with = "all_batches")]
     batch_index: usize,
     /// Plan every batch; `-o` is then a directory that receives `batch-NNNNN.json` files.
     #[arg(long)]
@@ -48,7 +48,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         match packed.batches.get(a.batch_index) {
             Some(b) => vec![b],
             None => bail!(
-                "--batch-index {} is out of range: the trace packs into {} batches",
+                "--batch {} is out of range: the trace packs into {} batches",
                 a.batch_index,
                 packed.batches.len()
             ),

@@ -1,0 +1,200 @@
+//! End-to-end: `fcp trace gen` → `fcp plan` → `fcp verify --numeric`, and the errors users hit.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+const SOURCES: &[&str] = &["lognormal", "magi", "wlb-llm", "prolong", "pile", "redpajama"];
+const RANKS: &[u32] = &[1, 2, 3, 4, 8, 16];
+
+fn fcp() -> Command {
+    Command::cargo_bin("fcp").expect("binary built")
+}
+
+fn gen_trace(dir: &Path, source: &str, docs: u32) -> PathBuf {
+    let out = dir.join(format!("{source}.csv"));
+    fcp()
+        .args(["trace", "gen", "--source", source, "--docs"])
+        .arg(docs.to_string())
+        .args(["--seed", "7", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+fn plan(trace: &Path, scheme: &str, ranks: u32, tpr: u64, out: &Path) -> assert_cmd::assert::Assert {
+    fcp()
+        .args(["plan", "--scheme", scheme, "--trace"])
+        .arg(trace)
+        .args(["--ranks", &ranks.to_string()])
+        .args(["--tokens-per-rank", &tpr.to_string(), "-o"])
+        .arg(out)
+        .assert()
+}
+
+#[test]
+fn ring_and_zigzag_verify_numerically_on_every_source_and_group_size() {
+    let dir = tempfile::tempdir().unwrap();
+    for source in SOURCES {
+        let trace = gen_trace(dir.path(), source, 40);
+        for &n in RANKS {
+            for scheme in ["ring", "zigzag"] {
+                let out = dir.path().join(format!("{source}-{scheme}-{n}.json"));
+                plan(&trace, scheme, n, 1024, &out).success();
+                fcp()
+                    .args(["verify", "--numeric", "--max-rows", "256"])
+                    .arg(&out)
+                    .assert()
+                    .success()
+                    .stdout(predicate::str::contains("valid"));
+            }
+        }
+    }
+}
+
+#[test]
+fn one_token_documents_and_documents_shorter_than_n() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("tiny.csv");
+    std::fs::write(&trace, "doc_len\n1\n1\n2\n3\n5\n15\n17\n31\n33\n1\n").unwrap();
+    for &n in RANKS {
+        for scheme in ["ring", "zigzag"] {
+            let out = dir.path().join(format!("{scheme}-{n}.json"));
+            plan(&trace, scheme, n, 64, &out).success();
+            fcp()
+                .args(["verify", "--numeric"])
+                .arg(&out)
+                .assert()
+                .success();
+        }
+    }
+}
+
+#[test]
+fn all_batches_writes_one_plan_per_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "doc_len\n100\n100\n100\n100\n100\n").unwrap();
+    let out = dir.path().join("plans");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--trace"])
+        .arg(&trace)
+        .args(["--ranks", "2", "--tokens-per-rank", "100", "--all-batches", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let mut names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["batch-00000.json", "batch-00001.json", "batch-00002.json"]
+    );
+}
+
+#[test]
+fn same_inputs_give_byte_identical_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = gen_trace(dir.path(), "wlb-llm", 200);
+    let a = dir.path().join("a.json");
+    let b = dir.path().join("b.json");
+    plan(&trace, "zigzag", 8, 8192, &a).success();
+    plan(&trace, "zigzag", 8, 8192, &b).success();
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+}
+
+#[test]
+fn plan_defaults_to_the_bundled_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "4", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    fcp().arg("verify").arg(&out).assert().success();
+}
+
+#[test]
+fn bad_plan_inputs_exit_2_and_leave_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "doc_len\n10\n20\n").unwrap();
+    let out = dir.path().join("p.json");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--scheme", "nope", "--ranks", "2"], "unknown scheme"),
+        (&["--scheme", "ring", "--ranks", "0"], "--ranks"),
+        (&["--scheme", "ring", "--ranks", "2", "--hardware", "tpu9"], "tpu9"),
+        (&["--scheme", "ring", "--ranks", "2", "--model", "gpt9"], "gpt9"),
+        (&["--scheme", "ring", "--ranks", "2", "--batch", "9"], "out of range"),
+    ];
+    for (args, needle) in cases {
+        fcp()
+            .arg("plan")
+            .args(*args)
+            .arg("--trace")
+            .arg(&trace)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(*needle));
+        assert!(!out.exists(), "{args:?} left {out:?} behind");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "only the trace remains");
+}
+
+#[test]
+fn unreadable_or_wrong_version_plan_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    fcp()
+        .args(["verify"])
+        .arg(dir.path().join("missing.json"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.json"));
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, "{not json").unwrap();
+    fcp()
+        .arg("verify")
+        .arg(&garbage)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a valid fcp plan"));
+    let old = dir.path().join("old.json");
+    std::fs::write(&old, r#"{"version": 99}"#).unwrap();
+    fcp()
+        .arg("verify")
+        .arg(&old)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("version 99"));
+}
+
+#[test]
+fn invalid_plan_exits_1_and_lists_each_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "4", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let mut plan = fcp::Plan::load(&out).unwrap();
+    plan.ranks[1].steps[0].tasks.remove(0);
+    plan.transfers.remove(0);
+    plan.save(&out).unwrap();
+    fcp()
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("MissingPairs"))
+        .stdout(predicate::str::contains("NotAvailable"))
+        .stdout(predicate::str::contains("INVALID"));
+}

@@ -1,0 +1,126 @@
+//! Property tests: every plan of every scheme verifies, structurally and numerically, on random
+//! batches; and the verifier notices any single task removed or duplicated (the structural
+//! check is an exact oracle for coverage, the numeric one an independent second opinion).
+
+use fcp::hardware::Hardware;
+use fcp::plan::{check_numeric, verify, Mask, NumericOptions, ViolationKind};
+use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::trace::Batch;
+use fcp::Model;
+use proptest::prelude::*;
+
+fn config() -> ProptestConfig {
+    let ci = std::env::var_os("CI").is_some();
+    ProptestConfig {
+        cases: if ci { 48 } else { 96 },
+        max_shrink_iters: if ci { 0 } else { 512 },
+        ..ProptestConfig::default()
+    }
+}
+
+/// Long-tailed lengths: mostly short, sometimes 1 token, sometimes long.
+fn doc_len() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 1u64..8,
+        5 => 8u64..200,
+        2 => 200u64..2000,
+    ]
+}
+
+fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
+    let hw = Hardware::load("h100").expect("bundled profile");
+    let model = Model::load("llama3-8b").expect("bundled model");
+    let ctx = PlanContext {
+        ranks,
+        tokens_per_rank: 4096,
+        mask,
+        model: &model,
+        hardware: &hw,
+    };
+    f(&ctx)
+}
+
+fn plan_with(scheme: &str, batch: &Batch, ranks: u32, mask: Mask) -> fcp::Plan {
+    with_ctx(ranks, mask, |ctx| {
+        planner_for(scheme)
+            .expect("registered scheme")
+            .plan(batch, ctx)
+    })
+    .expect("planning succeeds")
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn every_plan_verifies(
+        lens in prop::collection::vec(doc_len(), 1..12),
+        ranks in 1u32..10,
+        causal in any::<bool>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        for scheme in SCHEMES {
+            let plan = plan_with(scheme, &batch, ranks, mask);
+            let v = verify(&plan);
+            prop_assert!(v.is_empty(), "{scheme}: {v:?}");
+            let opts = NumericOptions { max_rows_per_doc: 64, ..NumericOptions::default() };
+            let r = check_numeric(&plan, &opts);
+            prop_assert!(r.max_abs_error < 1e-9, "{scheme}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn removing_or_duplicating_any_task_is_caught(
+        lens in prop::collection::vec(doc_len(), 1..6),
+        ranks in 1u32..6,
+        pick in any::<prop::sample::Index>(),
+        duplicate in any::<bool>(),
+    ) {
+        let batch = Batch::new(0, lens);
+        for scheme in SCHEMES {
+            let mut plan = plan_with(scheme, &batch, ranks, Mask::Causal);
+            let slots: Vec<(usize, usize, usize)> = plan
+                .ranks
+                .iter()
+                .enumerate()
+                .flat_map(|(r, rp)| {
+                    rp.steps
+                        .iter()
+                        .enumerate()
+                        .flat_map(move |(s, st)| (0..st.tasks.len()).map(move |i| (r, s, i)))
+                })
+                .collect();
+            let (r, s, i) = slots[pick.index(slots.len())];
+            let expected = if duplicate {
+                let t = plan.ranks[r].steps[s].tasks[i];
+                plan.ranks[r].steps[s].tasks.push(t);
+                ViolationKind::DuplicatePairs
+            } else {
+                plan.ranks[r].steps[s].tasks.remove(i);
+                ViolationKind::MissingPairs
+            };
+            let kinds: Vec<_> = verify(&plan).into_iter().map(|v| v.kind).collect();
+            prop_assert!(kinds.contains(&expected), "{scheme}: {kinds:?}");
+            let num = check_numeric(&plan, &NumericOptions::default());
+            prop_assert!(num.max_abs_error > 1e-9, "{scheme}: numeric check missed it: {num:?}");
+        }
+    }
+
+    #[test]
+    fn plans_round_trip_exactly_and_deterministically(
+        lens in prop::collection::vec(doc_len(), 1..8),
+        ranks in 1u32..8,
+    ) {
+        let batch = Batch::new(3, lens);
+        for scheme in SCHEMES {
+            let a = plan_with(scheme, &batch, ranks, Mask::Causal);
+            let b = plan_with(scheme, &batch, ranks, Mask::Causal);
+            let text = a.to_json();
+            prop_assert_eq!(&text, &b.to_json());
+            let back = fcp::Plan::from_json(&text, "mem").unwrap();
+            prop_assert_eq!(&back, &a);
+            prop_assert_eq!(back.to_json(), text);
+        }
+    }
+}
