@@ -94,8 +94,7 @@ impl PlanBuilder {
     /// Add a task on `rank` in `step` unless the mask allows no pair in it. Returns whether the
     /// task was kept.
     pub fn task(&mut self, rank: u32, step: u32, q: TokenRange, kv: TokenRange) -> bool {
-        if q.doc != kv.doc || allowed_pairs(self.plan.mask, q.start, q.end, kv.start, kv.end) == 0
-        {
+        if q.doc != kv.doc || allowed_pairs(self.plan.mask, q.start, q.end, kv.start, kv.end) == 0 {
             return false;
         }
         let steps = &mut self.plan.ranks[rank as usize].steps;

@@ -340,11 +340,12 @@ impl Plan {
         let origin = path.display().to_string();
         let text = if origin == "-" {
             let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                .map_err(|source| PlanError::Io {
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
+                PlanError::Io {
                     path: origin.clone(),
                     source,
-                })?;
+                }
+            })?;
             s
         } else {
             std::fs::read_to_string(path).map_err(|source| PlanError::Io {

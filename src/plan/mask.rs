@@ -112,7 +112,10 @@ mod tests {
 
     #[test]
     fn whole_causal_document_is_triangle() {
-        assert_eq!(allowed_pairs(Mask::Causal, 0, 1000, 0, 1000), 1000 * 1001 / 2);
+        assert_eq!(
+            allowed_pairs(Mask::Causal, 0, 1000, 0, 1000),
+            1000 * 1001 / 2
+        );
         assert_eq!(allowed_pairs(Mask::Full, 0, 1000, 0, 1000), 1_000_000);
     }
 }

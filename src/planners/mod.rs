@@ -8,8 +8,6 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
-
-
 /// What every planner is given besides the batch.
 #[derive(Debug, Clone)]
 pub struct PlanContext<'a> {
