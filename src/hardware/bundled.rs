@@ -112,14 +112,23 @@ pub fn resolve(
     }
 }
 
-/// Turn a `toml` error into a message naming the key and line.
+/// Turn a `toml` error into one line naming the key (missing/unknown keys are named by the
+/// message itself; for a bad value the offending line is quoted, which names its key).
 pub fn toml_error(label: &str, text: &str, e: &toml::de::Error) -> HardwareError {
+    let msg = e.message().trim_end().replace('\n', "; ");
+    let whole_doc = |start: usize, end: usize| start == 0 && end >= text.trim_end().len();
     let message = match e.span() {
-        Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-            format!("{} (line {line})", e.message().trim_end())
+        Some(span) if !whole_doc(span.start, span.end) => {
+            let start = span.start.min(text.len());
+            let line_no = text[..start].matches('\n').count() + 1;
+            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+            if line.is_empty() {
+                format!("line {line_no}: {msg}")
+            } else {
+                format!("line {line_no} (`{line}`): {msg}")
+            }
         }
-        None => e.message().trim_end().to_string(),
+        _ => msg,
     };
     HardwareError::Parse {
         file: label.to_string(),
