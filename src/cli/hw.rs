@@ -1,9 +1,396 @@
-//! `fcp hw ...` (placeholder until the hardware module lands).
+//! `fcp hw ...`: list, show and query the bundled (or user) hardware, model and kernel profiles.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use fcp::hardware::{
+    bundled, Hardware, KernelLookup, KernelProfile, KernelQuery, Pass, NUMERIC_FIELDS,
+};
+use fcp::plan::{allowed_pairs, Mask};
+use fcp::Model;
 
 /// Hardware commands.
-#[derive(Debug, clap::Args)]
-pub struct HwArgs {}
+#[derive(Debug, Args)]
+pub struct HwArgs {
+    #[command(subcommand)]
+    command: HwCommand,
+}
 
-pub fn run(_args: HwArgs) -> anyhow::Result<()> {
-    anyhow::bail!("hardware commands are not built yet")
+#[derive(Debug, Subcommand)]
+enum HwCommand {
+    /// List the bundled hardware profiles, models, kernel profiles and NCCL tables.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a hardware profile's values with their sources, a model, and sample kernel lookups.
+    Show {
+        /// Bundled name (h100, h200, b200) or path to a TOML file.
+        #[arg(long)]
+        hardware: String,
+        /// Bundled model (llama3-70b, llama3-8b, mha-16, mha-32) or path to a TOML file.
+        #[arg(long, default_value = "llama3-70b")]
+        model: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Look up kernel throughput (and efficiency) for one tile shape.
+    Kernel(KernelArgs),
+}
+
+#[derive(Debug, Args)]
+struct KernelArgs {
+    /// Bundled name (h100, h200, b200) or path to a TOML file.
+    #[arg(long)]
+    hardware: String,
+    /// Kernel profile to use instead of the hardware's own (bundled name or CSV path).
+    #[arg(long)]
+    profile: Option<String>,
+    /// fwd or bwd.
+    #[arg(long, value_parser = parse_pass, default_value = "fwd")]
+    pass: Pass,
+    /// causal or full.
+    #[arg(long, value_parser = parse_mask, default_value = "causal")]
+    mask: Mask,
+    /// Head dimension (default: the model's, or 128).
+    #[arg(long)]
+    head_dim: Option<u32>,
+    /// Query tokens of the tile (of the whole launch with --varlen).
+    #[arg(long)]
+    q_len: u64,
+    /// Key/value tokens of the tile (default: q-len).
+    #[arg(long)]
+    kv_len: Option<u64>,
+    /// The tile runs as (part of) a varlen launch.
+    #[arg(long)]
+    varlen: bool,
+    /// Also print the tile's time for this model (queries = the last q-len positions, keys =
+    /// the first kv-len positions of one document).
+    #[arg(long)]
+    model: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_pass(s: &str) -> Result<Pass, String> {
+    s.parse()
+}
+
+fn parse_mask(s: &str) -> Result<Mask, String> {
+    match s {
+        "causal" => Ok(Mask::Causal),
+        "full" => Ok(Mask::Full),
+        _ => Err(format!("unknown mask `{s}` (expected causal or full)")),
+    }
+}
+
+/// Run `fcp hw ...`.
+pub fn run(args: HwArgs) -> anyhow::Result<()> {
+    match args.command {
+        HwCommand::List { json } => list(json),
+        HwCommand::Show {
+            hardware,
+            model,
+            json,
+        } => show(&hardware, &model, json),
+        HwCommand::Kernel(k) => kernel(k),
+    }
+}
+
+fn list(as_json: bool) -> anyhow::Result<()> {
+    let mut hardware = Vec::new();
+    for name in bundled::names(bundled::HARDWARE) {
+        let hw = Hardware::load(name)?;
+        hardware.push(json!({"name": name, "description": hw.description,
+            "kernel_profile": hw.kernel_profile, "nccl_table": hw.nccl_table}));
+    }
+    let mut models = Vec::new();
+    for name in bundled::names(bundled::MODELS) {
+        let m = Model::load(name)?;
+        models.push(
+            json!({"name": name, "q_heads": m.q_heads, "kv_heads": m.kv_heads,
+            "head_dim": m.head_dim, "dtype_bytes": m.dtype_bytes}),
+        );
+    }
+    let mut kernels = Vec::new();
+    for name in bundled::names(bundled::KERNEL_PROFILES) {
+        let p = KernelProfile::load(name)?;
+        kernels.push(json!({"name": name, "rows": p.rows.len(), "series": p.series()}));
+    }
+    let nccl = bundled::names(bundled::NCCL_TABLES);
+    if as_json {
+        let v = json!({"hardware": hardware, "models": models, "kernel_profiles": kernels,
+            "nccl_tables": nccl});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("hardware:");
+    for h in &hardware {
+        println!(
+            "  {:<6} {}  (kernels: {})",
+            str_of(&h["name"]),
+            str_of(&h["description"]),
+            str_of(&h["kernel_profile"])
+        );
+    }
+    println!("models:");
+    for m in &models {
+        println!(
+            "  {:<11} q_heads {:>3}  kv_heads {:>3}  head_dim {:>4}  dtype_bytes {}",
+            str_of(&m["name"]),
+            m["q_heads"],
+            m["kv_heads"],
+            m["head_dim"],
+            m["dtype_bytes"]
+        );
+    }
+    println!("kernel profiles:");
+    for k in &kernels {
+        let series: Vec<String> = k["series"]
+            .as_array()
+            .map(|a| a.iter().map(|s| str_of(s).to_string()).collect())
+            .unwrap_or_default();
+        println!(
+            "  {:<15} {:>3} rows: {}",
+            str_of(&k["name"]),
+            k["rows"],
+            series.join(", ")
+        );
+    }
+    println!("nccl tables:");
+    for n in nccl {
+        println!("  {n}");
+    }
+    Ok(())
+}
+
+fn str_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("-")
+}
+
+/// The lengths `hw show` samples the kernel profile at.
+const SAMPLE_LENS: &[u64] = &[1024, 4096, 16384, 65536];
+
+fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
+    let hw = Hardware::load(hardware)?;
+    let model = Model::load(model)?;
+    let profile = hw
+        .kernel_profile()
+        .context("loading the hardware's kernel profile")?;
+    let mut lookups = Vec::new();
+    for pass in [Pass::Fwd, Pass::Bwd] {
+        for mask in [Mask::Causal, Mask::Full] {
+            for &len in SAMPLE_LENS {
+                let q = KernelQuery {
+                    pass,
+                    mask,
+                    head_dim: model.head_dim,
+                    q_len: len,
+                    kv_len: len,
+                    varlen: false,
+                };
+                lookups.push((q, profile.lookup(&q)));
+            }
+        }
+    }
+    if as_json {
+        let lk: Vec<Value> = lookups
+            .iter()
+            .map(|(q, r)| match r {
+                Ok(l) => lookup_json(&hw, q, l),
+                Err(e) => json!({"query": q, "error": e.to_string()}),
+            })
+            .collect();
+        let v = json!({
+            "hardware": hw,
+            "effective_peak_tflops": hw.effective_peak_tflops(),
+            "model": model,
+            "model_source": Model::bundled_source(&model.name),
+            "kernel_profile": profile.name,
+            "lookups": lk,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("hardware {}: {}", hw.name, hw.description);
+    let values = [
+        ("peak_tflops", format!("{} TFLOP/s", hw.peak_tflops)),
+        ("sm_count", hw.sm_count.to_string()),
+        ("gpus_per_node", hw.gpus_per_node.to_string()),
+        ("nvlink_gbs", format!("{} GB/s", hw.nvlink_gbs)),
+        ("nvlink_latency_us", format!("{} us", hw.nvlink_latency_us)),
+        ("nic_gbs", format!("{} GB/s", hw.nic_gbs)),
+        ("nic_latency_us", format!("{} us", hw.nic_latency_us)),
+        ("comm_sms", hw.comm_sms.to_string()),
+        (
+            "launch_overhead_us",
+            format!("{} us", hw.launch_overhead_us),
+        ),
+    ];
+    debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
+    for (field, value) in values {
+        println!(
+            "  {field:<19} {value:<14} {}",
+            hw.source_of(field).unwrap_or("(no source given)")
+        );
+    }
+    println!(
+        "  effective peak      {:.1} TFLOP/s ({} of {} SMs for compute)",
+        hw.effective_peak_tflops(),
+        hw.sm_count - hw.comm_sms,
+        hw.sm_count
+    );
+    println!("  kernel_profile      {}", hw.kernel_profile);
+    println!(
+        "  nccl_table          {}",
+        hw.nccl_table.as_deref().unwrap_or("(none)")
+    );
+    println!(
+        "model {}: q_heads {}, kv_heads {}, head_dim {}, dtype_bytes {}  {}",
+        model.name,
+        model.q_heads,
+        model.kv_heads,
+        model.head_dim,
+        model.dtype_bytes,
+        Model::bundled_source(&model.name).unwrap_or_default()
+    );
+    println!(
+        "kernel lookups ({}, head_dim {}, non-varlen, q_len = kv_len):",
+        profile.name, model.head_dim
+    );
+    println!("  pass mask    len     TFLOP/s  eff     clamped");
+    for (q, r) in &lookups {
+        match r {
+            Ok(l) => println!(
+                "  {:<4} {:<7} {:<7} {:>7.1}  {:>5.1}%  {}",
+                q.pass.to_string(),
+                q.mask.to_string(),
+                q.q_len,
+                hw.achieved_tflops(l.tflops),
+                100.0 * hw.efficiency(l.tflops),
+                clamp_str(l)
+            ),
+            Err(e) => println!(
+                "  {:<4} {:<7} {:<7} {e}",
+                q.pass.to_string(),
+                q.mask.to_string(),
+                q.q_len
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn clamp_str(l: &KernelLookup) -> &'static str {
+    match l.clamped {
+        fcp::hardware::Clamp::None => "-",
+        fcp::hardware::Clamp::BelowMin => "below table",
+        fcp::hardware::Clamp::AboveMax => "above table",
+    }
+}
+
+fn lookup_json(hw: &Hardware, q: &KernelQuery, l: &KernelLookup) -> Value {
+    json!({
+        "query": q,
+        "tflops": l.tflops,
+        "achieved_tflops": hw.achieved_tflops(l.tflops),
+        "efficiency": hw.efficiency(l.tflops),
+        "length": l.length,
+        "clamped": l.clamped,
+        "varlen_fallback": l.varlen_fallback,
+        "used": l.used,
+        "sources": l.sources,
+    })
+}
+
+fn kernel(a: KernelArgs) -> anyhow::Result<()> {
+    let hw = Hardware::load(&a.hardware)?;
+    let profile = match &a.profile {
+        Some(p) => KernelProfile::load(p)?,
+        None => hw.kernel_profile()?,
+    };
+    let model = a.model.as_deref().map(Model::load).transpose()?;
+    let head_dim = a
+        .head_dim
+        .or(model.as_ref().map(|m| m.head_dim))
+        .unwrap_or(128);
+    let kv_len = a.kv_len.unwrap_or(a.q_len);
+    let q = KernelQuery {
+        pass: a.pass,
+        mask: a.mask,
+        head_dim,
+        q_len: a.q_len,
+        kv_len,
+        varlen: a.varlen,
+    };
+    let l = profile.lookup(&q)?;
+    let tile = match &model {
+        Some(m) => {
+            // Queries are the last q_len positions of a span of max(q_len, kv_len) tokens,
+            // keys the first kv_len: a chunk attending to its prefix.
+            let span = a.q_len.max(kv_len);
+            let pairs = allowed_pairs(a.mask, span - a.q_len, span, 0, kv_len);
+            let m = Model {
+                head_dim,
+                ..m.clone()
+            };
+            let t = fcp::hardware::kernel_time_s(&hw, &profile, &m, &q, pairs)?;
+            Some((m.name.clone(), pairs, t))
+        }
+        None => None,
+    };
+    if a.json {
+        let mut v = lookup_json(&hw, &q, &l);
+        v["hardware"] = json!(hw.name);
+        v["profile"] = json!(profile.name);
+        if let Some((name, pairs, t)) = &tile {
+            v["model"] = json!(name);
+            v["pairs"] = json!(pairs.to_string());
+            v["tile_time_us"] = json!(t * 1e6);
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{} {} hd {} q_len {} kv_len {}{} on {} ({}):",
+        q.pass,
+        q.mask,
+        head_dim,
+        q.q_len,
+        kv_len,
+        if q.varlen { " varlen" } else { "" },
+        hw.name,
+        profile.name
+    );
+    println!("  tflops      {:.1} TFLOP/s (table, all SMs)", l.tflops);
+    if hw.comm_sms > 0 {
+        println!(
+            "  achieved    {:.1} TFLOP/s with {} of {} SMs",
+            hw.achieved_tflops(l.tflops),
+            hw.sm_count - hw.comm_sms,
+            hw.sm_count
+        );
+    }
+    println!(
+        "  efficiency  {:.1}% of {} TFLOP/s peak",
+        100.0 * hw.efficiency(l.tflops),
+        hw.peak_tflops
+    );
+    println!("  clamped     {}", clamp_str(&l));
+    println!("  used        {}", l.used);
+    for s in &l.sources {
+        println!("  source      {s}");
+    }
+    if let Some((name, pairs, t)) = tile {
+        println!(
+            "  tile time   {:.1} us for {name} ({pairs} pairs, incl. {} us launch)",
+            t * 1e6,
+            hw.launch_overhead_us
+        );
+    }
+    Ok(())
 }

@@ -173,9 +173,7 @@ pub(crate) mod testing {
             head_dim: 128,
             dtype_bytes: 2,
         };
-        let hardware = Hardware {
-            name: "h100".into(),
-        };
+        let hardware = Hardware::load("h100").expect("bundled profile");
         let ctx = PlanContext {
             ranks,
             tokens_per_rank: 1024,

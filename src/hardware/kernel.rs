@@ -1,0 +1,572 @@
+//! Attention-kernel throughput tables (`kernels-profile/*.csv`) and the lookup the cost model
+//! uses: TFLOP/s for a tile shape, interpolated linearly in log2(length) between measured rows.
+//!
+//! Format and rules are documented in `docs/kernel-profile.md`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::bundled;
+use super::HardwareError;
+use crate::plan::Mask;
+
+/// Forward or backward attention pass. Backward TFLOP/s in the tables count 2.5× the forward
+/// FLOPs (FlashAttention convention), matching [`super::cost::tile_flops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pass {
+    /// Forward.
+    Fwd,
+    /// Backward (dQ, dK, dV).
+    Bwd,
+}
+
+impl fmt::Display for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pass::Fwd => "fwd",
+            Pass::Bwd => "bwd",
+        })
+    }
+}
+
+impl FromStr for Pass {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fwd" => Ok(Pass::Fwd),
+            "bwd" => Ok(Pass::Bwd),
+            _ => Err(format!("unknown pass `{s}` (expected fwd or bwd)")),
+        }
+    }
+}
+
+/// What the length axis of a row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LenKind {
+    /// Per-sequence length (the batch was filled with several sequences of this length).
+    Seq,
+    /// Total tokens of one launch (batch 1, or one packed varlen batch of that many tokens).
+    Total,
+}
+
+impl fmt::Display for LenKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LenKind::Seq => "seq",
+            LenKind::Total => "total",
+        })
+    }
+}
+
+/// One measured throughput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelRow {
+    /// Pass measured.
+    pub pass: Pass,
+    /// Mask measured.
+    pub mask: Mask,
+    /// Head dimension.
+    pub head_dim: u32,
+    /// Whether the kernel was the varlen (packed) variant.
+    pub varlen: bool,
+    /// What `q_len`/`kv_len` measure.
+    pub len_kind: LenKind,
+    /// Query length of the measured tile.
+    pub q_len: u64,
+    /// Key/value length of the measured tile.
+    pub kv_len: u64,
+    /// Measured TFLOP/s (allowed-pair FLOPs / time; bwd counts 2.5× fwd FLOPs).
+    pub tflops: f64,
+    /// Where the number comes from (paper figure, repo@commit path; "(chart)" if read off a plot).
+    pub source: String,
+}
+
+impl KernelRow {
+    /// The length the row is keyed by: the geometric mean `sqrt(q_len · kv_len)` (see
+    /// [`KernelQuery::length`]).
+    pub fn length(&self) -> f64 {
+        (self.q_len as f64 * self.kv_len as f64).sqrt()
+    }
+}
+
+/// A question to a kernel profile: how fast is this tile?
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelQuery {
+    /// Forward or backward.
+    pub pass: Pass,
+    /// Mask of the tile.
+    pub mask: Mask,
+    /// Head dimension.
+    pub head_dim: u32,
+    /// Query tokens of the tile (of the whole launch for varlen).
+    pub q_len: u64,
+    /// Key/value tokens of the tile (of the whole launch for varlen).
+    pub kv_len: u64,
+    /// Whether the tile runs as (part of) a varlen launch.
+    pub varlen: bool,
+}
+
+impl KernelQuery {
+    /// The length the query is matched at: the geometric mean `sqrt(q_len · kv_len)`.
+    ///
+    /// Why: a q × kv tile does q·kv units of work, the same as a square tile of side
+    /// sqrt(q·kv). Throughput grows with both the number of query blocks (parallelism) and the
+    /// kv loop length (amortised prologue/epilogue); the geometric mean weighs both equally and
+    /// reduces to the measured length for the square tiles the published tables report.
+    pub fn length(&self) -> f64 {
+        (self.q_len as f64 * self.kv_len as f64).sqrt()
+    }
+}
+
+/// Whether a lookup had to clamp to the table's ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clamp {
+    /// The length lies within the measured rows.
+    None,
+    /// Shorter than the shortest row: the shortest row's value is used (optimistic; real
+    /// throughput keeps falling).
+    BelowMin,
+    /// Longer than the longest row: the longest row's value is used (throughput has plateaued).
+    AboveMax,
+}
+
+/// The answer to a [`KernelQuery`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelLookup {
+    /// Interpolated TFLOP/s as measured (all SMs).
+    pub tflops: f64,
+    /// The length the query was matched at (geometric mean of q and kv).
+    pub length: f64,
+    /// Whether the value was clamped to a table end.
+    pub clamped: Clamp,
+    /// True when the query asked for varlen (or non-varlen) but the profile only had the other
+    /// kind for this pass/mask/head_dim, so those rows were used.
+    pub varlen_fallback: bool,
+    /// Human description of the row(s) used.
+    pub used: String,
+    /// Sources of the row(s) used.
+    pub sources: Vec<String>,
+}
+
+/// A loaded kernel throughput table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelProfile {
+    /// Profile name (bundled name or file stem).
+    pub name: String,
+    /// Rows in file order.
+    pub rows: Vec<KernelRow>,
+}
+
+type SeriesKey = (Pass, Mask, u32, bool);
+
+fn mask_key(m: Mask) -> u8 {
+    match m {
+        Mask::Causal => 0,
+        Mask::Full => 1,
+    }
+}
+
+impl KernelProfile {
+    /// Load a bundled profile (`h100-fa3`, `h100-fa3-paper`, `b200-fa4`) or a CSV by path
+    /// (anything containing `/` or ending in `.csv`).
+    pub fn load(name_or_path: &str) -> Result<KernelProfile, HardwareError> {
+        let src = bundled::resolve(
+            name_or_path,
+            bundled::KERNEL_PROFILES,
+            "kernel profile",
+            ".csv",
+        )?;
+        Self::from_csv_str(&src.name, &src.label, &src.text)
+    }
+
+    /// Parse and validate CSV text; `label` names it in errors.
+    pub fn from_csv_str(
+        name: &str,
+        label: &str,
+        text: &str,
+    ) -> Result<KernelProfile, HardwareError> {
+        let mut reader = csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .comment(Some(b'#'))
+            .from_reader(text.as_bytes());
+        let mut rows = Vec::new();
+        for rec in reader.deserialize::<KernelRow>() {
+            let row = rec.map_err(|e| HardwareError::Parse {
+                file: label.to_string(),
+                message: csv_message(&e),
+            })?;
+            rows.push(row);
+        }
+        let profile = KernelProfile {
+            name: name.to_string(),
+            rows,
+        };
+        profile.validate(label)?;
+        Ok(profile)
+    }
+
+    fn validate(&self, label: &str) -> Result<(), HardwareError> {
+        let bad = |field: &str, message: String| HardwareError::Invalid {
+            file: label.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        if self.rows.is_empty() {
+            return Err(bad("rows", "the profile has no data rows".into()));
+        }
+        let mut kinds: BTreeMap<(Pass, u8, u32, bool), LenKind> = BTreeMap::new();
+        let mut seen: BTreeMap<(Pass, u8, u32, bool, u64), usize> = BTreeMap::new();
+        for (i, r) in self.rows.iter().enumerate() {
+            let line = i + 2; // header is line 1
+            if r.head_dim == 0 {
+                return Err(bad("head_dim", format!("line {line}: must be >= 1")));
+            }
+            if r.q_len == 0 || r.kv_len == 0 {
+                return Err(bad("q_len/kv_len", format!("line {line}: must be >= 1")));
+            }
+            if !(r.tflops.is_finite() && r.tflops > 0.0) {
+                return Err(bad(
+                    "tflops",
+                    format!("line {line}: must be > 0, got {}", r.tflops),
+                ));
+            }
+            if r.source.trim().is_empty() {
+                return Err(bad(
+                    "source",
+                    format!("line {line}: every row must cite a source"),
+                ));
+            }
+            let key = (r.pass, mask_key(r.mask), r.head_dim, r.varlen);
+            match kinds.get(&key) {
+                Some(k) if *k != r.len_kind => {
+                    return Err(bad(
+                        "len_kind",
+                        format!(
+                            "line {line}: {} {} hd {} mixes len_kind {k} and {}; one series per pass/mask/head_dim/varlen",
+                            r.pass, r.mask, r.head_dim, r.len_kind
+                        ),
+                    ))
+                }
+                _ => {
+                    kinds.insert(key, r.len_kind);
+                }
+            }
+            // Length key rounded to whole tokens: two rows at one length are ambiguous.
+            let len_key = r.length().round() as u64;
+            if let Some(prev) = seen.insert((key.0, key.1, key.2, key.3, len_key), line) {
+                return Err(bad(
+                    "q_len/kv_len",
+                    format!("line {line}: same series and length as line {prev}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The (pass, mask, head_dim, varlen) series present, for messages and listings.
+    pub fn series(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.rows {
+            let s = series_label(&(r.pass, r.mask, r.head_dim, r.varlen));
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// TFLOP/s for a tile, interpolated linearly in log2(length) between the two nearest rows of
+    /// the matching series and clamped at the table ends (reported in [`KernelLookup::clamped`]).
+    ///
+    /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
+    /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
+    pub fn lookup(&self, q: &KernelQuery) -> Result<KernelLookup, HardwareError> {
+        if q.q_len == 0 || q.kv_len == 0 {
+            return Err(HardwareError::InvalidQuery(format!(
+                "tile {}x{} is empty; q_len and kv_len must be >= 1",
+                q.q_len, q.kv_len
+            )));
+        }
+        let same =
+            |r: &&KernelRow| r.pass == q.pass && r.mask == q.mask && r.head_dim == q.head_dim;
+        let candidates: Vec<&KernelRow> = self.rows.iter().filter(same).collect();
+        if candidates.is_empty() {
+            return Err(HardwareError::NoKernelRow {
+                profile: self.name.clone(),
+                pass: q.pass.to_string(),
+                mask: q.mask.to_string(),
+                head_dim: q.head_dim,
+                available: self.series().join(", "),
+            });
+        }
+        let preferred: Vec<&KernelRow> = candidates
+            .iter()
+            .copied()
+            .filter(|r| r.varlen == q.varlen)
+            .collect();
+        let varlen_fallback = preferred.is_empty();
+        let mut rows = if varlen_fallback {
+            candidates
+        } else {
+            preferred
+        };
+        rows.sort_by(|a, b| a.length().total_cmp(&b.length()));
+
+        let len = q.length();
+        let key = (q.pass, q.mask, q.head_dim, rows[0].varlen);
+        let head = format!(
+            "{}: {} len_kind={}",
+            self.name,
+            series_label(&key),
+            rows[0].len_kind
+        );
+        let fallback_note = if varlen_fallback {
+            format!(
+                "; no {} rows, used {} rows",
+                if q.varlen { "varlen" } else { "non-varlen" },
+                if q.varlen { "non-varlen" } else { "varlen" }
+            )
+        } else {
+            String::new()
+        };
+        let first = rows[0];
+        let last = rows[rows.len() - 1];
+        let one = |r: &KernelRow, clamped: Clamp, what: &str| KernelLookup {
+            tflops: r.tflops,
+            length: len,
+            clamped,
+            varlen_fallback,
+            used: format!(
+                "{head}: {what} row {}x{} = {} TFLOP/s{fallback_note}",
+                r.q_len, r.kv_len, r.tflops
+            ),
+            sources: vec![r.source.clone()],
+        };
+        const EPS: f64 = 1e-9;
+        if (len - first.length()).abs() <= EPS * len {
+            return Ok(one(first, Clamp::None, "exact"));
+        }
+        if len < first.length() {
+            let what = format!(
+                "clamped below (len {len:.0} < shortest {:.0}) to",
+                first.length()
+            );
+            return Ok(one(first, Clamp::BelowMin, &what));
+        }
+        if len >= last.length() {
+            if (len - last.length()).abs() <= EPS * len {
+                return Ok(one(last, Clamp::None, "exact"));
+            }
+            let what = format!(
+                "clamped above (len {len:.0} > longest {:.0}) to",
+                last.length()
+            );
+            return Ok(one(last, Clamp::AboveMax, &what));
+        }
+        // first.length() < len < last.length(): find the bracketing pair.
+        let i = rows
+            .windows(2)
+            .position(|w| w[0].length() <= len && len < w[1].length())
+            .unwrap_or(0);
+        let (a, b) = (rows[i], rows[i + 1]);
+        if (len - a.length()).abs() <= EPS * len {
+            return Ok(one(a, Clamp::None, "exact"));
+        }
+        let t = (len.log2() - a.length().log2()) / (b.length().log2() - a.length().log2());
+        let tflops = a.tflops + t * (b.tflops - a.tflops);
+        Ok(KernelLookup {
+            tflops,
+            length: len,
+            clamped: Clamp::None,
+            varlen_fallback,
+            used: format!(
+                "{head}: log2-interpolated at len {len:.0} (t={t:.3}) between rows {}x{} = {} and {}x{} = {} TFLOP/s{fallback_note}",
+                a.q_len, a.kv_len, a.tflops, b.q_len, b.kv_len, b.tflops
+            ),
+            sources: if a.source == b.source {
+                vec![a.source.clone()]
+            } else {
+                vec![a.source.clone(), b.source.clone()]
+            },
+        })
+    }
+}
+
+fn series_label(k: &SeriesKey) -> String {
+    format!(
+        "{} {} hd {}{}",
+        k.0,
+        k.1,
+        k.2,
+        if k.3 { " varlen" } else { "" }
+    )
+}
+
+fn csv_message(e: &csv::Error) -> String {
+    match e.position() {
+        Some(p) => format!("line {}: {}", p.line(), strip_position(&e.to_string())),
+        None => e.to_string(),
+    }
+}
+
+/// csv's messages repeat the position; keep the part that says what is wrong.
+fn strip_position(s: &str) -> String {
+    match s.find("field") {
+        Some(i) => s[i..].to_string(),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CSV: &str = "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source
+fwd,causal,128,false,total,1024,1024,100,a
+fwd,causal,128,false,total,4096,4096,300,b
+fwd,causal,128,false,total,2048,2048,200,c
+fwd,causal,128,true,total,2048,2048,50,v
+bwd,full,64,true,total,2048,2048,40,v
+";
+
+    fn p() -> KernelProfile {
+        KernelProfile::from_csv_str("t", "t.csv", CSV).unwrap()
+    }
+
+    fn q(pass: Pass, mask: Mask, hd: u32, ql: u64, kl: u64, varlen: bool) -> KernelQuery {
+        KernelQuery {
+            pass,
+            mask,
+            head_dim: hd,
+            q_len: ql,
+            kv_len: kl,
+            varlen,
+        }
+    }
+
+    #[test]
+    fn table_point_returns_table_value() {
+        let l = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 2048, 2048, false))
+            .unwrap();
+        assert_eq!(l.tflops, 200.0);
+        assert_eq!(l.clamped, Clamp::None);
+        assert!(l.used.contains("exact"), "{}", l.used);
+        let l = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 4096, 4096, false))
+            .unwrap();
+        assert_eq!(l.tflops, 300.0);
+        assert_eq!(l.clamped, Clamp::None);
+    }
+
+    #[test]
+    fn between_points_is_log_linear() {
+        // sqrt(1024 * 4096) = 2048 exactly: geometric-mean rule.
+        let l = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 1024, 4096, false))
+            .unwrap();
+        assert_eq!(l.tflops, 200.0);
+        // 1448 ≈ 2^10.5: halfway in log2 between 1024 and 2048.
+        let l = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 1024, 2048, false))
+            .unwrap();
+        assert!((l.tflops - 150.0).abs() < 1e-9, "{}", l.tflops);
+        assert!(l.used.contains("interpolated"), "{}", l.used);
+        let l = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 3000, 3000, false))
+            .unwrap();
+        assert!(l.tflops > 200.0 && l.tflops < 300.0);
+        assert_eq!(l.sources, vec!["c".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn clamping_is_reported() {
+        let lo = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 100, 100, false))
+            .unwrap();
+        assert_eq!((lo.tflops, lo.clamped), (100.0, Clamp::BelowMin));
+        assert!(lo.used.contains("clamped below"), "{}", lo.used);
+        let hi = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 1 << 20, 1 << 20, false))
+            .unwrap();
+        assert_eq!((hi.tflops, hi.clamped), (300.0, Clamp::AboveMax));
+        // A single-row series clamps both ways.
+        let v = p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 8192, 8192, true))
+            .unwrap();
+        assert_eq!(
+            (v.tflops, v.clamped, v.varlen_fallback),
+            (50.0, Clamp::AboveMax, false)
+        );
+    }
+
+    #[test]
+    fn varlen_falls_back_and_says_so() {
+        let l = p()
+            .lookup(&q(Pass::Bwd, Mask::Full, 64, 2048, 2048, false))
+            .unwrap();
+        assert!(l.varlen_fallback);
+        assert!(l.used.contains("no non-varlen rows"), "{}", l.used);
+    }
+
+    #[test]
+    fn missing_row_is_an_error() {
+        let e = p()
+            .lookup(&q(Pass::Bwd, Mask::Causal, 96, 1024, 1024, false))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("profile t has no row for bwd causal hd 96"),
+            "{e}"
+        );
+        assert!(e.contains("fwd causal hd 128"), "{e}");
+        assert!(p()
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 0, 10, false))
+            .is_err());
+    }
+
+    #[test]
+    fn bad_csv_is_an_error() {
+        let e = KernelProfile::from_csv_str("t", "t.csv", "pass,mask\nfwd,causal\n").unwrap_err();
+        assert!(e.to_string().contains("t.csv"), "{e}");
+        let dup = format!("{CSV}fwd,causal,128,false,total,1024,1024,90,d\n");
+        let e = KernelProfile::from_csv_str("t", "t.csv", &dup)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("same series"), "{e}");
+        let mixed = format!("{CSV}fwd,causal,128,false,seq,512,512,90,d\n");
+        let e = KernelProfile::from_csv_str("t", "t.csv", &mixed)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("len_kind"), "{e}");
+        let nosrc = CSV.replace(",a\n", ",\n");
+        let e = KernelProfile::from_csv_str("t", "t.csv", &nosrc)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("source"), "{e}");
+        let badpass = CSV.replace("bwd,full", "back,full");
+        let e = KernelProfile::from_csv_str("t", "t.csv", &badpass)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 6"), "{e}");
+    }
+
+    #[test]
+    fn bundled_profiles_load() {
+        for name in bundled::names(bundled::KERNEL_PROFILES) {
+            let p = KernelProfile::load(name).unwrap();
+            assert!(!p.rows.is_empty(), "{name}");
+        }
+        let h = KernelProfile::load("h100-fa3").unwrap();
+        let l = h
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 4096, 4096, false))
+            .unwrap();
+        assert_eq!(l.tflops, 662.0);
+    }
+}

@@ -1,0 +1,316 @@
+//! The GPU + network profile: compute peak, SMs, links, overheads, each with its source.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::bundled::{self, Source};
+use super::{HardwareError, KernelProfile};
+
+/// One GPU type in one node type, as the cost model needs it.
+///
+/// Units are the ones people quote (TFLOP/s, GB/s, µs) so the TOML reads like a datasheet; the
+/// `*_s` / `*_bytes_per_s` helpers convert to the SI units the simulator works in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    /// Profile name (bundled name, or the `name` key / file stem of a user file).
+    #[serde(default)]
+    pub name: String,
+    /// One-line human description.
+    #[serde(default)]
+    pub description: String,
+    /// Dense BF16 tensor-core peak of one GPU, TFLOP/s (10^12 FLOP/s). Not the sparse figure.
+    pub peak_tflops: f64,
+    /// Streaming multiprocessors per GPU.
+    pub sm_count: u32,
+    /// GPUs per node sharing the NVLink domain.
+    pub gpus_per_node: u32,
+    /// NVLink bandwidth per GPU per direction, GB/s (10^9 B/s).
+    pub nvlink_gbs: f64,
+    /// Start-up latency of one intra-node transfer, µs.
+    pub nvlink_latency_us: f64,
+    /// NIC bandwidth per GPU per direction, GB/s (10^9 B/s).
+    pub nic_gbs: f64,
+    /// Start-up latency of one inter-node transfer, µs.
+    pub nic_latency_us: f64,
+    /// SMs reserved for communication kernels; attention runs on the rest.
+    #[serde(default)]
+    pub comm_sms: u32,
+    /// Fixed cost of one attention kernel launch, µs.
+    pub launch_overhead_us: f64,
+    /// Kernel throughput table: a bundled name (`h100-fa3`) or a CSV path (relative paths are
+    /// resolved against the TOML's directory at load time).
+    pub kernel_profile: String,
+    /// Measured NCCL bus-bandwidth table for collectives, if one exists for this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_table: Option<String>,
+    /// Where each number comes from, keyed by field name.
+    #[serde(default)]
+    pub sources: BTreeMap<String, String>,
+}
+
+/// The numeric fields, in display order; bundled profiles must cite a source for each.
+pub const NUMERIC_FIELDS: &[&str] = &[
+    "peak_tflops",
+    "sm_count",
+    "gpus_per_node",
+    "nvlink_gbs",
+    "nvlink_latency_us",
+    "nic_gbs",
+    "nic_latency_us",
+    "comm_sms",
+    "launch_overhead_us",
+];
+
+/// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Link {
+    /// Bytes per second, one direction.
+    pub bandwidth_bytes_per_s: f64,
+    /// Start-up latency, seconds.
+    pub latency_s: f64,
+}
+
+impl Link {
+    /// Time to move `bytes` over this link alone (no sharing).
+    pub fn time_s(&self, bytes: u64) -> f64 {
+        if bytes == 0 {
+            return 0.0;
+        }
+        self.latency_s + bytes as f64 / self.bandwidth_bytes_per_s
+    }
+}
+
+impl Hardware {
+    /// Load a bundled profile by name (`h100`, `h200`, `b200`) or a user TOML by path (anything
+    /// containing `/` or ending in `.toml`).
+    pub fn load(name_or_path: &str) -> Result<Hardware, HardwareError> {
+        let src = bundled::resolve(name_or_path, bundled::HARDWARE, "hardware", ".toml")?;
+        Self::from_source(&src)
+    }
+
+    /// Parse and validate a hardware TOML given as text; `label` names it in errors.
+    pub fn from_toml_str(text: &str, label: &str) -> Result<Hardware, HardwareError> {
+        let src = Source {
+            name: label.to_string(),
+            label: label.to_string(),
+            dir: None,
+            text: text.to_string(),
+        };
+        Self::from_source(&src)
+    }
+
+    fn from_source(src: &Source) -> Result<Hardware, HardwareError> {
+        let mut hw: Hardware = toml::from_str(&src.text)
+            .map_err(|e| bundled::toml_error(&src.label, &src.text, &e))?;
+        if hw.name.is_empty() {
+            hw.name = src.name.clone();
+        }
+        // A relative profile path in a user file means "next to this file".
+        if let Some(dir) = &src.dir {
+            for p in std::iter::once(&mut hw.kernel_profile).chain(hw.nccl_table.as_mut()) {
+                let path = std::path::Path::new(p.as_str());
+                if bundled::is_path(p, ".csv") && path.is_relative() {
+                    *p = dir.join(path).display().to_string();
+                }
+            }
+        }
+        hw.validate(&src.label)?;
+        Ok(hw)
+    }
+
+    fn validate(&self, file: &str) -> Result<(), HardwareError> {
+        let bad = |field: &str, message: String| HardwareError::Invalid {
+            file: file.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        let positive = [
+            ("peak_tflops", self.peak_tflops),
+            ("nvlink_gbs", self.nvlink_gbs),
+            ("nic_gbs", self.nic_gbs),
+        ];
+        for (field, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(field, format!("must be a positive number, got {v}")));
+            }
+        }
+        let non_negative = [
+            ("nvlink_latency_us", self.nvlink_latency_us),
+            ("nic_latency_us", self.nic_latency_us),
+            ("launch_overhead_us", self.launch_overhead_us),
+        ];
+        for (field, v) in non_negative {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(field, format!("must be a number >= 0, got {v}")));
+            }
+        }
+        if self.sm_count == 0 {
+            return Err(bad("sm_count", "must be >= 1".into()));
+        }
+        if self.gpus_per_node == 0 {
+            return Err(bad("gpus_per_node", "must be >= 1".into()));
+        }
+        if self.comm_sms >= self.sm_count {
+            return Err(bad(
+                "comm_sms",
+                format!(
+                    "{} leaves no SM for compute (sm_count {})",
+                    self.comm_sms, self.sm_count
+                ),
+            ));
+        }
+        if self.kernel_profile.trim().is_empty() {
+            return Err(bad("kernel_profile", "must name a kernel profile".into()));
+        }
+        Ok(())
+    }
+
+    /// Fraction of SMs left to attention kernels: `(sm_count − comm_sms) / sm_count`.
+    pub fn compute_sm_fraction(&self) -> f64 {
+        (self.sm_count - self.comm_sms.min(self.sm_count)) as f64 / self.sm_count as f64
+    }
+
+    /// Peak TFLOP/s available to attention once communication SMs are reserved:
+    /// `peak × (sm_count − comm_sms) / sm_count`.
+    pub fn effective_peak_tflops(&self) -> f64 {
+        self.peak_tflops * self.compute_sm_fraction()
+    }
+
+    /// Kernel efficiency of a measured throughput: `tflops / peak`. The tables were measured
+    /// with every SM, so this is the fraction of the (full-GPU) peak the kernel reaches; it is
+    /// equally `achieved_tflops / effective_peak_tflops` after SM reservation.
+    pub fn efficiency(&self, table_tflops: f64) -> f64 {
+        table_tflops / self.peak_tflops
+    }
+
+    /// Throughput a kernel reaches when `comm_sms` are taken away: the table value scaled by the
+    /// SM fraction (attention throughput is proportional to the SMs running it once the grid
+    /// fills the GPU).
+    pub fn achieved_tflops(&self, table_tflops: f64) -> f64 {
+        table_tflops * self.compute_sm_fraction()
+    }
+
+    /// Per-launch overhead in seconds.
+    pub fn launch_overhead_s(&self) -> f64 {
+        self.launch_overhead_us * 1e-6
+    }
+
+    /// The NVLink path between two GPUs of one node.
+    pub fn intra_node_link(&self) -> Link {
+        Link {
+            bandwidth_bytes_per_s: self.nvlink_gbs * 1e9,
+            latency_s: self.nvlink_latency_us * 1e-6,
+        }
+    }
+
+    /// The NIC path between GPUs of different nodes (one NIC per GPU).
+    pub fn inter_node_link(&self) -> Link {
+        Link {
+            bandwidth_bytes_per_s: self.nic_gbs * 1e9,
+            latency_s: self.nic_latency_us * 1e-6,
+        }
+    }
+
+    /// The link between global ranks `a` and `b` with `gpus_per_node` consecutive ranks per node.
+    pub fn link_between(&self, a: u32, b: u32) -> Link {
+        if a / self.gpus_per_node == b / self.gpus_per_node {
+            self.intra_node_link()
+        } else {
+            self.inter_node_link()
+        }
+    }
+
+    /// Load the kernel throughput table this profile names.
+    pub fn kernel_profile(&self) -> Result<KernelProfile, HardwareError> {
+        KernelProfile::load(&self.kernel_profile)
+    }
+
+    /// Load the NCCL bus-bandwidth table this profile names, if any.
+    pub fn nccl_table(&self) -> Result<Option<super::NcclTable>, HardwareError> {
+        self.nccl_table
+            .as_deref()
+            .map(super::NcclTable::load)
+            .transpose()
+    }
+
+    /// Source of a field, or `None` if the file does not cite one.
+    pub fn source_of(&self, field: &str) -> Option<&str> {
+        self.sources.get(field).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+peak_tflops = 1000.0
+sm_count = 100
+gpus_per_node = 8
+nvlink_gbs = 400.0
+nvlink_latency_us = 2.0
+nic_gbs = 50.0
+nic_latency_us = 4.0
+comm_sms = 20
+launch_overhead_us = 5.0
+kernel_profile = "h100-fa3"
+"#;
+
+    #[test]
+    fn bundled_load() {
+        for name in bundled::names(bundled::HARDWARE) {
+            let hw = Hardware::load(name).unwrap();
+            assert_eq!(hw.name, name);
+            for f in NUMERIC_FIELDS {
+                assert!(hw.source_of(f).is_some(), "{name}: no source for {f}");
+            }
+            hw.kernel_profile().unwrap();
+            hw.nccl_table().unwrap();
+        }
+        let h = Hardware::load("h100").unwrap();
+        assert_eq!(h.peak_tflops, 989.4);
+        assert_eq!(h.sm_count, 132);
+    }
+
+    #[test]
+    fn minimal_toml_and_derived_values() {
+        let hw = Hardware::from_toml_str(MINIMAL, "t").unwrap();
+        assert_eq!(hw.name, "t");
+        assert!((hw.effective_peak_tflops() - 800.0).abs() < 1e-9);
+        assert!((hw.achieved_tflops(500.0) - 400.0).abs() < 1e-9);
+        assert!((hw.efficiency(500.0) - 0.5).abs() < 1e-12);
+        let l = hw.link_between(0, 7);
+        assert_eq!(l, hw.intra_node_link());
+        assert_eq!(hw.link_between(7, 8), hw.inter_node_link());
+        // 4 us + 50e9 B / 50e9 B/s
+        assert!((hw.inter_node_link().time_s(50_000_000_000) - 1.000004).abs() < 1e-9);
+        assert_eq!(hw.inter_node_link().time_s(0), 0.0);
+    }
+
+    #[test]
+    fn missing_key_is_named() {
+        let text = MINIMAL.replace("nic_gbs = 50.0\n", "");
+        let e = Hardware::from_toml_str(&text, "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nic_gbs") && e.contains("x.toml"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_and_bad_values_are_named() {
+        let e = Hardware::from_toml_str(&format!("{MINIMAL}nvlnk = 3\n"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nvlnk"), "{e}");
+        let e = Hardware::from_toml_str(&MINIMAL.replace("comm_sms = 20", "comm_sms = 100"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("comm_sms"), "{e}");
+        let e = Hardware::from_toml_str(&MINIMAL.replace("nic_gbs = 50.0", "nic_gbs = -1.0"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nic_gbs"), "{e}");
+    }
+}

@@ -1,0 +1,264 @@
+//! End-to-end tests of `fcp hw ...`.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn fcp() -> Command {
+    Command::cargo_bin("fcp").expect("binary builds")
+}
+
+const USER_TOML: &str = r#"
+name = "lab-gpu"
+peak_tflops = 500.0
+sm_count = 100
+gpus_per_node = 4
+nvlink_gbs = 200.0
+nvlink_latency_us = 2.0
+nic_gbs = 25.0
+nic_latency_us = 6.0
+comm_sms = 10
+launch_overhead_us = 4.0
+kernel_profile = "my-kernels.csv"
+"#;
+
+const USER_CSV: &str = "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source
+fwd,causal,128,false,total,1024,1024,100,calibration run 1
+fwd,causal,128,false,total,4096,4096,300,calibration run 1
+";
+
+#[test]
+fn list_names_everything_bundled() {
+    fcp()
+        .args(["hw", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("h100"))
+        .stdout(predicate::str::contains("b200"))
+        .stdout(predicate::str::contains("llama3-70b"))
+        .stdout(predicate::str::contains("mha-32"))
+        .stdout(predicate::str::contains("h100-fa3"))
+        .stdout(predicate::str::contains("h200-8gpu"));
+    let out = fcp().args(["hw", "list", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["hardware"].as_array().unwrap().len(), 3);
+    assert_eq!(v["models"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn show_json_has_values_sources_and_lookups() {
+    let out = fcp()
+        .args([
+            "hw",
+            "show",
+            "--hardware",
+            "h200",
+            "--model",
+            "llama3-8b",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hw = &v["hardware"];
+    assert_eq!(hw["name"], "h200");
+    assert_eq!(hw["peak_tflops"], 989.4);
+    assert_eq!(hw["kernel_profile"], "h100-fa3");
+    for key in [
+        "sm_count",
+        "gpus_per_node",
+        "nvlink_gbs",
+        "nvlink_latency_us",
+        "nic_gbs",
+        "nic_latency_us",
+        "comm_sms",
+        "launch_overhead_us",
+    ] {
+        assert!(hw.get(key).is_some(), "missing {key}");
+        assert!(hw["sources"][key].is_string(), "no source for {key}");
+    }
+    assert_eq!(v["model"]["q_heads"], 32);
+    assert!(v["effective_peak_tflops"].is_number());
+    let lookups = v["lookups"].as_array().unwrap();
+    assert!(!lookups.is_empty());
+    assert!(lookups[0]["tflops"].is_number() && lookups[0]["used"].is_string());
+}
+
+#[test]
+fn show_text() {
+    fcp()
+        .args(["hw", "show", "--hardware", "b200"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("peak_tflops"))
+        .stdout(predicate::str::contains("2250"))
+        .stdout(predicate::str::contains("ASSUMED"));
+}
+
+#[test]
+fn kernel_happy_path() {
+    fcp()
+        .args([
+            "hw",
+            "kernel",
+            "--hardware",
+            "h100",
+            "--pass",
+            "fwd",
+            "--mask",
+            "causal",
+            "--head-dim",
+            "128",
+            "--q-len",
+            "4096",
+            "--kv-len",
+            "4096",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("662.0 TFLOP/s"))
+        .stdout(predicate::str::contains("66.9%"))
+        .stdout(predicate::str::contains("exact row 4096x4096"));
+    let out = fcp()
+        .args([
+            "hw",
+            "kernel",
+            "--hardware",
+            "h100",
+            "--pass",
+            "bwd",
+            "--mask",
+            "full",
+            "--q-len",
+            "100000",
+            "--varlen",
+            "--model",
+            "llama3-70b",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clamped"], "above_max");
+    assert_eq!(v["varlen_fallback"], true);
+    assert_eq!(v["tflops"], 601.0);
+    assert!(v["tile_time_us"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn kernel_missing_row_exits_2() {
+    fcp()
+        .args([
+            "hw",
+            "kernel",
+            "--hardware",
+            "h100",
+            "--pass",
+            "bwd",
+            "--head-dim",
+            "96",
+            "--q-len",
+            "1024",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no row for bwd causal hd 96"));
+}
+
+#[test]
+fn unknown_names_exit_2_listing_known() {
+    fcp()
+        .args(["hw", "show", "--hardware", "a100"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown hardware `a100`"))
+        .stderr(predicate::str::contains("h100, h200, b200"));
+    fcp()
+        .args(["hw", "show", "--hardware", "h100", "--model", "gpt-9"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("llama3-70b"))
+        .stderr(predicate::str::contains("mha-16"));
+}
+
+#[test]
+fn user_toml_and_csv_load_from_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lab.toml"), USER_TOML).unwrap();
+    std::fs::write(dir.path().join("my-kernels.csv"), USER_CSV).unwrap();
+    // Run from elsewhere: the relative CSV path resolves next to the TOML.
+    let hw = dir.path().join("lab.toml");
+    fcp()
+        .current_dir(std::env::temp_dir())
+        .args([
+            "hw",
+            "kernel",
+            "--hardware",
+            hw.to_str().unwrap(),
+            "--q-len",
+            "2048",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("200.0 TFLOP/s"))
+        // 10 of 100 SMs reserved: 200 · 0.9.
+        .stdout(predicate::str::contains("180.0 TFLOP/s with 90 of 100 SMs"))
+        .stdout(predicate::str::contains("40.0% of 500 TFLOP/s"));
+}
+
+#[test]
+fn malformed_user_toml_exits_2_naming_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    std::fs::write(&missing, USER_TOML.replace("nic_gbs = 25.0\n", "")).unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware", missing.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.toml"))
+        .stderr(predicate::str::contains("missing field `nic_gbs`"));
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(
+        &typo,
+        USER_TOML.replace("sm_count = 100", "sm_count = \"lots\""),
+    )
+    .unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware", typo.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("sm_count"));
+    let model = dir.path().join("m.toml");
+    std::fs::write(
+        &model,
+        "q_heads = 12\nkv_heads = 5\nhead_dim = 64\ndtype_bytes = 2\n",
+    )
+    .unwrap();
+    fcp()
+        .args([
+            "hw",
+            "show",
+            "--hardware",
+            "h100",
+            "--model",
+            model.to_str().unwrap(),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a multiple"));
+    fcp()
+        .args(["hw", "show", "--hardware", "/nonexistent/x.toml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot read hardware file"));
+}
