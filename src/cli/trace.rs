@@ -247,10 +247,8 @@ fn derive(a: DeriveArgs) -> anyhow::Result<()> {
             name(&a.output)
         ),
         format!(
-            "definition: nearest-rank quantiles of {} lengths at p = i/{}, i = 0..{} (p0 = min, p100 = exact max)",
-            lens.len(),
-            trace::QUANTILE_STEPS,
-            trace::QUANTILE_STEPS
+            "definition: nearest-rank quantiles of {} lengths at p = 0..0.99 step 0.001, then 0.99..1 step 0.0001 (p0 = min, p1 = exact max)",
+            lens.len()
         ),
         "sampling: inverse CDF, log-linear interpolation between neighbouring rows".to_string(),
     ];

@@ -3,10 +3,18 @@
 //! not redistribute). Used by the hidden `fcp trace derive-quantiles` command and by the
 //! test that checks the bundled tables against `../shared/data/`.
 
+use super::tables::QuantileRow;
 use super::TraceError;
 
-/// Number of quantile steps: rows are p = i / STEPS for i = 0..=STEPS (1001 rows).
-pub const QUANTILE_STEPS: usize = 1000;
+/// Quantile grid resolution: probabilities are multiples of 1 / GRID (0.01 %).
+pub const QUANTILE_GRID: usize = 10_000;
+
+/// The probabilities of a derived table, in units of 1 / [`QUANTILE_GRID`]: every 0.1 % up to
+/// p99, then every 0.01 % up to p100 (1,091 rows). The fine tail matters: the longest 1 % of
+/// documents hold most of the attention work (Σlen²), and a coarse grid smears them.
+pub fn quantile_grid() -> Vec<usize> {
+    (0..9_900).step_by(10).chain(9_900..=QUANTILE_GRID).collect()
+}
 
 /// Parse a JSON array of positive integer lengths (the DistCA `dist_*.json` format).
 pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
@@ -32,27 +40,31 @@ pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
     Ok(lens)
 }
 
-/// Nearest-rank quantiles at p = i / [`QUANTILE_STEPS`], i = 0..=STEPS: row 0 is the
+/// Nearest-rank quantiles at the probabilities of [`quantile_grid`]: the first row is the
 /// minimum and the last row the exact maximum. Errors on empty input.
-pub fn derive_quantiles(lens: &[u64]) -> Result<Vec<u64>, TraceError> {
+pub fn derive_quantiles(lens: &[u64]) -> Result<Vec<QuantileRow>, TraceError> {
     if lens.is_empty() {
         return Err(TraceError::Empty);
     }
     let mut sorted = lens.to_vec();
     sorted.sort_unstable();
     let n = sorted.len();
-    Ok((0..=QUANTILE_STEPS)
-        .map(|i| {
-            // Nearest rank ceil(i/STEPS · n), as in `stats`, in integers so the table does not
+    Ok(quantile_grid()
+        .into_iter()
+        .map(|k| {
+            // Nearest rank ceil(k/GRID · n), as in `stats`, in integers so the table does not
             // depend on float rounding.
-            let rank = (i * n).div_ceil(QUANTILE_STEPS);
-            sorted[rank.clamp(1, n) - 1]
+            let rank = (k * n).div_ceil(QUANTILE_GRID);
+            QuantileRow {
+                quantile: k as f64 / QUANTILE_GRID as f64,
+                doc_len: sorted[rank.clamp(1, n) - 1],
+            }
         })
         .collect())
 }
 
 /// Render a quantile table: `# ` comment lines, then `quantile,doc_len` rows.
-pub fn quantile_table_csv(quantiles: &[u64], comments: &[String]) -> String {
+pub fn quantile_table_csv(rows: &[QuantileRow], comments: &[String]) -> String {
     let mut s = String::new();
     for c in comments {
         for line in c.lines() {
@@ -62,9 +74,8 @@ pub fn quantile_table_csv(quantiles: &[u64], comments: &[String]) -> String {
         }
     }
     s.push_str("quantile,doc_len\n");
-    let steps = quantiles.len().saturating_sub(1).max(1);
-    for (i, q) in quantiles.iter().enumerate() {
-        s.push_str(&format!("{:.3},{}\n", i as f64 / steps as f64, q));
+    for r in rows {
+        s.push_str(&format!("{:.4},{}\n", r.quantile, r.doc_len));
     }
     s
 }
@@ -77,11 +88,14 @@ mod tests {
     fn quantiles_hit_min_and_max() {
         let lens: Vec<u64> = (1..=2000).rev().collect();
         let q = derive_quantiles(&lens).unwrap();
-        assert_eq!(q.len(), 1001);
-        assert_eq!(q[0], 1);
-        assert_eq!(q[1000], 2000);
-        assert_eq!(q[500], 1000);
-        assert_eq!(q[1], 2);
+        let v: Vec<u64> = q.iter().map(|r| r.doc_len).collect();
+        assert_eq!(q.len(), 1091);
+        assert_eq!((q[0].quantile, v[0]), (0.0, 1));
+        assert_eq!((q[1090].quantile, v[1090]), (1.0, 2000));
+        assert_eq!((q[500].quantile, v[500]), (0.5, 1000));
+        assert_eq!(v[1], 2);
+        assert_eq!((q[990].quantile, v[990]), (0.99, 1980));
+        assert_eq!((q[991].quantile, v[991]), (0.9901, 1981));
     }
 
     #[test]
@@ -97,8 +111,8 @@ mod tests {
     fn table_round_trips() {
         let q = derive_quantiles(&[5, 10, 20]).unwrap();
         let text = quantile_table_csv(&q, &["source: test".into()]);
-        assert!(text.starts_with("# source: test\nquantile,doc_len\n0.000,5\n"));
-        let back = super::super::tables::quantile_values("t", &text).unwrap();
-        assert_eq!(back, q);
+        assert!(text.starts_with("# source: test\nquantile,doc_len\n0.0000,5\n"));
+        let back = super::super::tables::QuantileTable::parse("t", &text).unwrap();
+        assert_eq!(back.rows, q);
     }
 }

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 
-use super::tables::{self, Component, HistBin};
+use super::tables::{self, Component, HistBin, QuantileTable};
 use super::{Trace, TraceDoc, TraceError};
 
 /// Longest document the mixture sources produce (512K tokens): the tail of books and IRC
@@ -164,8 +164,8 @@ pub fn generate(source: &Source, docs: usize, seed: u64) -> Result<Trace, TraceE
                 Source::WlbLlm => ("wlb-llm", tables::WLB_LLM_QUANTILES),
                 _ => ("prolong", tables::PROLONG_QUANTILES),
             };
-            let q = tables::quantile_values(name, text)?;
-            (0..docs).map(|_| sample_quantiles(&q, &mut rng)).collect()
+            let q = QuantileTable::parse(name, text)?;
+            (0..docs).map(|_| q.at(rng.gen::<f64>())).collect()
         }
         Source::Pile | Source::RedPajama => {
             let (name, text) = match source {
@@ -202,28 +202,6 @@ pub fn sample_histogram(bins: &[HistBin], rng: &mut impl Rng) -> u64 {
         r -= b.count;
     }
     bins.last().map_or(1, |b| b.hi.max(1))
-}
-
-/// Inverse-CDF sampling from equally spaced quantiles `q[0] = p0 ... q[n-1] = p100`, with
-/// log-linear interpolation between neighbours (lengths are closer to log-uniform than
-/// uniform between quantiles in a heavy tail).
-pub fn sample_quantiles(q: &[u64], rng: &mut impl Rng) -> u64 {
-    let u: f64 = rng.gen();
-    quantile_at(q, u)
-}
-
-/// The interpolated length at cumulative probability `u ∈ [0, 1]`.
-pub fn quantile_at(q: &[u64], u: f64) -> u64 {
-    let last = q.len().saturating_sub(1);
-    if last == 0 {
-        return q.first().copied().unwrap_or(1).max(1);
-    }
-    let x = u.clamp(0.0, 1.0) * last as f64;
-    let i = (x.floor() as usize).min(last - 1);
-    let t = x - i as f64;
-    let (a, b) = ((q[i].max(1)) as f64, (q[i + 1].max(1)) as f64);
-    let v = (a.ln() + t * (b.ln() - a.ln())).exp();
-    (v.round() as u64).clamp(q[i].max(1), q[i + 1].max(1))
 }
 
 /// A weighted mixture of lognormal components, each clipped to `[1, MIXTURE_CAP]`.
@@ -340,21 +318,14 @@ mod tests {
     }
 
     #[test]
-    fn quantile_interpolation_is_log_linear() {
-        let q = [1u64, 100, 10_000];
-        assert_eq!(quantile_at(&q, 0.0), 1);
-        assert_eq!(quantile_at(&q, 0.25), 10);
-        assert_eq!(quantile_at(&q, 0.5), 100);
-        assert_eq!(quantile_at(&q, 0.75), 1000);
-        assert_eq!(quantile_at(&q, 1.0), 10_000);
-        assert_eq!(quantile_at(&[5], 0.3), 5);
-    }
-
-    #[test]
     fn quantile_sampling_matches_table() {
-        let q: Vec<u64> = (0..=100).map(|i| 100 + 10 * i).collect();
+        let mut text = String::from("quantile,doc_len\n");
+        for i in 0..=100 {
+            text.push_str(&format!("{},{}\n", i as f64 / 100.0, 100 + 10 * i));
+        }
+        let q = QuantileTable::parse("t", &text).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let mut v: Vec<u64> = (0..20_000).map(|_| sample_quantiles(&q, &mut rng)).collect();
+        let mut v: Vec<u64> = (0..20_000).map(|_| q.at(rng.gen::<f64>())).collect();
         v.sort_unstable();
         let med = v[v.len() / 2];
         assert!((med as i64 - 600).abs() <= 15, "{med}");

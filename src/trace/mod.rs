@@ -13,16 +13,18 @@ mod parse;
 mod stats;
 mod tables;
 
-pub use derive::{derive_quantiles, parse_json_lengths, quantile_table_csv, QUANTILE_STEPS};
+pub use derive::{
+    derive_quantiles, parse_json_lengths, quantile_grid, quantile_table_csv, QUANTILE_GRID,
+};
 pub use error::TraceError;
 pub use generate::{
-    generate, quantile_at, sample_histogram, sample_quantiles, Lognormal, Source, MIXTURE_CAP,
+    generate, sample_histogram, Lognormal, Source, MIXTURE_CAP,
 };
 pub use pack::{pack, PackMode, PackOptions, Packed};
 pub use parse::Format;
 pub use stats::{percentile_sorted, stats, AboveShare, TraceStats, THRESHOLDS};
 pub use tables::{
-    quantile_values, read_table, Component, HistBin, QuantileRow, MAGI_HISTOGRAM,
+    read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM,
     PILE_MIXTURE, PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
 };
 

@@ -76,18 +76,50 @@ pub fn read_table<T: DeserializeOwned>(name: &str, text: &str) -> Result<Vec<T>,
     Ok(rows)
 }
 
-/// The quantile values of a quantile table, checked to be ≥ 1 and non-decreasing.
-pub fn quantile_values(name: &str, text: &str) -> Result<Vec<u64>, TraceError> {
-    let rows: Vec<QuantileRow> = read_table(name, text)?;
-    let values: Vec<u64> = rows.iter().map(|r| r.doc_len).collect();
-    if values.len() < 2 || values[0] == 0 || values.windows(2).any(|w| w[0] > w[1]) {
-        return Err(TraceError::Table {
-            name: name.to_string(),
-            line: 0,
-            message: "quantiles must be ≥ 1, non-decreasing, and at least two".into(),
-        });
+/// An empirical inverse CDF: rows of (probability, length), both non-decreasing, from
+/// probability 0 to 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileTable {
+    /// The rows, in order.
+    pub rows: Vec<QuantileRow>,
+}
+
+impl QuantileTable {
+    /// Parse and check a quantile table (`quantile,doc_len` rows, `#` comments).
+    pub fn parse(name: &str, text: &str) -> Result<QuantileTable, TraceError> {
+        let rows: Vec<QuantileRow> = read_table(name, text)?;
+        let ok = rows.len() >= 2
+            && rows[0].quantile == 0.0
+            && rows[rows.len() - 1].quantile == 1.0
+            && rows.iter().all(|r| r.doc_len >= 1)
+            && rows
+                .windows(2)
+                .all(|w| w[0].quantile < w[1].quantile && w[0].doc_len <= w[1].doc_len);
+        if !ok {
+            return Err(TraceError::Table {
+                name: name.to_string(),
+                line: 0,
+                message: "need ≥ 2 rows from quantile 0 to 1, increasing, lengths ≥ 1 and \
+                          non-decreasing"
+                    .into(),
+            });
+        }
+        Ok(QuantileTable { rows })
     }
-    Ok(values)
+
+    /// The length at cumulative probability `u ∈ [0, 1]`, interpolated log-linearly between
+    /// the neighbouring rows (lengths are closer to log-uniform than uniform between
+    /// quantiles of a heavy tail).
+    pub fn at(&self, u: f64) -> u64 {
+        let r = &self.rows;
+        let u = u.clamp(0.0, 1.0);
+        let i = r.partition_point(|row| row.quantile <= u).clamp(1, r.len() - 1) - 1;
+        let (a, b) = (&r[i], &r[i + 1]);
+        let t = ((u - a.quantile) / (b.quantile - a.quantile)).clamp(0.0, 1.0);
+        let (la, lb) = ((a.doc_len as f64).ln(), (b.doc_len as f64).ln());
+        let v = (la + t * (lb - la)).exp();
+        (v.round() as u64).clamp(a.doc_len, b.doc_len)
+    }
 }
 
 #[cfg(test)]
@@ -99,11 +131,28 @@ mod tests {
         let bins: Vec<HistBin> = read_table("magi", MAGI_HISTOGRAM).unwrap();
         assert_eq!(bins.len(), 14);
         assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 13_463_214);
-        assert_eq!(quantile_values("wlb", WLB_LLM_QUANTILES).unwrap().len(), 1001);
-        assert_eq!(quantile_values("prolong", PROLONG_QUANTILES).unwrap().len(), 1001);
+        let wlb = QuantileTable::parse("wlb", WLB_LLM_QUANTILES).unwrap();
+        assert_eq!(wlb.rows.len(), 1091);
+        assert_eq!(wlb.rows[1090].doc_len, 124_913);
+        let pro = QuantileTable::parse("prolong", PROLONG_QUANTILES).unwrap();
+        assert_eq!(pro.rows[1090].doc_len, 340_149);
         let pile: Vec<Component> = read_table("pile", PILE_MIXTURE).unwrap();
         assert_eq!(pile.len(), 22);
         let rp: Vec<Component> = read_table("redpajama", REDPAJAMA_MIXTURE).unwrap();
         assert_eq!(rp.len(), 7);
+    }
+
+    #[test]
+    fn quantile_table_interpolates_log_linearly() {
+        let t = QuantileTable::parse("t", "quantile,doc_len\n0,1\n0.5,100\n0.9,100\n1,10000\n")
+            .unwrap();
+        assert_eq!(t.at(0.0), 1);
+        assert_eq!(t.at(0.25), 10);
+        assert_eq!(t.at(0.5), 100);
+        assert_eq!(t.at(0.7), 100);
+        assert_eq!(t.at(0.95), 1000);
+        assert_eq!(t.at(1.0), 10_000);
+        assert!(QuantileTable::parse("t", "quantile,doc_len\n0,5\n0.5,4\n1,6\n").is_err());
+        assert!(QuantileTable::parse("t", "quantile,doc_len\n0,5\n").is_err());
     }
 }
