@@ -13,7 +13,9 @@ fn gen_then_stats() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.csv");
     fcp()
-        .args(["trace", "gen", "--source", "magi", "--docs", "2000", "--seed", "3", "-o"])
+        .args([
+            "trace", "gen", "--source", "magi", "--docs", "2000", "--seed", "3", "-o",
+        ])
         .arg(&out)
         .assert()
         .success();
@@ -21,9 +23,15 @@ fn gen_then_stats() {
     assert!(text.starts_with("doc_len\n"));
     assert_eq!(text.lines().count(), 2001);
 
-    let assert = fcp().args(["trace", "stats", "--json"]).arg(&out).assert().success();
+    let assert = fcp()
+        .args(["trace", "stats", "--json"])
+        .arg(&out)
+        .assert()
+        .success();
     let v: serde_json::Value = serde_json::from_slice(&assert.get_output().stdout).unwrap();
-    for k in ["docs", "tokens", "mean", "p50", "p90", "p99", "max", "above"] {
+    for k in [
+        "docs", "tokens", "mean", "p50", "p90", "p99", "max", "above",
+    ] {
         assert!(v.get(k).is_some(), "missing key {k}");
     }
     assert_eq!(v["docs"], 2000);
@@ -45,10 +53,19 @@ fn gen_then_stats() {
 
 #[test]
 fn same_seed_same_bytes() {
-    for source in ["lognormal", "magi", "wlb-llm", "prolong", "pile", "redpajama"] {
+    for source in [
+        "lognormal",
+        "magi",
+        "wlb-llm",
+        "prolong",
+        "pile",
+        "redpajama",
+    ] {
         let run = |seed: &str| {
             fcp()
-                .args(["trace", "gen", "--source", source, "--docs", "300", "--seed", seed])
+                .args([
+                    "trace", "gen", "--source", source, "--docs", "300", "--seed", seed,
+                ])
                 .assert()
                 .success()
                 .get_output()
@@ -63,7 +80,9 @@ fn same_seed_same_bytes() {
 #[test]
 fn default_trace_regenerates_byte_identically() {
     let out = fcp()
-        .args(["trace", "gen", "--source", "wlb-llm", "--docs", "4000", "--seed", "1", "-o", "-"])
+        .args([
+            "trace", "gen", "--source", "wlb-llm", "--docs", "4000", "--seed", "1", "-o", "-",
+        ])
         .assert()
         .success()
         .get_output()
@@ -105,8 +124,20 @@ fn lognormal_flags_on_other_sources_are_rejected() {
 fn lognormal_flags_shape_the_output() {
     let assert = fcp()
         .args([
-            "trace", "gen", "--source", "lognormal", "--median", "1000", "--sigma", "0.5",
-            "--min", "200", "--max", "3000", "--docs", "3000",
+            "trace",
+            "gen",
+            "--source",
+            "lognormal",
+            "--median",
+            "1000",
+            "--sigma",
+            "0.5",
+            "--min",
+            "200",
+            "--max",
+            "3000",
+            "--docs",
+            "3000",
         ])
         .assert()
         .success();
@@ -161,7 +192,9 @@ fn missing_file_exits_2() {
         .args(["trace", "stats", "/nonexistent/fcp/trace.csv"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("cannot read /nonexistent/fcp/trace.csv"));
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/fcp/trace.csv",
+        ));
 }
 
 #[test]
@@ -171,7 +204,9 @@ fn stats_reads_jsonl_from_stdin() {
         .write_stdin("{\"doc_lens\": [100, 5000]}\n{\"doc_lens\": [40000]}\n")
         .assert()
         .success()
-        .stdout(predicate::str::contains("\"docs\": 3").and(predicate::str::contains("\"max\": 40000")));
+        .stdout(
+            predicate::str::contains("\"docs\": 3").and(predicate::str::contains("\"max\": 40000")),
+        );
     fcp()
         .args(["trace", "stats", "-"])
         .write_stdin("{\"doc_lens\": [100]}\n{\"doc_lens\": [0]}\n")
@@ -187,7 +222,16 @@ fn pack_modes_from_the_cli() {
     std::fs::write(&t, "doc_len\n3\n6\n25\n2\n").unwrap();
     let json = |mode: &str| {
         let a = fcp()
-            .args(["trace", "pack", "--ranks", "2", "--tokens-per-rank", "4", "--context", "8"])
+            .args([
+                "trace",
+                "pack",
+                "--ranks",
+                "2",
+                "--tokens-per-rank",
+                "4",
+                "--context",
+                "8",
+            ])
             .args(["--pack", mode, "--json"])
             .arg(&t)
             .assert()

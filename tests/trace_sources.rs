@@ -18,19 +18,34 @@ fn stats_of(name: &str) -> TraceStats {
 
 fn rel(what: &str, got: f64, want: f64, tol: f64) {
     let err = (got - want).abs() / want;
-    assert!(err <= tol, "{what}: got {got}, want {want} ± {:.0}% (off {:.1}%)", tol * 100.0, err * 100.0);
+    assert!(
+        err <= tol,
+        "{what}: got {got}, want {want} ± {:.0}% (off {:.1}%)",
+        tol * 100.0,
+        err * 100.0
+    );
 }
 
 fn pts(what: &str, got: f64, want: f64, tol_pts: f64) {
     let err = (got - want).abs() * 100.0;
-    assert!(err <= tol_pts, "{what}: got {:.2}%, want {:.2}% ± {tol_pts} pts", got * 100.0, want * 100.0);
+    assert!(
+        err <= tol_pts,
+        "{what}: got {:.2}%, want {:.2}% ± {tol_pts} pts",
+        got * 100.0,
+        want * 100.0
+    );
 }
 
 /// Check one "above" row: docs share relative, tokens and Σlen² shares in points.
 fn above(s: &TraceStats, threshold: u64, docs: (f64, f64), tokens: (f64, f64), sq: (f64, f64)) {
     let a = s.above.iter().find(|a| a.threshold == threshold).unwrap();
     rel(&format!(">{threshold} docs"), a.docs, docs.0, docs.1);
-    pts(&format!(">{threshold} tokens"), a.tokens, tokens.0, tokens.1);
+    pts(
+        &format!(">{threshold} tokens"),
+        a.tokens,
+        tokens.0,
+        tokens.1,
+    );
     pts(&format!(">{threshold} sq"), a.sq, sq.0, sq.1);
 }
 
@@ -86,7 +101,11 @@ fn pile_matches_published_mean() {
     rel("mean", s.mean, want, 0.10);
     assert!(s.max <= trace::MIXTURE_CAP);
     // The Pile publishes no shares; books and papers must still give it a real >32K tail.
-    assert!(s.above[1].docs > 0.001 && s.above[1].tokens > 0.10, "{:?}", s.above[1]);
+    assert!(
+        s.above[1].docs > 0.001 && s.above[1].tokens > 0.10,
+        "{:?}",
+        s.above[1]
+    );
 }
 
 #[test]
@@ -134,14 +153,18 @@ fn bundled_quantile_tables_derive_from_raw_data() {
         let lens = trace::parse_json_lengths(&text).unwrap();
         let derived = trace::derive_quantiles(&lens).unwrap();
         let table = QuantileTable::parse(file, bundled).unwrap();
-        assert_eq!(table.rows, derived, "{file}: re-derive with fcp trace derive-quantiles");
+        assert_eq!(
+            table.rows, derived,
+            "{file}: re-derive with fcp trace derive-quantiles"
+        );
     }
 }
 
 #[test]
 fn bundled_magi_histogram_matches_raw_csv() {
-    let text = std::fs::read_to_string(shared_data().join("magiattention_doc_length_histogram.csv"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(shared_data().join("magiattention_doc_length_histogram.csv"))
+            .unwrap();
     let raw: Vec<(u64, u64, u64)> = text
         .lines()
         .skip(1)
@@ -151,7 +174,11 @@ fn bundled_magi_histogram_matches_raw_csv() {
             let (range, rest) = l.trim_start_matches('"').split_once("\",").unwrap();
             let (lo, hi) = range.trim_matches(['[', ']']).split_once(',').unwrap();
             let count = rest.split(',').next().unwrap();
-            (lo.trim().parse().unwrap(), hi.trim().parse().unwrap(), count.parse().unwrap())
+            (
+                lo.trim().parse().unwrap(),
+                hi.trim().parse().unwrap(),
+                count.parse().unwrap(),
+            )
         })
         .collect();
     let bins: Vec<trace::HistBin> = trace::read_table("magi", trace::MAGI_HISTOGRAM).unwrap();

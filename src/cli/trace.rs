@@ -231,12 +231,14 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
 fn derive(a: DeriveArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&a.input)
         .with_context(|| format!("cannot read {}", a.input.display()))?;
-    let lens = trace::parse_json_lengths(&text)
-        .with_context(|| format!("in {}", a.input.display()))?;
+    let lens =
+        trace::parse_json_lengths(&text).with_context(|| format!("in {}", a.input.display()))?;
     let q = trace::derive_quantiles(&lens)?;
     let name = |p: &Path| {
-        p.file_name()
-            .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     };
     let comments = vec![
         format!("source: {}", a.source_note),
@@ -252,7 +254,10 @@ fn derive(a: DeriveArgs) -> anyhow::Result<()> {
         ),
         "sampling: inverse CDF, log-linear interpolation between neighbouring rows".to_string(),
     ];
-    emit(&a.output, trace::quantile_table_csv(&q, &comments).as_bytes())
+    emit(
+        &a.output,
+        trace::quantile_table_csv(&q, &comments).as_bytes(),
+    )
 }
 
 /// Write to stdout (`-`) or atomically to a file.
@@ -278,6 +283,9 @@ mod tests {
         };
         let o = a.options(8, 1000);
         assert_eq!(o.mode, PackMode::Window);
-        assert_eq!((o.ranks, o.tokens_per_rank, o.context), (8, 1000, Some(4096)));
+        assert_eq!(
+            (o.ranks, o.tokens_per_rank, o.context),
+            (8, 1000, Some(4096))
+        );
     }
 }

@@ -13,7 +13,10 @@ pub const QUANTILE_GRID: usize = 10_000;
 /// p99, then every 0.01 % up to p100 (1,091 rows). The fine tail matters: the longest 1 % of
 /// documents hold most of the attention work (Σlen²), and a coarse grid smears them.
 pub fn quantile_grid() -> Vec<usize> {
-    (0..9_900).step_by(10).chain(9_900..=QUANTILE_GRID).collect()
+    (0..9_900)
+        .step_by(10)
+        .chain(9_900..=QUANTILE_GRID)
+        .collect()
 }
 
 /// Parse a JSON array of positive integer lengths (the DistCA `dist_*.json` format).

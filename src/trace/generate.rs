@@ -107,8 +107,14 @@ pub enum Source {
 
 impl Source {
     /// Names accepted by [`Source::from_name`] and `fcp trace gen --source`.
-    pub const NAMES: [&'static str; 6] =
-        ["lognormal", "magi", "wlb-llm", "prolong", "pile", "redpajama"];
+    pub const NAMES: [&'static str; 6] = [
+        "lognormal",
+        "magi",
+        "wlb-llm",
+        "prolong",
+        "pile",
+        "redpajama",
+    ];
 
     /// Look a source up by name (`lognormal` gets Megatron's default parameters).
     pub fn from_name(name: &str) -> Result<Source, TraceError> {
@@ -157,7 +163,9 @@ pub fn generate(source: &Source, docs: usize, seed: u64) -> Result<Trace, TraceE
         }
         Source::Magi => {
             let bins: Vec<HistBin> = tables::read_table("magi", tables::MAGI_HISTOGRAM)?;
-            (0..docs).map(|_| sample_histogram(&bins, &mut rng)).collect()
+            (0..docs)
+                .map(|_| sample_histogram(&bins, &mut rng))
+                .collect()
         }
         Source::WlbLlm | Source::Prolong => {
             let (name, text) = match source {
@@ -252,7 +260,11 @@ impl Trace {
     pub fn to_csv(&self) -> String {
         let pinned = self.is_pinned();
         let mut s = String::with_capacity(self.docs.len() * 7 + 16);
-        s.push_str(if pinned { "doc_len,batch\n" } else { "doc_len\n" });
+        s.push_str(if pinned {
+            "doc_len,batch\n"
+        } else {
+            "doc_len\n"
+        });
         for d in &self.docs {
             match (pinned, d.batch) {
                 (true, Some(b)) => s.push_str(&format!("{},{}\n", d.len, b)),
@@ -335,12 +347,24 @@ mod tests {
     #[test]
     fn histogram_sampling_stays_in_bins() {
         let bins = vec![
-            HistBin { lo: 0, hi: 10, count: 1 },
-            HistBin { lo: 100, hi: 200, count: 3 },
+            HistBin {
+                lo: 0,
+                hi: 10,
+                count: 1,
+            },
+            HistBin {
+                lo: 100,
+                hi: 200,
+                count: 3,
+            },
         ];
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let v: Vec<u64> = (0..4000).map(|_| sample_histogram(&bins, &mut rng)).collect();
-        assert!(v.iter().all(|&l| (1..=10).contains(&l) || (100..=200).contains(&l)));
+        let v: Vec<u64> = (0..4000)
+            .map(|_| sample_histogram(&bins, &mut rng))
+            .collect();
+        assert!(v
+            .iter()
+            .all(|&l| (1..=10).contains(&l) || (100..=200).contains(&l)));
         let big = v.iter().filter(|&&l| l >= 100).count() as f64 / 4000.0;
         assert!((big - 0.75).abs() < 0.03, "{big}");
     }

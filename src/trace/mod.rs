@@ -17,15 +17,13 @@ pub use derive::{
     derive_quantiles, parse_json_lengths, quantile_grid, quantile_table_csv, QUANTILE_GRID,
 };
 pub use error::TraceError;
-pub use generate::{
-    generate, sample_histogram, Lognormal, Source, MIXTURE_CAP,
-};
+pub use generate::{generate, sample_histogram, Lognormal, Source, MIXTURE_CAP};
 pub use pack::{pack, PackMode, PackOptions, Packed};
 pub use parse::Format;
 pub use stats::{percentile_sorted, stats, AboveShare, TraceStats, THRESHOLDS};
 pub use tables::{
-    read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM,
-    PILE_MIXTURE, PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
+    read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM, PILE_MIXTURE,
+    PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
 };
 
 /// The bundled default trace (`traces/default.csv`), made by

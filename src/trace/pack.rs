@@ -70,7 +70,9 @@ impl PackOptions {
             },
             PackMode::Budget | PackMode::Carry => u64::from(self.ranks)
                 .checked_mul(self.tokens_per_rank)
-                .ok_or_else(|| TraceError::BadParameter("ranks × tokens per rank overflows".into())),
+                .ok_or_else(|| {
+                    TraceError::BadParameter("ranks × tokens per rank overflows".into())
+                }),
         }
     }
 }
@@ -218,10 +220,7 @@ fn pack_pinned(trace: &Trace, limit: u64) -> Packed {
         .enumerate()
         .map(|(i, id)| Batch::new(i, groups.remove(id).unwrap_or_default()))
         .collect();
-    Packed {
-        batches,
-        truncated,
-    }
+    Packed { batches, truncated }
 }
 
 #[cfg(test)]

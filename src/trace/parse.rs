@@ -77,12 +77,11 @@ impl Trace {
         if headers.is_empty() || (headers.len() == 1 && headers[0].is_empty()) {
             return Err(TraceError::Empty);
         }
-        let len_col = headers
-            .iter()
-            .position(|h| h == "doc_len")
-            .ok_or_else(|| TraceError::MissingColumn {
+        let len_col = headers.iter().position(|h| h == "doc_len").ok_or_else(|| {
+            TraceError::MissingColumn {
                 found: headers.iter().collect::<Vec<_>>().join(","),
-            })?;
+            }
+        })?;
         let batch_col = headers.iter().position(|h| h == "batch");
         let mut docs = Vec::new();
         for record in rdr.records() {
@@ -124,8 +123,8 @@ impl Trace {
                 continue;
             }
             let json_err = |message: String| TraceError::Json { line, message };
-            let value: serde_json::Value = serde_json::from_str(raw)
-                .map_err(|e| json_err(format!("invalid JSON: {e}")))?;
+            let value: serde_json::Value =
+                serde_json::from_str(raw).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
             let lens = value
                 .get("doc_lens")
                 .and_then(|v| v.as_array())

@@ -164,7 +164,9 @@ mod tests {
     fn json_keys() {
         let s = stats(&[1, 2, 3]).unwrap();
         let v = serde_json::to_value(&s).unwrap();
-        for k in ["docs", "tokens", "mean", "p50", "p90", "p99", "max", "above"] {
+        for k in [
+            "docs", "tokens", "mean", "p50", "p90", "p99", "max", "above",
+        ] {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["above"][1]["threshold"], 32768);

@@ -113,7 +113,10 @@ impl QuantileTable {
     pub fn at(&self, u: f64) -> u64 {
         let r = &self.rows;
         let u = u.clamp(0.0, 1.0);
-        let i = r.partition_point(|row| row.quantile <= u).clamp(1, r.len() - 1) - 1;
+        let i = r
+            .partition_point(|row| row.quantile <= u)
+            .clamp(1, r.len() - 1)
+            - 1;
         let (a, b) = (&r[i], &r[i + 1]);
         let t = ((u - a.quantile) / (b.quantile - a.quantile)).clamp(0.0, 1.0);
         let (la, lb) = ((a.doc_len as f64).ln(), (b.doc_len as f64).ln());
