@@ -30,10 +30,10 @@ impl Format {
     }
 
     /// Guess from content (used for stdin, which has no extension): JSONL if the first
-    /// non-blank character is `{`.
+    /// non-blank character is `{` (or `[`, a JSON array of lengths).
     pub fn sniff(text: &str) -> Format {
         match text.trim_start().chars().next() {
-            Some('{') => Format::Jsonl,
+            Some('{' | '[') => Format::Jsonl,
             _ => Format::Csv,
         }
     }
@@ -68,6 +68,7 @@ impl Trace {
     /// `batch` column that pins each document to a batch id. Lines starting with `#` are
     /// comments; fields are trimmed.
     pub fn from_csv_str(text: &str) -> Result<Trace, TraceError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .comment(Some(b'#'))
@@ -112,8 +113,12 @@ impl Trace {
 
     /// Parse JSONL: each non-blank line is an object with a `doc_lens` array of positive
     /// integers and becomes one pinned batch (batch ids 0, 1, ... in line order). Other keys
-    /// are ignored.
+    /// are ignored. A file that is a single JSON array of lengths (DistCA's `dist_*.json`
+    /// format) is accepted too, as unpinned documents.
     pub fn from_jsonl_str(text: &str) -> Result<Trace, TraceError> {
+        if text.trim_start().starts_with('[') {
+            return Ok(Trace::from_lens(&super::parse_json_lengths(text)?));
+        }
         let mut docs = Vec::new();
         let mut batch = 0u64;
         for (i, raw) in text.lines().enumerate() {
@@ -239,6 +244,16 @@ mod tests {
             .unwrap();
         assert_eq!(lens(&t), vec![3, 4, 5]);
         assert_eq!(t.docs[2].batch, Some(1));
+    }
+
+    #[test]
+    fn json_array_and_bom() {
+        let t = Trace::from_jsonl_str(" [3, 4, 5]\n").unwrap();
+        assert_eq!(lens(&t), vec![3, 4, 5]);
+        assert!(!t.is_pinned());
+        assert!(Trace::from_jsonl_str("[3, 0]").is_err());
+        let t = Trace::from_csv_str("\u{feff}doc_len\n7\n").unwrap();
+        assert_eq!(lens(&t), vec![7]);
     }
 
     #[test]
