@@ -1,9 +1,291 @@
-//! `fcp trace ...` (placeholder until the trace module lands).
+//! `fcp trace ...`: generate, summarise and pack document-length traces.
+//!
+//! Every command is a thin wrapper over `fcp::trace`; errors bubble up as `anyhow` errors,
+//! which `cli::main` prints as `error: ...` with exit code 2. Files are written atomically, so
+//! a failing command never leaves a partial (or empty) output file behind.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+
+use fcp::output::write_atomic;
+use fcp::trace::{self, Lognormal, PackMode, PackOptions, Source, Trace};
 
 /// Trace commands.
-#[derive(Debug, clap::Args)]
-pub struct TraceArgs {}
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    command: TraceCommand,
+}
 
-pub fn run(_args: TraceArgs) -> anyhow::Result<()> {
-    anyhow::bail!("trace commands are not built yet")
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Generate a synthetic trace (CSV with header `doc_len`), deterministic per seed.
+    Gen(GenArgs),
+    /// Summarise a trace: count, tokens, mean, percentiles, long-document shares.
+    Stats(StatsArgs),
+    /// Pack a trace into batches and print them.
+    Pack(PackCmdArgs),
+    /// Derive a quantile table from a JSON array of lengths (regenerates traces/*-quantiles.csv).
+    #[command(hide = true)]
+    DeriveQuantiles(DeriveArgs),
+}
+
+#[derive(Debug, Args)]
+struct GenArgs {
+    /// Source: lognormal, magi, wlb-llm, prolong, pile, redpajama (see docs/traces.md).
+    #[arg(long)]
+    source: String,
+    /// Number of documents.
+    #[arg(long, default_value_t = 10_000)]
+    docs: usize,
+    /// RNG seed (same arguments and seed give a byte-identical file).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output file (`-` for stdout).
+    #[arg(short = 'o', long = "output", default_value = "-")]
+    output: PathBuf,
+    /// lognormal: arithmetic mean before clipping (default 1024, Megatron DCP).
+    #[arg(long, conflicts_with = "median")]
+    mean: Option<f64>,
+    /// lognormal: median (instead of --mean).
+    #[arg(long)]
+    median: Option<f64>,
+    /// lognormal: σ of ln(length) (default 1.5).
+    #[arg(long)]
+    sigma: Option<f64>,
+    /// lognormal: clip floor (default 128).
+    #[arg(long)]
+    min: Option<u64>,
+    /// lognormal: clip ceiling (default 8192).
+    #[arg(long)]
+    max: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+struct StatsArgs {
+    /// Trace file (CSV, or JSONL by extension); `-` for stdin.
+    file: PathBuf,
+    /// Print JSON (keys: docs tokens mean p50 p90 p99 max above).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct PackCmdArgs {
+    /// Trace file (CSV, or JSONL by extension); `-` for stdin.
+    file: PathBuf,
+    /// Ranks in the CP group.
+    #[arg(long)]
+    ranks: u32,
+    /// Tokens each rank holds (budget and carry modes).
+    #[arg(long)]
+    tokens_per_rank: u64,
+    #[command(flatten)]
+    pack: PackArgs,
+    /// Print JSON: {"batches": [{"index", "tokens", "doc_lens"}], "truncated"}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct DeriveArgs {
+    /// JSON array of document lengths (e.g. DistCA's dist_wlbllm.json).
+    #[arg(long)]
+    input: PathBuf,
+    /// Provenance written into the `# source:` line.
+    #[arg(long)]
+    source_note: String,
+    /// Output CSV (`-` for stdout).
+    #[arg(short = 'o', long = "output", default_value = "-")]
+    output: PathBuf,
+}
+
+/// Packing mode names on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PackModeArg {
+    /// Whole documents up to ranks × tokens-per-rank (FCP).
+    Budget,
+    /// Fixed --context windows; the crossing document is truncated (FlashCP).
+    Window,
+    /// Budget batches; the crossing document carries over to the next batch.
+    Carry,
+}
+
+impl From<PackModeArg> for PackMode {
+    fn from(m: PackModeArg) -> PackMode {
+        match m {
+            PackModeArg::Budget => PackMode::Budget,
+            PackModeArg::Window => PackMode::Window,
+            PackModeArg::Carry => PackMode::Carry,
+        }
+    }
+}
+
+/// How a trace is packed into batches; flattened into every command that packs a trace.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PackArgs {
+    /// Packing: budget (FCP), window (FlashCP), carry (split docs carry over).
+    #[arg(long = "pack", value_enum, default_value_t = PackModeArg::Budget)]
+    pub pack: PackModeArg,
+    /// Context window in tokens (window mode).
+    #[arg(long, default_value_t = 131_072)]
+    pub context: u64,
+}
+
+impl PackArgs {
+    /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
+    pub fn options(&self, ranks: u32, tokens_per_rank: u64) -> PackOptions {
+        PackOptions {
+            mode: self.pack.into(),
+            ranks,
+            tokens_per_rank,
+            context: Some(self.context),
+        }
+    }
+}
+
+/// Run a trace command.
+pub fn run(args: TraceArgs) -> anyhow::Result<()> {
+    match args.command {
+        TraceCommand::Gen(a) => gen(a),
+        TraceCommand::Stats(a) => stats(a),
+        TraceCommand::Pack(a) => pack(a),
+        TraceCommand::DeriveQuantiles(a) => derive(a),
+    }
+}
+
+fn gen(a: GenArgs) -> anyhow::Result<()> {
+    let mut source = Source::from_name(&a.source)?;
+    let tuned = a.mean.is_some()
+        || a.median.is_some()
+        || a.sigma.is_some()
+        || a.min.is_some()
+        || a.max.is_some();
+    if let Source::Lognormal(_) = source {
+        let sigma = a.sigma.unwrap_or(1.5);
+        let (min, max) = (a.min.unwrap_or(128), a.max.unwrap_or(8192));
+        source = Source::Lognormal(match a.median {
+            Some(m) => Lognormal::from_median(m, sigma, min, max)?,
+            None => Lognormal::from_mean(a.mean.unwrap_or(1024.0), sigma, min, max)?,
+        });
+    } else if tuned {
+        anyhow::bail!(
+            "--mean/--median/--sigma/--min/--max apply only to --source lognormal, not {}",
+            source.name()
+        );
+    }
+    let t = trace::generate(&source, a.docs, a.seed)?;
+    emit(&a.output, t.to_csv().as_bytes())
+}
+
+fn stats(a: StatsArgs) -> anyhow::Result<()> {
+    let t = Trace::load(&a.file)?;
+    let s = t.stats()?;
+    let text = if a.json {
+        let mut j = serde_json::to_string_pretty(&s)?;
+        j.push('\n');
+        j
+    } else {
+        s.to_table()
+    };
+    emit(Path::new("-"), text.as_bytes())
+}
+
+fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
+    let t = Trace::load(&a.file)?;
+    let p = trace::pack(&t, &a.pack.options(a.ranks, a.tokens_per_rank))?;
+    let text = if a.json {
+        let batches: Vec<_> = p
+            .batches
+            .iter()
+            .map(|b| serde_json::json!({"index": b.index, "tokens": b.tokens(), "doc_lens": b.doc_lens}))
+            .collect();
+        let mut j = serde_json::to_string_pretty(
+            &serde_json::json!({"batches": batches, "truncated": p.truncated}),
+        )?;
+        j.push('\n');
+        j
+    } else {
+        let mut s = format!(
+            "{} batches, {} tokens, {} truncated documents\n",
+            p.batches.len(),
+            p.tokens(),
+            p.truncated
+        );
+        for b in &p.batches {
+            s.push_str(&format!(
+                "batch {:>5}: {:>5} docs {:>10} tokens\n",
+                b.index,
+                b.doc_lens.len(),
+                b.tokens()
+            ));
+        }
+        s
+    };
+    emit(Path::new("-"), text.as_bytes())
+}
+
+fn derive(a: DeriveArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&a.input)
+        .with_context(|| format!("cannot read {}", a.input.display()))?;
+    let lens =
+        trace::parse_json_lengths(&text).with_context(|| format!("in {}", a.input.display()))?;
+    let q = trace::derive_quantiles(&lens)?;
+    let name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let comments = vec![
+        format!("source: {}", a.source_note),
+        format!(
+            "derived by: fcp trace derive-quantiles --input {} --source-note '{}' -o {}",
+            name(&a.input),
+            a.source_note,
+            name(&a.output)
+        ),
+        format!(
+            "definition: nearest-rank quantiles of {} lengths at p = 0..0.99 step 0.001, then 0.99..1 step 0.0001 (p0 = min, p1 = exact max)",
+            lens.len()
+        ),
+        "sampling: inverse CDF, log-linear interpolation between neighbouring rows".to_string(),
+    ];
+    emit(
+        &a.output,
+        trace::quantile_table_csv(&q, &comments).as_bytes(),
+    )
+}
+
+/// Write to stdout (`-`) or atomically to a file.
+fn emit(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        out.write_all(bytes)?;
+        out.flush()?;
+        return Ok(());
+    }
+    write_atomic(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_args_to_options() {
+        let a = PackArgs {
+            pack: PackModeArg::Window,
+            context: 4096,
+        };
+        let o = a.options(8, 1000);
+        assert_eq!(o.mode, PackMode::Window);
+        assert_eq!(
+            (o.ranks, o.tokens_per_rank, o.context),
+            (8, 1000, Some(4096))
+        );
+    }
 }

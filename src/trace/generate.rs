@@ -1,0 +1,377 @@
+//! Synthetic traces: deterministic samplers for the document-length distributions we have
+//! evidence for (see `docs/traces.md` for each source and its citation).
+//!
+//! Same source, count and seed give the same lengths on every run and machine: the RNG is
+//! `ChaCha8Rng::seed_from_u64(seed)` and every sampler uses it in a fixed order.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, LogNormal};
+
+use super::tables::{self, Component, HistBin, QuantileTable};
+use super::{Trace, TraceDoc, TraceError};
+
+/// Longest document the mixture sources produce (512K tokens): the tail of books and IRC
+/// logs is cut here, which is beyond any context we plan for.
+pub const MIXTURE_CAP: u64 = 524_288;
+
+/// A clipped lognormal: `ln len ~ N(mu, sigma²)`, rounded, then clipped to `[min, max]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lognormal {
+    /// Mean of `ln len`.
+    pub mu: f64,
+    /// Standard deviation of `ln len`.
+    pub sigma: f64,
+    /// Clip floor (≥ 1).
+    pub min: u64,
+    /// Clip ceiling (≥ min).
+    pub max: u64,
+}
+
+impl Lognormal {
+    /// Megatron DCP's benchmark default: arithmetic mean 1024, σ 1.5, clipped to [128, 8192]
+    /// (Megatron-LM `examples/dynamic_context_parallel/benchmark_dcp.sh`, anchors-data §A1/§A3).
+    pub fn megatron_default() -> Lognormal {
+        Lognormal {
+            mu: 1024f64.ln() - 1.5 * 1.5 / 2.0,
+            sigma: 1.5,
+            min: 128,
+            max: 8192,
+        }
+    }
+
+    /// From the arithmetic mean (before clipping): μ = ln(mean) − σ²/2.
+    pub fn from_mean(mean: f64, sigma: f64, min: u64, max: u64) -> Result<Lognormal, TraceError> {
+        if !(mean.is_finite() && mean > 0.0) {
+            return Err(TraceError::BadParameter(format!(
+                "mean must be > 0, got {mean}"
+            )));
+        }
+        Lognormal::from_mu(mean.ln() - sigma * sigma / 2.0, sigma, min, max)
+    }
+
+    /// From the median: μ = ln(median).
+    pub fn from_median(
+        median: f64,
+        sigma: f64,
+        min: u64,
+        max: u64,
+    ) -> Result<Lognormal, TraceError> {
+        if !(median.is_finite() && median > 0.0) {
+            return Err(TraceError::BadParameter(format!(
+                "median must be > 0, got {median}"
+            )));
+        }
+        Lognormal::from_mu(median.ln(), sigma, min, max)
+    }
+
+    fn from_mu(mu: f64, sigma: f64, min: u64, max: u64) -> Result<Lognormal, TraceError> {
+        if !(sigma.is_finite() && sigma > 0.0) {
+            return Err(TraceError::BadParameter(format!(
+                "sigma must be > 0, got {sigma}"
+            )));
+        }
+        if min == 0 {
+            return Err(TraceError::BadParameter("min must be ≥ 1".into()));
+        }
+        if min > max {
+            return Err(TraceError::BadParameter(format!(
+                "min ({min}) must not exceed max ({max})"
+            )));
+        }
+        Ok(Lognormal {
+            mu,
+            sigma,
+            min,
+            max,
+        })
+    }
+}
+
+/// A document-length source for [`generate`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A clipped lognormal (default: Megatron DCP's benchmark setting).
+    Lognormal(Lognormal),
+    /// MagiAttention's 14-bin production histogram.
+    Magi,
+    /// DistCA's WLB-LLM length list, by its quantile table.
+    WlbLlm,
+    /// DistCA's ProLong length list, by its quantile table.
+    Prolong,
+    /// The Pile as a mixture of its 22 components.
+    Pile,
+    /// RedPajama-1T as a mixture of its 7 subsets.
+    RedPajama,
+}
+
+impl Source {
+    /// Names accepted by [`Source::from_name`] and `fcp trace gen --source`.
+    pub const NAMES: [&'static str; 6] = [
+        "lognormal",
+        "magi",
+        "wlb-llm",
+        "prolong",
+        "pile",
+        "redpajama",
+    ];
+
+    /// Look a source up by name (`lognormal` gets Megatron's default parameters).
+    pub fn from_name(name: &str) -> Result<Source, TraceError> {
+        Ok(match name {
+            "lognormal" => Source::Lognormal(Lognormal::megatron_default()),
+            "magi" => Source::Magi,
+            "wlb-llm" => Source::WlbLlm,
+            "prolong" => Source::Prolong,
+            "pile" => Source::Pile,
+            "redpajama" => Source::RedPajama,
+            _ => {
+                return Err(TraceError::UnknownSource {
+                    name: name.to_string(),
+                    known: Source::NAMES.join(", "),
+                })
+            }
+        })
+    }
+
+    /// The source's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Lognormal(_) => "lognormal",
+            Source::Magi => "magi",
+            Source::WlbLlm => "wlb-llm",
+            Source::Prolong => "prolong",
+            Source::Pile => "pile",
+            Source::RedPajama => "redpajama",
+        }
+    }
+}
+
+/// Draw `docs` document lengths from `source` with RNG seed `seed` (deterministic).
+pub fn generate(source: &Source, docs: usize, seed: u64) -> Result<Trace, TraceError> {
+    if docs == 0 {
+        return Err(TraceError::BadParameter("--docs must be ≥ 1".into()));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let lens: Vec<u64> = match source {
+        Source::Lognormal(p) => {
+            let d = LogNormal::new(p.mu, p.sigma)
+                .map_err(|e| TraceError::BadParameter(format!("lognormal: {e}")))?;
+            (0..docs)
+                .map(|_| round_clip(d.sample(&mut rng), p.min, p.max))
+                .collect()
+        }
+        Source::Magi => {
+            let bins: Vec<HistBin> = tables::read_table("magi", tables::MAGI_HISTOGRAM)?;
+            (0..docs)
+                .map(|_| sample_histogram(&bins, &mut rng))
+                .collect()
+        }
+        Source::WlbLlm | Source::Prolong => {
+            let (name, text) = match source {
+                Source::WlbLlm => ("wlb-llm", tables::WLB_LLM_QUANTILES),
+                _ => ("prolong", tables::PROLONG_QUANTILES),
+            };
+            let q = QuantileTable::parse(name, text)?;
+            (0..docs).map(|_| q.at(rng.gen::<f64>())).collect()
+        }
+        Source::Pile | Source::RedPajama => {
+            let (name, text) = match source {
+                Source::Pile => ("pile", tables::PILE_MIXTURE),
+                _ => ("redpajama", tables::REDPAJAMA_MIXTURE),
+            };
+            let comps: Vec<Component> = tables::read_table(name, text)?;
+            let mix = Mixture::new(&comps)?;
+            (0..docs).map(|_| mix.sample(&mut rng)).collect()
+        }
+    };
+    Ok(Trace::from_lens(&lens))
+}
+
+fn round_clip(x: f64, min: u64, max: u64) -> u64 {
+    // `as` saturates for huge / NaN values, so this never panics.
+    (x.round() as u64).clamp(min, max)
+}
+
+/// Pick a bin with probability ∝ count, then a length uniform in `[max(lo, 1), hi]`.
+/// Uniform-within-bin reproduces the published mean (1,783) of the MagiAttention data.
+pub fn sample_histogram(bins: &[HistBin], rng: &mut impl Rng) -> u64 {
+    let total: u64 = bins.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return 1;
+    }
+    let mut r = rng.gen_range(0..total);
+    for b in bins {
+        if r < b.count {
+            let lo = b.lo.max(1);
+            let hi = b.hi.max(lo);
+            return rng.gen_range(lo..=hi);
+        }
+        r -= b.count;
+    }
+    bins.last().map_or(1, |b| b.hi.max(1))
+}
+
+/// A weighted mixture of lognormal components, each clipped to `[1, MIXTURE_CAP]`.
+struct Mixture {
+    cumulative: Vec<f64>,
+    parts: Vec<LogNormal<f64>>,
+}
+
+impl Mixture {
+    fn new(comps: &[Component]) -> Result<Mixture, TraceError> {
+        let mut cumulative = Vec::with_capacity(comps.len());
+        let mut parts = Vec::with_capacity(comps.len());
+        let mut acc = 0.0;
+        for c in comps {
+            let p = Lognormal::from_mean(c.mean_tokens, c.sigma, 1, MIXTURE_CAP)?;
+            parts.push(
+                LogNormal::new(p.mu, p.sigma)
+                    .map_err(|e| TraceError::BadParameter(format!("{}: {e}", c.component)))?,
+            );
+            if !(c.docs.is_finite() && c.docs >= 0.0) {
+                return Err(TraceError::BadParameter(format!(
+                    "{}: weight must be ≥ 0",
+                    c.component
+                )));
+            }
+            acc += c.docs;
+            cumulative.push(acc);
+        }
+        if acc <= 0.0 {
+            return Err(TraceError::BadParameter("mixture has zero weight".into()));
+        }
+        Ok(Mixture { cumulative, parts })
+    }
+
+    fn sample(&self, rng: &mut impl Rng) -> u64 {
+        let total = self.cumulative[self.cumulative.len() - 1];
+        let r = rng.gen::<f64>() * total;
+        let i = self
+            .cumulative
+            .partition_point(|&c| c <= r)
+            .min(self.parts.len() - 1);
+        round_clip(self.parts[i].sample(rng), 1, MIXTURE_CAP)
+    }
+}
+
+impl Trace {
+    /// The trace as CSV: header `doc_len` (plus `batch` if pinned), one document per line.
+    pub fn to_csv(&self) -> String {
+        let pinned = self.is_pinned();
+        let mut s = String::with_capacity(self.docs.len() * 7 + 16);
+        s.push_str(if pinned {
+            "doc_len,batch\n"
+        } else {
+            "doc_len\n"
+        });
+        for d in &self.docs {
+            match (pinned, d.batch) {
+                (true, Some(b)) => s.push_str(&format!("{},{}\n", d.len, b)),
+                _ => s.push_str(&format!("{}\n", d.len)),
+            }
+        }
+        s
+    }
+
+    /// A trace of unpinned documents with the given lengths.
+    pub fn from_lens(lens: &[u64]) -> Trace {
+        Trace {
+            docs: lens
+                .iter()
+                .map(|&len| TraceDoc { len, batch: None })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::stats::stats;
+
+    #[test]
+    fn deterministic_per_seed() {
+        for name in Source::NAMES {
+            let s = Source::from_name(name).unwrap();
+            let a = generate(&s, 500, 7).unwrap();
+            let b = generate(&s, 500, 7).unwrap();
+            let c = generate(&s, 500, 8).unwrap();
+            assert_eq!(a, b, "{name}");
+            assert_ne!(a, c, "{name}");
+            assert!(a.docs.iter().all(|d| d.len >= 1), "{name}");
+        }
+    }
+
+    #[test]
+    fn unknown_source_lists_known() {
+        let e = Source::from_name("nope").unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("wlb-llm"), "{e}");
+    }
+
+    #[test]
+    fn lognormal_clips_and_centres() {
+        let p = Lognormal::from_median(1000.0, 0.5, 100, 5000).unwrap();
+        let t = generate(&Source::Lognormal(p), 20_000, 1).unwrap();
+        let s = stats(&t.lens()).unwrap();
+        assert!(t.lens().iter().all(|&l| (100..=5000).contains(&l)));
+        assert!((s.p50 as f64 - 1000.0).abs() < 30.0, "{}", s.p50);
+        let m = Lognormal::megatron_default();
+        assert!((m.mu.exp() - 332.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn bad_lognormal_parameters() {
+        assert!(Lognormal::from_mean(0.0, 1.0, 1, 10).is_err());
+        assert!(Lognormal::from_mean(10.0, 0.0, 1, 10).is_err());
+        assert!(Lognormal::from_mean(10.0, 1.0, 0, 10).is_err());
+        assert!(Lognormal::from_mean(10.0, 1.0, 11, 10).is_err());
+        assert!(generate(&Source::Magi, 0, 1).is_err());
+    }
+
+    #[test]
+    fn quantile_sampling_matches_table() {
+        let mut text = String::from("quantile,doc_len\n");
+        for i in 0..=100 {
+            text.push_str(&format!("{},{}\n", i as f64 / 100.0, 100 + 10 * i));
+        }
+        let q = QuantileTable::parse("t", &text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut v: Vec<u64> = (0..20_000).map(|_| q.at(rng.gen::<f64>())).collect();
+        v.sort_unstable();
+        let med = v[v.len() / 2];
+        assert!((med as i64 - 600).abs() <= 15, "{med}");
+        assert!(v[0] >= 100 && v[v.len() - 1] <= 1100);
+    }
+
+    #[test]
+    fn histogram_sampling_stays_in_bins() {
+        let bins = vec![
+            HistBin {
+                lo: 0,
+                hi: 10,
+                count: 1,
+            },
+            HistBin {
+                lo: 100,
+                hi: 200,
+                count: 3,
+            },
+        ];
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let v: Vec<u64> = (0..4000)
+            .map(|_| sample_histogram(&bins, &mut rng))
+            .collect();
+        assert!(v
+            .iter()
+            .all(|&l| (1..=10).contains(&l) || (100..=200).contains(&l)));
+        let big = v.iter().filter(|&&l| l >= 100).count() as f64 / 4000.0;
+        assert!((big - 0.75).abs() < 0.03, "{big}");
+    }
+
+    #[test]
+    fn csv_round_trip() {
+        let t = generate(&Source::Pile, 100, 2).unwrap();
+        assert_eq!(Trace::from_csv_str(&t.to_csv()).unwrap(), t);
+    }
+}

@@ -1,0 +1,327 @@
+//! Packing a trace into batches, the way each scheme we model feeds its CP group.
+//!
+//! * [`PackMode::Budget`] (FCP): a batch holds whole documents up to `ranks × tokens_per_rank`
+//!   tokens; batch totals need not divide by the rank count, which is the point of FCP.
+//! * [`PackMode::Window`] (FlashCP): fixed context windows of `context` tokens; the document
+//!   crossing a window boundary is cut to fill the window and its rest is dropped.
+//! * [`PackMode::Carry`] (the "balancing compute" note, seeds/003): budget-sized batches; a
+//!   document crossing the boundary is split and its remainder opens the next batch, so no
+//!   token is lost.
+//!
+//! A trace with pinned batch ids (CSV `batch` column or JSONL) is grouped by id instead, in
+//! order of first appearance; documents longer than the mode's batch limit are still cut to
+//! it and counted in [`Packed::truncated`].
+
+use std::collections::HashMap;
+
+use super::{Batch, Trace, TraceError};
+
+/// How documents are grouped into batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackMode {
+    /// Whole documents up to a token budget (FCP).
+    Budget,
+    /// Fixed context windows; the boundary-crossing document is truncated (FlashCP).
+    Window,
+    /// Budget-sized batches; a boundary-crossing document carries over to the next batch.
+    Carry,
+}
+
+impl PackMode {
+    /// The CLI name of the mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackMode::Budget => "budget",
+            PackMode::Window => "window",
+            PackMode::Carry => "carry",
+        }
+    }
+}
+
+/// Parameters of [`pack`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackOptions {
+    /// Packing mode.
+    pub mode: PackMode,
+    /// Ranks of the CP group (budget and carry modes: budget = ranks × tokens_per_rank).
+    pub ranks: u32,
+    /// Tokens each rank holds (budget and carry modes).
+    pub tokens_per_rank: u64,
+    /// Context window in tokens; required by window mode, ignored otherwise.
+    pub context: Option<u64>,
+}
+
+impl PackOptions {
+    /// The most tokens one batch may hold under these options (validated).
+    pub fn batch_limit(&self) -> Result<u64, TraceError> {
+        if self.ranks == 0 {
+            return Err(TraceError::ZeroParameter { what: "ranks" });
+        }
+        if self.tokens_per_rank == 0 {
+            return Err(TraceError::ZeroParameter {
+                what: "tokens per rank",
+            });
+        }
+        match self.mode {
+            PackMode::Window => match self.context {
+                None => Err(TraceError::MissingContext),
+                Some(0) => Err(TraceError::ZeroParameter { what: "context" }),
+                Some(c) => Ok(c),
+            },
+            PackMode::Budget | PackMode::Carry => u64::from(self.ranks)
+                .checked_mul(self.tokens_per_rank)
+                .ok_or_else(|| {
+                    TraceError::BadParameter("ranks × tokens per rank overflows".into())
+                }),
+        }
+    }
+}
+
+/// The outcome of [`pack`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packed {
+    /// Batches in order, indices 0, 1, ...
+    pub batches: Vec<Batch>,
+    /// Documents that were cut (their cut-off tokens are not in any batch).
+    pub truncated: usize,
+}
+
+impl Packed {
+    /// Total tokens over all batches.
+    pub fn tokens(&self) -> u64 {
+        self.batches.iter().map(Batch::tokens).sum()
+    }
+}
+
+/// Pack `trace` into batches according to `opts`. Errors on zero ranks, tokens per rank or
+/// context (and a missing context in window mode).
+pub fn pack(trace: &Trace, opts: &PackOptions) -> Result<Packed, TraceError> {
+    let limit = opts.batch_limit()?;
+    if trace.is_pinned() {
+        return Ok(pack_pinned(trace, limit));
+    }
+    let lens = trace.docs.iter().map(|d| d.len);
+    Ok(match opts.mode {
+        PackMode::Budget => pack_budget(lens, limit),
+        PackMode::Window => pack_window(lens, limit),
+        PackMode::Carry => pack_carry(lens, limit),
+    })
+}
+
+/// Accumulates documents into batches and numbers them.
+struct Builder {
+    batches: Vec<Batch>,
+    current: Vec<u64>,
+    fill: u64,
+}
+
+impl Builder {
+    fn new() -> Self {
+        Builder {
+            batches: Vec::new(),
+            current: Vec::new(),
+            fill: 0,
+        }
+    }
+    fn push(&mut self, len: u64) {
+        self.current.push(len);
+        self.fill += len;
+    }
+    fn close(&mut self) {
+        if !self.current.is_empty() {
+            let docs = std::mem::take(&mut self.current);
+            self.batches.push(Batch::new(self.batches.len(), docs));
+            self.fill = 0;
+        }
+    }
+    fn finish(mut self, truncated: usize) -> Packed {
+        self.close();
+        Packed {
+            batches: self.batches,
+            truncated,
+        }
+    }
+}
+
+fn pack_budget(lens: impl Iterator<Item = u64>, budget: u64) -> Packed {
+    let mut b = Builder::new();
+    let mut truncated = 0;
+    for len in lens {
+        let len = if len > budget {
+            truncated += 1;
+            budget
+        } else {
+            len
+        };
+        if b.fill + len > budget {
+            b.close();
+        }
+        b.push(len);
+    }
+    b.finish(truncated)
+}
+
+fn pack_window(lens: impl Iterator<Item = u64>, context: u64) -> Packed {
+    let mut b = Builder::new();
+    let mut truncated = 0;
+    for len in lens {
+        let space = context - b.fill;
+        if len > space {
+            truncated += 1;
+            b.push(space);
+        } else {
+            b.push(len);
+        }
+        if b.fill == context {
+            b.close();
+        }
+    }
+    b.finish(truncated)
+}
+
+fn pack_carry(lens: impl Iterator<Item = u64>, budget: u64) -> Packed {
+    let mut b = Builder::new();
+    for len in lens {
+        let mut rest = len;
+        while rest > 0 {
+            let take = rest.min(budget - b.fill);
+            b.push(take);
+            rest -= take;
+            if b.fill == budget {
+                b.close();
+            }
+        }
+    }
+    b.finish(0)
+}
+
+fn pack_pinned(trace: &Trace, limit: u64) -> Packed {
+    let mut order: Vec<u64> = Vec::new();
+    let mut groups: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut truncated = 0;
+    for doc in &trace.docs {
+        let id = doc.batch.unwrap_or(u64::MAX);
+        let len = if doc.len > limit {
+            truncated += 1;
+            limit
+        } else {
+            doc.len
+        };
+        groups
+            .entry(id)
+            .or_insert_with(|| {
+                order.push(id);
+                Vec::new()
+            })
+            .push(len);
+    }
+    let batches = order
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Batch::new(i, groups.remove(id).unwrap_or_default()))
+        .collect();
+    Packed { batches, truncated }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(mode: PackMode, ranks: u32, tpr: u64, context: Option<u64>) -> PackOptions {
+        PackOptions {
+            mode,
+            ranks,
+            tokens_per_rank: tpr,
+            context,
+        }
+    }
+
+    fn lens(p: &Packed) -> Vec<Vec<u64>> {
+        p.batches.iter().map(|b| b.doc_lens.clone()).collect()
+    }
+
+    #[test]
+    fn budget_packs_whole_docs_and_truncates_giants() {
+        let t = Trace::from_lens(&[3, 4, 2, 25, 1, 9]);
+        let p = pack(&t, &opts(PackMode::Budget, 2, 5, None)).unwrap();
+        assert_eq!(lens(&p), vec![vec![3, 4, 2], vec![10], vec![1, 9]]);
+        assert_eq!(p.truncated, 1);
+        assert!(p.batches.iter().enumerate().all(|(i, b)| b.index == i));
+    }
+
+    #[test]
+    fn budget_keeps_last_partial_batch() {
+        let t = Trace::from_lens(&[6, 6, 1]);
+        let p = pack(&t, &opts(PackMode::Budget, 1, 10, None)).unwrap();
+        assert_eq!(lens(&p), vec![vec![6], vec![6, 1]]);
+        assert_eq!(p.truncated, 0);
+    }
+
+    #[test]
+    fn window_truncates_the_crossing_doc() {
+        let t = Trace::from_lens(&[3, 4, 5, 10, 1, 25]);
+        let p = pack(&t, &opts(PackMode::Window, 1, 1, Some(8))).unwrap();
+        // 3+4=7, 5 crosses → 1 (rest dropped); 10 → 8 (truncated); 1, then 25 crosses → 7.
+        assert_eq!(lens(&p), vec![vec![3, 4, 1], vec![8], vec![1, 7]]);
+        assert_eq!(p.truncated, 3);
+        assert!(p.batches.iter().all(|b| b.tokens() <= 8));
+    }
+
+    #[test]
+    fn window_exact_fit_is_not_truncated() {
+        let t = Trace::from_lens(&[4, 4, 4]);
+        let p = pack(&t, &opts(PackMode::Window, 1, 1, Some(8))).unwrap();
+        assert_eq!(lens(&p), vec![vec![4, 4], vec![4]]);
+        assert_eq!(p.truncated, 0);
+    }
+
+    #[test]
+    fn carry_splits_and_conserves_tokens() {
+        let t = Trace::from_lens(&[3, 6, 25, 2]);
+        let p = pack(&t, &opts(PackMode::Carry, 2, 4, None)).unwrap();
+        // budget 8: [3,5] [1,7] [8] [8] [2,2]
+        assert_eq!(
+            lens(&p),
+            vec![vec![3, 5], vec![1, 7], vec![8], vec![8], vec![2, 2]]
+        );
+        assert_eq!(p.truncated, 0);
+        assert_eq!(p.tokens(), t.tokens());
+        assert!(p.batches.iter().all(|b| b.tokens() <= 8));
+    }
+
+    #[test]
+    fn carry_conserves_tokens_on_many_docs() {
+        let raw: Vec<u64> = (1..500u64).map(|i| (i * 7919) % 3001 + 1).collect();
+        let t = Trace::from_lens(&raw);
+        for budget in [1u64, 7, 100, 1000, 5000] {
+            let p = pack(&t, &opts(PackMode::Carry, 1, budget, None)).unwrap();
+            assert_eq!(p.tokens(), t.tokens());
+            let n = p.batches.len();
+            assert!(p.batches[..n - 1].iter().all(|b| b.tokens() == budget));
+        }
+    }
+
+    #[test]
+    fn pinned_batches_group_by_first_appearance() {
+        let t = Trace::from_csv_str("doc_len,batch\n5,7\n6,2\n100,7\n1,2\n").unwrap();
+        let p = pack(&t, &opts(PackMode::Budget, 1, 50, None)).unwrap();
+        assert_eq!(lens(&p), vec![vec![5, 50], vec![6, 1]]);
+        assert_eq!(p.truncated, 1);
+        let w = pack(&t, &opts(PackMode::Window, 1, 1, Some(4))).unwrap();
+        assert_eq!(lens(&w), vec![vec![4, 4], vec![4, 1]]);
+        assert_eq!(w.truncated, 3);
+    }
+
+    #[test]
+    fn zero_parameters_are_errors() {
+        let t = Trace::from_lens(&[1]);
+        assert!(pack(&t, &opts(PackMode::Budget, 0, 5, None)).is_err());
+        assert!(pack(&t, &opts(PackMode::Carry, 1, 0, None)).is_err());
+        assert!(pack(&t, &opts(PackMode::Window, 1, 1, Some(0))).is_err());
+        assert!(matches!(
+            pack(&t, &opts(PackMode::Window, 1, 1, None)),
+            Err(TraceError::MissingContext)
+        ));
+        assert!(pack(&t, &opts(PackMode::Budget, u32::MAX, u64::MAX, None)).is_err());
+    }
+}

@@ -1,0 +1,261 @@
+//! End-to-end tests of `fcp trace ...`: generation, stats, packing, determinism, and that bad
+//! input exits with code 2, names the line, and leaves no output file behind.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn fcp() -> Command {
+    Command::cargo_bin("fcp").expect("fcp binary")
+}
+
+#[test]
+fn gen_then_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.csv");
+    fcp()
+        .args([
+            "trace", "gen", "--source", "magi", "--docs", "2000", "--seed", "3", "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with("doc_len\n"));
+    assert_eq!(text.lines().count(), 2001);
+
+    let assert = fcp()
+        .args(["trace", "stats", "--json"])
+        .arg(&out)
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&assert.get_output().stdout).unwrap();
+    for k in [
+        "docs", "tokens", "mean", "p50", "p90", "p99", "max", "above",
+    ] {
+        assert!(v.get(k).is_some(), "missing key {k}");
+    }
+    assert_eq!(v["docs"], 2000);
+    let th: Vec<u64> = v["above"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["threshold"].as_u64().unwrap())
+        .collect();
+    assert_eq!(th, vec![4096, 32768, 131072]);
+
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("p99").and(predicate::str::contains("> 32768")));
+}
+
+#[test]
+fn same_seed_same_bytes() {
+    for source in [
+        "lognormal",
+        "magi",
+        "wlb-llm",
+        "prolong",
+        "pile",
+        "redpajama",
+    ] {
+        let run = |seed: &str| {
+            fcp()
+                .args([
+                    "trace", "gen", "--source", source, "--docs", "300", "--seed", seed,
+                ])
+                .assert()
+                .success()
+                .get_output()
+                .stdout
+                .clone()
+        };
+        assert_eq!(run("5"), run("5"), "{source}");
+        assert_ne!(run("5"), run("6"), "{source}");
+    }
+}
+
+#[test]
+fn default_trace_regenerates_byte_identically() {
+    let out = fcp()
+        .args([
+            "trace", "gen", "--source", "wlb-llm", "--docs", "4000", "--seed", "1", "-o", "-",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let bundled =
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/traces/default.csv")).unwrap();
+    assert_eq!(out, bundled);
+}
+
+#[test]
+fn unknown_source_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.csv");
+    fcp()
+        .args(["trace", "gen", "--source", "nope", "--docs", "10", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("error: unknown source `nope`"));
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn lognormal_flags_on_other_sources_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.csv");
+    fcp()
+        .args(["trace", "gen", "--source", "magi", "--mean", "500", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("only to --source lognormal"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn lognormal_flags_shape_the_output() {
+    let assert = fcp()
+        .args([
+            "trace",
+            "gen",
+            "--source",
+            "lognormal",
+            "--median",
+            "1000",
+            "--sigma",
+            "0.5",
+            "--min",
+            "200",
+            "--max",
+            "3000",
+            "--docs",
+            "3000",
+        ])
+        .assert()
+        .success();
+    let text = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    let lens: Vec<u64> = text.lines().skip(1).map(|l| l.parse().unwrap()).collect();
+    assert!(lens.iter().all(|&l| (200..=3000).contains(&l)));
+    fcp()
+        .args(["trace", "gen", "--source", "lognormal", "--sigma", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("sigma"));
+}
+
+#[test]
+fn malformed_csv_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "doc_len\n100\n200\n-5\n").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("error: line 4"));
+    std::fs::write(&bad, "doc_len,x\n100,1\n200\n").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("line 3").and(predicate::str::contains("malformed")));
+    std::fs::write(&bad, "length\n100\n").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("doc_len"));
+    std::fs::write(&bad, "doc_len\n").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("empty"));
+}
+
+#[test]
+fn missing_file_exits_2() {
+    fcp()
+        .args(["trace", "stats", "/nonexistent/fcp/trace.csv"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "cannot read /nonexistent/fcp/trace.csv",
+        ));
+}
+
+#[test]
+fn stats_reads_jsonl_from_stdin() {
+    fcp()
+        .args(["trace", "stats", "-", "--json"])
+        .write_stdin("{\"doc_lens\": [100, 5000]}\n{\"doc_lens\": [40000]}\n")
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("\"docs\": 3").and(predicate::str::contains("\"max\": 40000")),
+        );
+    fcp()
+        .args(["trace", "stats", "-"])
+        .write_stdin("{\"doc_lens\": [100]}\n{\"doc_lens\": [0]}\n")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("line 2"));
+}
+
+#[test]
+fn pack_modes_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.csv");
+    std::fs::write(&t, "doc_len\n3\n6\n25\n2\n").unwrap();
+    let json = |mode: &str| {
+        let a = fcp()
+            .args([
+                "trace",
+                "pack",
+                "--ranks",
+                "2",
+                "--tokens-per-rank",
+                "4",
+                "--context",
+                "8",
+            ])
+            .args(["--pack", mode, "--json"])
+            .arg(&t)
+            .assert()
+            .success();
+        serde_json::from_slice::<serde_json::Value>(&a.get_output().stdout).unwrap()
+    };
+    let carry = json("carry");
+    let total: u64 = carry["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 36);
+    assert_eq!(carry["truncated"], 0);
+    let budget = json("budget");
+    assert_eq!(budget["truncated"], 1);
+    assert_eq!(budget["batches"][0]["doc_lens"], serde_json::json!([3]));
+    let window = json("window");
+    assert_eq!(window["batches"][0]["doc_lens"], serde_json::json!([3, 5]));
+    fcp()
+        .args(["trace", "pack", "--ranks", "0", "--tokens-per-rank", "4"])
+        .arg(&t)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("ranks must be greater than 0"));
+}
