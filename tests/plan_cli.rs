@@ -5,7 +5,14 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-const SOURCES: &[&str] = &["lognormal", "magi", "wlb-llm", "prolong", "pile", "redpajama"];
+const SOURCES: &[&str] = &[
+    "lognormal",
+    "magi",
+    "wlb-llm",
+    "prolong",
+    "pile",
+    "redpajama",
+];
 const RANKS: &[u32] = &[1, 2, 3, 4, 8, 16];
 
 fn fcp() -> Command {
@@ -24,7 +31,13 @@ fn gen_trace(dir: &Path, source: &str, docs: u32) -> PathBuf {
     out
 }
 
-fn plan(trace: &Path, scheme: &str, ranks: u32, tpr: u64, out: &Path) -> assert_cmd::assert::Assert {
+fn plan(
+    trace: &Path,
+    scheme: &str,
+    ranks: u32,
+    tpr: u64,
+    out: &Path,
+) -> assert_cmd::assert::Assert {
     fcp()
         .args(["plan", "--scheme", scheme, "--trace"])
         .arg(trace)
@@ -81,7 +94,14 @@ fn all_batches_writes_one_plan_per_batch() {
     fcp()
         .args(["plan", "--scheme", "zigzag", "--trace"])
         .arg(&trace)
-        .args(["--ranks", "2", "--tokens-per-rank", "100", "--all-batches", "-o"])
+        .args([
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "100",
+            "--all-batches",
+            "-o",
+        ])
         .arg(&out)
         .assert()
         .success();
@@ -128,9 +148,18 @@ fn bad_plan_inputs_exit_2_and_leave_no_file() {
     let cases: &[(&[&str], &str)] = &[
         (&["--scheme", "nope", "--ranks", "2"], "unknown scheme"),
         (&["--scheme", "ring", "--ranks", "0"], "--ranks"),
-        (&["--scheme", "ring", "--ranks", "2", "--hardware", "tpu9"], "tpu9"),
-        (&["--scheme", "ring", "--ranks", "2", "--model", "gpt9"], "gpt9"),
-        (&["--scheme", "ring", "--ranks", "2", "--batch", "9"], "out of range"),
+        (
+            &["--scheme", "ring", "--ranks", "2", "--hardware", "tpu9"],
+            "tpu9",
+        ),
+        (
+            &["--scheme", "ring", "--ranks", "2", "--model", "gpt9"],
+            "gpt9",
+        ),
+        (
+            &["--scheme", "ring", "--ranks", "2", "--batch", "9"],
+            "out of range",
+        ),
     ];
     for (args, needle) in cases {
         fcp()

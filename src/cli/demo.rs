@@ -122,7 +122,14 @@ pub fn run(a: DemoArgs) -> Result<()> {
     );
     println!(
         "{:<10} {:>8} {:>13} {:>11} {:>14} {:>14} {:>6} {:>8}",
-        "scheme", "verified", "FLOPs max/mean", "imbalance", "comm/batch", "busiest rank", "steps", "tasks"
+        "scheme",
+        "verified",
+        "FLOPs max/mean",
+        "imbalance",
+        "comm/batch",
+        "busiest rank",
+        "steps",
+        "tasks"
     );
     for r in &rows {
         println!(

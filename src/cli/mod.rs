@@ -7,8 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod common;
+mod demo;
 mod hw;
+mod plan;
 mod trace;
+mod verify;
 
 /// Plan and simulate context parallelism (CP) for long-context LLM training.
 #[derive(Debug, Parser)]
@@ -20,6 +24,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The main job: plan the bundled trace with every scheme, verify, and compare balance.
+    Demo(demo::DemoArgs),
+    /// Plan one batch (or all) with one scheme and write plan files.
+    Plan(plan::PlanArgs),
+    /// Check a plan file: structural invariants, optionally a numeric run.
+    Verify(verify::VerifyArgs),
     /// Generate, inspect and pack document-length traces.
     Trace(trace::TraceArgs),
     /// Inspect hardware and model profiles.
@@ -51,6 +61,9 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Plan(a) => plan::run(a),
+        Command::Verify(a) => verify::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),
     };

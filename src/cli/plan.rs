@@ -21,7 +21,12 @@ pub struct PlanArgs {
     #[command(flatten)]
     profile: ProfileArgs,
     /// Batch to plan (index into the packed trace).
-    #[arg(long = "batch", visible_alias = "batch-index", default_value_t = 0, conflicts_with = "all_batches")]
+    #[arg(
+        long = "batch",
+        visible_alias = "batch-index",
+        default_value_t = 0,
+        conflicts_with = "all_batches"
+    )]
     batch_index: usize,
     /// Plan every batch; `-o` is then a directory that receives `batch-NNNNN.json` files.
     #[arg(long)]
@@ -57,7 +62,11 @@ pub fn run(a: PlanArgs) -> Result<()> {
     // Plan everything before writing anything, so a failure leaves no output behind.
     let plans: Vec<Plan> = chosen
         .iter()
-        .map(|b| planner.plan(b, &ctx).with_context(|| format!("planning batch {}", b.index)))
+        .map(|b| {
+            planner
+                .plan(b, &ctx)
+                .with_context(|| format!("planning batch {}", b.index))
+        })
         .collect::<Result<_>>()?;
     if packed.truncated > 0 {
         eprintln!(

@@ -135,6 +135,16 @@ pub struct PackArgs {
     pub context: u64,
 }
 
+impl Default for PackArgs {
+    /// Budget packing, as the FCP paper does (§6.1).
+    fn default() -> Self {
+        PackArgs {
+            pack: PackModeArg::Budget,
+            context: 131_072,
+        }
+    }
+}
+
 impl PackArgs {
     /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
     pub fn options(&self, ranks: u32, tokens_per_rank: u64) -> PackOptions {
