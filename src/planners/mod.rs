@@ -183,4 +183,13 @@ pub(crate) mod testing {
         };
         f(&ctx)
     }
+
+    /// Assert a plan passes the structural verifier and the numeric check.
+    pub fn assert_valid(plan: &Plan) {
+        use crate::plan::{check_numeric, verify, NumericOptions};
+        let v = verify(plan);
+        assert!(v.is_empty(), "{}: {v:#?}", plan.scheme.name);
+        let r = check_numeric(plan, &NumericOptions::default());
+        assert!(r.max_abs_error < 1e-9, "{}: {r:?}", plan.scheme.name);
+    }
 }

@@ -5,10 +5,10 @@
 //! the ring in N − 1 steps. With a causal mask rank `r` has useful work only in steps `0..=r`,
 //! the imbalance zigzag fixes. See `docs/schemes/ring.md`.
 
-use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
+use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::shard::{ring_pass, split_even};
+use super::shard::{assign_pieces, ring_pass, split_even};
 use super::{PlanContext, Planner};
 
 /// Contiguous per-document ring attention.
@@ -23,16 +23,12 @@ impl Planner for Ring {
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        let mut shards = vec![Vec::new(); n as usize];
-        for (doc, &len) in batch.doc_lens.iter().enumerate() {
-            for (r, (s, e)) in split_even(len, n as u64).into_iter().enumerate() {
-                let range = TokenRange::new(doc as u32, s, e);
-                if !range.is_empty() {
-                    b.own(r as u32, range);
-                    shards[r].push(range);
-                }
-            }
-        }
+        let shards = assign_pieces(&mut b, batch, n, |len| {
+            split_even(len, n as u64)
+                .into_iter()
+                .map(|piece| vec![piece])
+                .collect()
+        });
         ring_pass(&mut b, &shards);
         Ok(b.finish())
     }
@@ -41,18 +37,15 @@ impl Planner for Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{check_numeric, verify, Mask, NumericOptions};
-    use crate::planners::testing::with_ctx;
+    use crate::plan::Mask;
+    use crate::planners::testing::{assert_valid, with_ctx};
 
     #[test]
     fn ring_plans_verify_structurally_and_numerically() {
         for mask in [Mask::Causal, Mask::Full] {
             for n in [1, 2, 3, 4, 8] {
                 let batch = Batch::new(0, vec![1, 2, 7, 33, 100, 5]);
-                let plan = with_ctx(n, mask, |ctx| Ring.plan(&batch, ctx)).unwrap();
-                assert_eq!(verify(&plan), vec![], "n {n} {mask}");
-                let rep = check_numeric(&plan, &NumericOptions::default());
-                assert!(rep.max_abs_error < 1e-9, "n {n} {mask}: {rep:?}");
+                assert_valid(&with_ctx(n, mask, |ctx| Ring.plan(&batch, ctx)).unwrap());
             }
         }
     }

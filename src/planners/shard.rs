@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::plan::{PlanBuilder, TokenRange, Transfer};
+use crate::trace::Batch;
 
 /// Cut `[0, len)` into `parts` contiguous pieces whose sizes differ by at most one token, with
 /// no padding: piece `i` is `[i·len/parts, (i+1)·len/parts)`. Documents shorter than `parts`
@@ -14,6 +15,30 @@ pub fn split_even(len: u64, parts: u64) -> Vec<(u64, u64)> {
     (0..parts)
         .map(|i| ((i * len / parts) as u64, ((i + 1) * len / parts) as u64))
         .collect()
+}
+
+/// Give every rank its pieces of every document: `pieces(len)` returns, for each rank, the
+/// `(start, end)` pieces of a document of that length it owns. Empty pieces are skipped.
+/// Registers ownership with the builder and returns each rank's shard in order.
+pub fn assign_pieces(
+    b: &mut PlanBuilder,
+    batch: &Batch,
+    ranks: u32,
+    pieces: impl Fn(u64) -> Vec<Vec<(u64, u64)>>,
+) -> Vec<Vec<TokenRange>> {
+    let mut shards = vec![Vec::new(); ranks as usize];
+    for (doc, &len) in batch.doc_lens.iter().enumerate() {
+        for (r, mine) in pieces(len).into_iter().enumerate() {
+            for (s, e) in mine {
+                let range = TokenRange::new(doc as u32, s, e);
+                if !range.is_empty() {
+                    b.own(r as u32, range);
+                    shards[r].push(range);
+                }
+            }
+        }
+    }
+    shards
 }
 
 /// Group ranges by document, keeping their order.

@@ -5,10 +5,10 @@
 //! `2N − 1 − r`, so under a causal mask each rank gets one early and one late piece and the same
 //! work; K/V circulate around the ring in N − 1 steps. See `docs/schemes/zigzag.md`.
 
-use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
+use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::shard::{ring_pass, split_even};
+use super::shard::{assign_pieces, ring_pass, split_even};
 use super::{PlanContext, Planner};
 
 /// Zigzag (2N-piece, mirrored) ring attention.
@@ -23,19 +23,12 @@ impl Planner for Zigzag {
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks as usize;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        let mut shards = vec![Vec::new(); n];
-        for (doc, &len) in batch.doc_lens.iter().enumerate() {
+        let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
             let pieces = split_even(len, 2 * n as u64);
-            for (r, shard) in shards.iter_mut().enumerate() {
-                for p in [r, 2 * n - 1 - r] {
-                    let range = TokenRange::new(doc as u32, pieces[p].0, pieces[p].1);
-                    if !range.is_empty() {
-                        b.own(r as u32, range);
-                        shard.push(range);
-                    }
-                }
-            }
-        }
+            (0..n)
+                .map(|r| vec![pieces[r], pieces[2 * n - 1 - r]])
+                .collect()
+        });
         ring_pass(&mut b, &shards);
         Ok(b.finish())
     }
@@ -44,18 +37,15 @@ impl Planner for Zigzag {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{allowed_pairs, check_numeric, verify, Mask, NumericOptions};
-    use crate::planners::testing::with_ctx;
+    use crate::plan::{allowed_pairs, Mask};
+    use crate::planners::testing::{assert_valid, with_ctx};
 
     #[test]
     fn zigzag_plans_verify_structurally_and_numerically() {
         for mask in [Mask::Causal, Mask::Full] {
             for n in [1, 2, 3, 4, 8, 16] {
                 let batch = Batch::new(0, vec![1, 3, 16, 31, 100, 257]);
-                let plan = with_ctx(n, mask, |ctx| Zigzag.plan(&batch, ctx)).unwrap();
-                assert_eq!(verify(&plan), vec![], "n {n} {mask}");
-                let rep = check_numeric(&plan, &NumericOptions::default());
-                assert!(rep.max_abs_error < 1e-9, "n {n} {mask}: {rep:?}");
+                assert_valid(&with_ctx(n, mask, |ctx| Zigzag.plan(&batch, ctx)).unwrap());
             }
         }
     }

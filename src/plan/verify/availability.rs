@@ -1,0 +1,189 @@
+//! Data availability: tasks read only what is local or has arrived, transfers send only what
+//! their source holds, and outputs computed away from their owner go back to it.
+
+use std::collections::BTreeMap;
+
+use super::{fmt_range, owner_map, v, Violation, ViolationKind};
+use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
+
+/// A run of tokens with the step it relates to and the heads it carries:
+/// `(start, end, step, heads)`.
+type Run = (u64, u64, u32, Option<HeadRange>);
+
+/// Where a range of a tensor becomes available on a rank, keyed by (rank, doc, tensor).
+#[derive(Default)]
+struct Holdings {
+    runs: BTreeMap<(u32, u32, TransferTensor), Vec<Run>>,
+}
+
+impl Holdings {
+    fn add(
+        &mut self,
+        rank: u32,
+        tensor: TransferTensor,
+        r: &TokenRange,
+        step: u32,
+        heads: Option<HeadRange>,
+    ) {
+        self.runs
+            .entry((rank, r.doc, tensor))
+            .or_default()
+            .push((r.start, r.end, step, heads));
+    }
+
+    /// Whether `r` (for `heads`) is fully available on `rank` at `step`.
+    fn has(
+        &self,
+        rank: u32,
+        tensor: TransferTensor,
+        r: &TokenRange,
+        step: u32,
+        heads: Option<HeadRange>,
+    ) -> bool {
+        let Some(runs) = self.runs.get(&(rank, r.doc, tensor)) else {
+            return false;
+        };
+        let mut usable: Vec<(u64, u64)> = runs
+            .iter()
+            .filter(|(_, _, from, h)| *from <= step && heads_contain(*h, heads))
+            .map(|(s, e, _, _)| (*s, *e))
+            .collect();
+        usable.sort_unstable();
+        covers(&usable, r.start, r.end)
+    }
+}
+
+/// Whether data held for heads `held` serves a reader of heads `wanted` (absent = all heads).
+fn heads_contain(held: Option<HeadRange>, wanted: Option<HeadRange>) -> bool {
+    match (held, wanted) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(h), Some(w)) => h.start <= w.start && w.end <= h.end,
+    }
+}
+
+/// Whether sorted intervals cover `[start, end)`.
+fn covers(sorted: &[(u64, u64)], start: u64, end: u64) -> bool {
+    let mut pos = start;
+    for &(s, e) in sorted {
+        if s > pos {
+            break;
+        }
+        pos = pos.max(e);
+        if pos >= end {
+            return true;
+        }
+    }
+    pos >= end
+}
+
+pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
+    use TransferTensor::{Kv, Out, Q};
+    let mut held = Holdings::default();
+    for rp in &plan.ranks {
+        for r in &rp.owned {
+            held.add(rp.rank, Kv, r, 0, None);
+            held.add(rp.rank, Q, r, 0, None);
+        }
+    }
+    // Computed outputs: available to send once the step that computed them has finished.
+    for rp in &plan.ranks {
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in &step.tasks {
+                held.add(rp.rank, Out, &t.q, s as u32 + 1, t.heads);
+            }
+        }
+    }
+    for t in &plan.transfers {
+        if t.tensor != Out {
+            for r in &t.ranges {
+                held.add(t.dst, t.tensor, r, t.arrive_by, t.heads);
+            }
+        }
+    }
+    for t in &plan.transfers {
+        if t.tensor != Out && t.issue_at > t.arrive_by {
+            out.push(v(
+                ViolationKind::BadTransfer,
+                format!(
+                    "transfer {} → {} issued at step {} but due by step {}",
+                    t.src, t.dst, t.issue_at, t.arrive_by
+                ),
+            ));
+        }
+        for r in &t.ranges {
+            if !held.has(t.src, t.tensor, r, t.issue_at, t.heads) {
+                out.push(v(
+                    ViolationKind::BadTransfer,
+                    format!(
+                        "transfer {} → {} sends {:?} of {} at step {} but rank {} does not hold it then",
+                        t.src, t.dst, t.tensor, fmt_range(r), t.issue_at, t.src
+                    ),
+                ));
+            }
+        }
+    }
+    let owners = owner_map(plan);
+    // Output returns, by (src, dst, doc): (start, end, issue_at, heads).
+    let mut returned: BTreeMap<(u32, u32, u32), Vec<Run>> = BTreeMap::new();
+    for t in plan.transfers.iter().filter(|t| t.tensor == Out) {
+        for r in &t.ranges {
+            returned
+                .entry((t.src, t.dst, r.doc))
+                .or_default()
+                .push((r.start, r.end, t.issue_at, t.heads));
+        }
+    }
+    let is_returned =
+        |src: u32, dst: u32, piece: &TokenRange, step: u32, heads: Option<HeadRange>| {
+            let Some(runs) = returned.get(&(src, dst, piece.doc)) else {
+                return false;
+            };
+            let mut usable: Vec<(u64, u64)> = runs
+                .iter()
+                .filter(|(_, _, issue, h)| *issue > step && heads_contain(*h, heads))
+                .map(|(s, e, _, _)| (*s, *e))
+                .collect();
+            usable.sort_unstable();
+            covers(&usable, piece.start, piece.end)
+        };
+    for rp in &plan.ranks {
+        for (s, step) in rp.steps.iter().enumerate() {
+            let s32 = s as u32;
+            for t in &step.tasks {
+                for (tensor, r) in [(Q, &t.q), (Kv, &t.kv)] {
+                    if !held.has(rp.rank, tensor, r, s32, t.heads) {
+                        out.push(v(
+                            ViolationKind::NotAvailable,
+                            format!(
+                                "rank {} step {s}: {:?} of {} is not local and has not arrived",
+                                rp.rank,
+                                tensor,
+                                fmt_range(r)
+                            ),
+                        ));
+                    }
+                }
+                // Queries owned elsewhere: their partial output must go back to the owner.
+                for &(os, oe, owner) in &owners[t.q.doc as usize] {
+                    let (s0, e0) = (os.max(t.q.start), oe.min(t.q.end));
+                    if s0 >= e0 || owner == rp.rank {
+                        continue;
+                    }
+                    let piece = TokenRange::new(t.q.doc, s0, e0);
+                    let ok = is_returned(rp.rank, owner, &piece, s32, t.heads);
+                    if !ok {
+                        out.push(v(
+                            ViolationKind::OutputNotReturned,
+                            format!(
+                                "rank {} step {s}: output of {} is never returned to its owner rank {owner}",
+                                rp.rank,
+                                fmt_range(&piece)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}

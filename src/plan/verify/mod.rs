@@ -1,0 +1,301 @@
+//! Structural verification of a plan: every invariant of the IR, checked exactly.
+//!
+//! * every (q, k) pair the mask allows is computed exactly once (per query head);
+//! * a task only reads Q and K/V that are local or have arrived by its step;
+//! * a transfer only sends what its source holds when it is issued;
+//! * partial outputs computed away from their queries' owner are returned to it;
+//! * every token is owned by exactly one rank; per-rank tokens respect the memory cap;
+//! * a plan that claims to be congestion-free has at most one send and one receive per rank in
+//!   each round.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{allowed_pairs, HeadRange, Plan, Task, TokenRange, PLAN_VERSION};
+
+mod availability;
+mod coverage;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use coverage::{head_segments, task_covers_heads};
+
+/// What kind of invariant a violation breaks; tests and tools match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViolationKind {
+    /// Header fields are inconsistent (version, rank count, ids, heads).
+    Header,
+    /// A range or head range points outside its document or the model.
+    BadRange,
+    /// A token is owned by more than one rank.
+    OwnedTwice,
+    /// A token is owned by no rank.
+    NotOwned,
+    /// A rank owns more tokens than the declared memory cap.
+    MemoryCap,
+    /// A task's queries and keys belong to different documents.
+    CrossDocument,
+    /// A task in which the mask allows no pair.
+    EmptyTask,
+    /// Some allowed (q, k) pairs are computed by no task.
+    MissingPairs,
+    /// Some allowed (q, k) pairs are computed more than once.
+    DuplicatePairs,
+    /// A task reads Q or K/V that is neither local nor arrived by its step.
+    NotAvailable,
+    /// A transfer sends data its source does not hold at issue time, or is malformed.
+    BadTransfer,
+    /// A partial output is never returned to its queries' owner.
+    OutputNotReturned,
+    /// A congestion-free plan has a round where a rank sends or receives twice.
+    Congestion,
+}
+
+/// One broken invariant, with a message that points at the offending item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Invariant broken.
+    pub kind: ViolationKind,
+    /// Human-readable description naming ranks, steps, documents and positions.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.kind, self.message)
+    }
+}
+
+pub(super) fn v(kind: ViolationKind, message: String) -> Violation {
+    Violation { kind, message }
+}
+
+pub(super) fn fmt_range(r: &TokenRange) -> String {
+    format!("doc {} [{}, {})", r.doc, r.start, r.end)
+}
+
+/// Where a task is and what it computes, for messages.
+pub(super) fn fmt_task(rank: u32, step: usize, t: &Task) -> String {
+    let heads = t.heads.map_or(String::new(), |h| {
+        format!(" heads [{}, {})", h.start, h.end)
+    });
+    format!(
+        "rank {rank} step {step}: task q {} × kv {}{heads}",
+        fmt_range(&t.q),
+        fmt_range(&t.kv)
+    )
+}
+
+/// Check every structural invariant; an empty result means the plan is valid.
+pub fn verify(plan: &Plan) -> Vec<Violation> {
+    let mut out = Vec::new();
+    check_header(plan, &mut out);
+    if !out.is_empty() {
+        // Later checks index by rank and document id; stop before they could misread.
+        return out;
+    }
+    check_ranges(plan, &mut out);
+    if !out.is_empty() {
+        return out;
+    }
+    check_ownership(plan, &mut out);
+    check_tasks(plan, &mut out);
+    coverage::check_coverage(plan, &mut out);
+    availability::check_availability(plan, &mut out);
+    check_congestion(plan, &mut out);
+    out
+}
+
+fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
+    use ViolationKind::Header;
+    if plan.version != PLAN_VERSION {
+        out.push(v(
+            Header,
+            format!("version {} (expected {PLAN_VERSION})", plan.version),
+        ));
+    }
+    if plan.num_ranks == 0 {
+        out.push(v(Header, "num_ranks is 0".into()));
+    }
+    if plan.ranks.len() != plan.num_ranks as usize {
+        out.push(v(
+            Header,
+            format!(
+                "num_ranks {} but {} rank entries",
+                plan.num_ranks,
+                plan.ranks.len()
+            ),
+        ));
+    }
+    for (i, r) in plan.ranks.iter().enumerate() {
+        if r.rank as usize != i {
+            out.push(v(Header, format!("rank entry {i} has id {}", r.rank)));
+        }
+    }
+    for (i, d) in plan.documents.iter().enumerate() {
+        if d.id as usize != i {
+            out.push(v(Header, format!("document entry {i} has id {}", d.id)));
+        }
+        if d.len == 0 {
+            out.push(v(Header, format!("document {i} has length 0")));
+        }
+    }
+    if plan.q_heads == 0 || plan.kv_heads == 0 {
+        out.push(v(Header, "q_heads and kv_heads must be at least 1".into()));
+    }
+    for t in &plan.transfers {
+        if t.src >= plan.num_ranks || t.dst >= plan.num_ranks || t.src == t.dst {
+            out.push(v(
+                Header,
+                format!("transfer {} → {} names a bad rank pair", t.src, t.dst),
+            ));
+        }
+    }
+}
+
+fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
+    let docs = &plan.documents;
+    let bad_range = |r: &TokenRange| -> bool {
+        docs.get(r.doc as usize)
+            .is_none_or(|d| r.start >= r.end || r.end > d.len)
+    };
+    let bad_heads = |h: &Option<HeadRange>| -> bool {
+        h.is_some_and(|h| h.start >= h.end || h.end > plan.q_heads)
+    };
+    for rp in &plan.ranks {
+        for r in &rp.owned {
+            if bad_range(r) {
+                out.push(v(
+                    ViolationKind::BadRange,
+                    format!("rank {} owns {}", rp.rank, fmt_range(r)),
+                ));
+            }
+        }
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in &step.tasks {
+                if bad_range(&t.q) || bad_range(&t.kv) || bad_heads(&t.heads) {
+                    out.push(v(ViolationKind::BadRange, fmt_task(rp.rank, s, t)));
+                }
+            }
+        }
+    }
+    for t in &plan.transfers {
+        if t.ranges.iter().any(bad_range) || bad_heads(&t.heads) || t.ranges.is_empty() {
+            out.push(v(
+                ViolationKind::BadRange,
+                format!(
+                    "transfer {} → {}: a range is empty or out of bounds",
+                    t.src, t.dst
+                ),
+            ));
+        }
+    }
+}
+
+/// Owner of each token, as sorted disjoint `(start, end, rank)` runs per document.
+pub(super) type OwnerMap = Vec<Vec<(u64, u64, u32)>>;
+
+pub(super) fn owner_map(plan: &Plan) -> OwnerMap {
+    let mut map: OwnerMap = vec![Vec::new(); plan.documents.len()];
+    for rp in &plan.ranks {
+        for r in &rp.owned {
+            map[r.doc as usize].push((r.start, r.end, rp.rank));
+        }
+    }
+    for runs in &mut map {
+        runs.sort_unstable();
+    }
+    map
+}
+
+fn check_ownership(plan: &Plan, out: &mut Vec<Violation>) {
+    for (doc, runs) in owner_map(plan).iter().enumerate() {
+        let len = plan.documents[doc].len;
+        let mut pos = 0u64;
+        for &(s, e, rank) in runs {
+            if s < pos {
+                out.push(v(
+                    ViolationKind::OwnedTwice,
+                    format!(
+                        "doc {doc} tokens [{s}, {}) owned twice (rank {rank} and another)",
+                        pos.min(e)
+                    ),
+                ));
+            } else if s > pos {
+                out.push(v(
+                    ViolationKind::NotOwned,
+                    format!("doc {doc} tokens [{pos}, {s}) owned by no rank"),
+                ));
+            }
+            pos = pos.max(e);
+        }
+        if pos < len {
+            out.push(v(
+                ViolationKind::NotOwned,
+                format!("doc {doc} tokens [{pos}, {len}) owned by no rank"),
+            ));
+        }
+    }
+    if let Some(cap) = plan.memory_cap_tokens {
+        for rp in &plan.ranks {
+            let tokens: u64 = rp.owned.iter().map(TokenRange::len).sum();
+            if tokens > cap {
+                out.push(v(
+                    ViolationKind::MemoryCap,
+                    format!("rank {} owns {tokens} tokens, cap is {cap}", rp.rank),
+                ));
+            }
+        }
+    }
+}
+
+fn check_tasks(plan: &Plan, out: &mut Vec<Violation>) {
+    for rp in &plan.ranks {
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in &step.tasks {
+                if t.q.doc != t.kv.doc {
+                    out.push(v(
+                        ViolationKind::CrossDocument,
+                        format!(
+                            "rank {} step {s}: queries of doc {} read K/V of doc {}",
+                            rp.rank, t.q.doc, t.kv.doc
+                        ),
+                    ));
+                } else if allowed_pairs(plan.mask, t.q.start, t.q.end, t.kv.start, t.kv.end) == 0 {
+                    out.push(v(
+                        ViolationKind::EmptyTask,
+                        format!(
+                            "{} computes no pair under the {} mask",
+                            fmt_task(rp.rank, s, t),
+                            plan.mask
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn check_congestion(plan: &Plan, out: &mut Vec<Violation>) {
+    if !plan.congestion_free {
+        return;
+    }
+    let mut sends: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let mut recvs: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    for t in plan.transfers.iter().filter(|t| t.collective.is_none()) {
+        *sends.entry((t.round(), t.src)).or_default() += 1;
+        *recvs.entry((t.round(), t.dst)).or_default() += 1;
+    }
+    for (what, map) in [("sends", &sends), ("receives", &recvs)] {
+        for (&(round, rank), &n) in map {
+            if n > 1 {
+                out.push(v(
+                    ViolationKind::Congestion,
+                    format!(
+                        "round {round}: rank {rank} {what} {n} transfers in a congestion-free plan"
+                    ),
+                ));
+            }
+        }
+    }
+}

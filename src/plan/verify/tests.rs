@@ -1,0 +1,175 @@
+//! The verifier rejects each kind of broken plan.
+
+use std::collections::BTreeSet;
+
+use super::ViolationKind as K;
+use super::*;
+use crate::plan::TransferTensor;
+use crate::plan::{Mask, Transfer};
+use crate::planners::testing::with_ctx;
+use crate::planners::{Planner, Zigzag};
+use crate::trace::Batch;
+
+fn plan() -> Plan {
+    let batch = Batch::new(0, vec![5, 64, 200, 1]);
+    with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap()
+}
+
+fn kinds(p: &Plan) -> BTreeSet<ViolationKind> {
+    verify(p).into_iter().map(|v| v.kind).collect()
+}
+
+/// Rank and step of the first non-empty step after step 0 (needs a received transfer).
+fn remote_step(p: &Plan) -> (usize, usize) {
+    for (r, rp) in p.ranks.iter().enumerate() {
+        for (s, st) in rp.steps.iter().enumerate().skip(1) {
+            if !st.tasks.is_empty() {
+                return (r, s);
+            }
+        }
+    }
+    unreachable!("zigzag on 4 ranks has remote steps")
+}
+
+#[test]
+fn valid_plan_has_no_violation() {
+    assert_eq!(verify(&plan()), vec![]);
+}
+
+#[test]
+fn rejects_removed_task() {
+    let mut p = plan();
+    p.ranks[1].steps[0].tasks.remove(0);
+    assert!(kinds(&p).contains(&K::MissingPairs));
+}
+
+#[test]
+fn rejects_duplicated_task() {
+    let mut p = plan();
+    let (r, s) = remote_step(&p);
+    let t = p.ranks[r].steps[s].tasks[0];
+    p.ranks[(r + 1) % 4].steps[0].tasks.push(t);
+    let k = kinds(&p);
+    assert!(k.contains(&K::DuplicatePairs), "{k:?}");
+}
+
+#[test]
+fn rejects_removed_transfer() {
+    let mut p = plan();
+    let (r, s) = remote_step(&p);
+    p.transfers
+        .retain(|t| !(t.dst as usize == r && t.arrive_by as usize == s));
+    assert!(kinds(&p).contains(&K::NotAvailable));
+}
+
+#[test]
+fn rejects_transfer_arriving_after_use() {
+    let mut p = plan();
+    let (r, s) = remote_step(&p);
+    for t in &mut p.transfers {
+        if t.dst as usize == r && t.arrive_by as usize == s {
+            t.arrive_by += 1;
+            t.issue_at += 1;
+        }
+    }
+    assert!(kinds(&p).contains(&K::NotAvailable));
+}
+
+#[test]
+fn rejects_token_owned_twice() {
+    let mut p = plan();
+    let r = p.ranks[0].owned[0];
+    p.ranks[2].owned.push(r);
+    assert!(kinds(&p).contains(&K::OwnedTwice));
+}
+
+#[test]
+fn rejects_token_owned_by_nobody() {
+    let mut p = plan();
+    p.ranks[3].owned.pop();
+    assert!(kinds(&p).contains(&K::NotOwned));
+}
+
+#[test]
+fn rejects_task_reading_another_documents_kv() {
+    let mut p = plan();
+    let t = &mut p.ranks[0].steps[0].tasks[0];
+    t.kv.doc = if t.q.doc == 1 { 2 } else { 1 };
+    t.kv.start = 0;
+    t.kv.end = 1;
+    assert!(kinds(&p).contains(&K::CrossDocument));
+}
+
+#[test]
+fn rejects_out_of_bounds_range() {
+    let mut p = plan();
+    p.ranks[0].steps[0].tasks[0].kv.end = 10_000;
+    assert!(kinds(&p).contains(&K::BadRange));
+}
+
+#[test]
+fn rejects_memory_cap_violation() {
+    let mut p = plan();
+    p.memory_cap_tokens = Some(10);
+    assert!(kinds(&p).contains(&K::MemoryCap));
+}
+
+#[test]
+fn rejects_false_congestion_free_claim() {
+    let mut p = plan();
+    p.congestion_free = true;
+    assert_eq!(
+        verify(&p),
+        vec![],
+        "a ring pass is one send and one receive per round"
+    );
+    let extra = Transfer::kv(0, 2, vec![p.ranks[0].owned[0]], 0, 1);
+    p.transfers.push(extra);
+    assert!(kinds(&p).contains(&K::Congestion));
+}
+
+#[test]
+fn rejects_sending_what_the_source_does_not_hold() {
+    let mut p = plan();
+    let foreign = p.ranks[3].owned[0];
+    p.transfers.push(Transfer::kv(0, 1, vec![foreign], 0, 1));
+    assert!(kinds(&p).contains(&K::BadTransfer));
+}
+
+#[test]
+fn rejects_bad_header() {
+    let mut p = plan();
+    p.num_ranks = 5;
+    assert!(kinds(&p).contains(&K::Header));
+}
+
+#[test]
+fn remote_queries_need_their_output_returned() {
+    // Rank 1 computes rank 0's queries after receiving them, but never returns the output.
+    let mut p = plan();
+    let q = p.ranks[0].owned[0];
+    let mut qt = Transfer::kv(0, 1, vec![q], 0, 0);
+    qt.tensor = TransferTensor::Q;
+    p.transfers.push(qt);
+    // Move rank 0's diagonal task for that range to rank 1 (its K/V is the same range).
+    let idx = p.ranks[0].steps[0]
+        .tasks
+        .iter()
+        .position(|t| t.q == q && t.kv == q)
+        .unwrap();
+    let task = p.ranks[0].steps[0].tasks.remove(idx);
+    p.ranks[1].steps[0].tasks.push(task);
+    let mut kvt = Transfer::kv(0, 1, vec![q], 0, 0);
+    kvt.round = Some(100);
+    p.transfers.push(kvt);
+    assert_eq!(
+        kinds(&p),
+        BTreeSet::from([K::OutputNotReturned]),
+        "{:?}",
+        verify(&p)
+    );
+    let mut back = Transfer::kv(1, 0, vec![q], 1, 1);
+    back.tensor = TransferTensor::Out;
+    p.transfers.push(back);
+    assert_eq!(verify(&p), vec![]);
+}
