@@ -5,5 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --all-targets --locked
 cargo test --doc --locked
+# Unit, property and end-to-end tests last, so the run closes on their summary.
+cargo test --all-targets --locked

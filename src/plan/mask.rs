@@ -45,6 +45,16 @@ impl std::fmt::Display for Mask {
 ///
 /// This is the quantity FLOPs are counted from (4 · pairs · d · h_q forward), so it is exact:
 /// for causal masks it sums `clamp(q + 1 - k0, 0, k1 - k0)` over the query rows in closed form.
+///
+/// ```
+/// use fcp::plan::{allowed_pairs, Mask};
+/// // A whole causal document of 4 tokens: 1 + 2 + 3 + 4 pairs.
+/// assert_eq!(allowed_pairs(Mask::Causal, 0, 4, 0, 4), 10);
+/// // Late queries against early keys: every pair is allowed.
+/// assert_eq!(allowed_pairs(Mask::Causal, 4, 6, 0, 4), 8);
+/// // Early queries never see later keys.
+/// assert_eq!(allowed_pairs(Mask::Causal, 0, 4, 4, 6), 0);
+/// ```
 pub fn allowed_pairs(mask: Mask, q0: u64, q1: u64, k0: u64, k1: u64) -> u128 {
     if q1 <= q0 || k1 <= k0 {
         return 0;

@@ -103,6 +103,19 @@ impl SchemeSpec {
 }
 
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
+///
+/// ```
+/// use fcp::hardware::Hardware;
+/// use fcp::plan::{verify, Mask};
+/// use fcp::planners::{planner_for, PlanContext};
+/// use fcp::{Batch, Model};
+///
+/// let hardware = Hardware::load("h100").unwrap();
+/// let model = Model::load("llama3-8b").unwrap();
+/// let ctx = PlanContext { ranks: 4, tokens_per_rank: 4096, mask: Mask::Causal, model: &model, hardware: &hardware };
+/// let plan = planner_for("zigzag").unwrap().plan(&Batch::new(0, vec![5000, 700, 3]), &ctx).unwrap();
+/// assert!(verify(&plan).is_empty());
+/// ```
 pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
     let spec = SchemeSpec::parse(spec)?;
     let no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {
