@@ -44,6 +44,27 @@ pub struct ProfileArgs {
     pub model: String,
 }
 
+/// Passes to simulate, as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PassArg {
+    /// Forward only (inference).
+    Fwd,
+    /// Backward only.
+    Bwd,
+    /// Forward and backward (training).
+    Both,
+}
+
+impl From<PassArg> for fcp::sim::PassSel {
+    fn from(p: PassArg) -> Self {
+        match p {
+            PassArg::Fwd => fcp::sim::PassSel::Fwd,
+            PassArg::Bwd => fcp::sim::PassSel::Bwd,
+            PassArg::Both => fcp::sim::PassSel::Both,
+        }
+    }
+}
+
 /// Mask as a command-line value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MaskArg {

@@ -11,6 +11,7 @@ mod common;
 mod demo;
 mod hw;
 mod plan;
+mod simulate;
 mod trace;
 mod verify;
 
@@ -28,6 +29,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Plan one batch (or all) with one scheme and write plan files.
     Plan(plan::PlanArgs),
+    /// Simulate a plan: per-rank compute, communication, overlap, imbalance, memory.
+    Simulate(simulate::SimulateArgs),
     /// Check a plan file: structural invariants, optionally a numeric run.
     Verify(verify::VerifyArgs),
     /// Generate, inspect and pack document-length traces.
@@ -63,6 +66,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Plan(a) => plan::run(a),
+        Command::Simulate(a) => simulate::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),

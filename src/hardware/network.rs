@@ -139,6 +139,19 @@ impl NcclTable {
         })
     }
 
+    /// GPU counts measured for `op`, ascending.
+    pub fn gpu_counts(&self, op: Collective) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .rows
+            .iter()
+            .filter(|r| r.op == op)
+            .map(|r| r.ngpu)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// Bus bandwidth for `op` on `ngpu` GPUs at `bytes`, interpolated linearly in log2(size)
     /// between the nearest measured sizes and clamped at the ends. The GPU count must be one
     /// that was measured (no extrapolation across communicator sizes).

@@ -158,7 +158,9 @@ pub struct RankPlan {
 }
 
 /// How a transfer is carried out, so the simulator can cost it with the right algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TransferKind {
     /// Point-to-point send/receive.

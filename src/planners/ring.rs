@@ -8,7 +8,9 @@
 use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::shard::{assign_pieces, ring_pass, split_even};
+use std::collections::BTreeMap;
+
+use super::shard::{assign_pieces, ring_flash_params, ring_pass, split_even};
 use super::{PlanContext, Planner};
 
 /// Contiguous per-document ring attention.
@@ -18,6 +20,10 @@ pub struct Ring;
 impl Planner for Ring {
     fn name(&self) -> &'static str {
         "ring"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        ring_flash_params()
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {

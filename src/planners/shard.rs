@@ -41,6 +41,13 @@ pub fn assign_pieces(
     shards
 }
 
+/// Parameters of schemes that run on ring-flash-attention: its backward pass accumulates dK/dV
+/// in fp32 and passes them around the ring in fp32 (zhuzilin/ring-flash-attention,
+/// `ring_flash_attn_varlen.py` backward), so gradients travel at 4 bytes per element.
+pub fn ring_flash_params() -> BTreeMap<String, serde_json::Value> {
+    BTreeMap::from([("grad_bytes".to_string(), serde_json::json!(4))])
+}
+
 /// Group ranges by document, keeping their order.
 fn by_doc(ranges: &[TokenRange]) -> BTreeMap<u32, Vec<TokenRange>> {
     let mut m: BTreeMap<u32, Vec<TokenRange>> = BTreeMap::new();

@@ -8,7 +8,9 @@
 use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::shard::{assign_pieces, ring_pass, split_even};
+use std::collections::BTreeMap;
+
+use super::shard::{assign_pieces, ring_flash_params, ring_pass, split_even};
 use super::{PlanContext, Planner};
 
 /// Zigzag (2N-piece, mirrored) ring attention.
@@ -18,6 +20,10 @@ pub struct Zigzag;
 impl Planner for Zigzag {
     fn name(&self) -> &'static str {
         "zigzag"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        ring_flash_params()
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {

@@ -1,0 +1,137 @@
+//! Compute model: the time of one step (one kernel launch) on one rank.
+//!
+//! Each task is a (q × kv) tile of one document. Its time is its FLOPs divided by the
+//! throughput the kernel profile reports for a tile of that shape (interpolated in
+//! log-length), scaled down by the SMs reserved for communication. A step is one launch: the
+//! tiles of a varlen launch are costed one by one, each at its own shape's efficiency — so a
+//! launch over many small fragments is as slow as the GPU makes it — plus one launch overhead.
+
+use std::collections::HashMap;
+
+use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
+use crate::model::Model;
+use crate::plan::{allowed_pairs, Mask, Plan, Task};
+
+/// Costs tiles, caching profile lookups by tile shape (plans repeat shapes a lot).
+pub struct ComputeModel<'a> {
+    hw: &'a Hardware,
+    profile: &'a KernelProfile,
+    model: &'a Model,
+    cache: HashMap<(Pass, Mask, u64, u64), f64>,
+}
+
+/// Work of one task: its FLOPs and time in seconds (no launch overhead).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TileCost {
+    /// FLOPs of the tile for the pass.
+    pub flops: f64,
+    /// Seconds at the profiled throughput for its shape.
+    pub seconds: f64,
+}
+
+impl<'a> ComputeModel<'a> {
+    /// A compute model for `model` on `hw` with kernel table `profile`.
+    pub fn new(hw: &'a Hardware, profile: &'a KernelProfile, model: &'a Model) -> Self {
+        ComputeModel {
+            hw,
+            profile,
+            model,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Achieved TFLOP/s for a tile shape (table value scaled by the compute SM share).
+    pub fn tflops(
+        &mut self,
+        pass: Pass,
+        mask: Mask,
+        q_len: u64,
+        kv_len: u64,
+    ) -> Result<f64, HardwareError> {
+        let key = (pass, mask, q_len, kv_len);
+        if let Some(&t) = self.cache.get(&key) {
+            return Ok(t);
+        }
+        let lookup = self.profile.lookup(&KernelQuery {
+            pass,
+            mask,
+            head_dim: self.model.head_dim,
+            q_len,
+            kv_len,
+            varlen: false,
+        })?;
+        let t = self.hw.achieved_tflops(lookup.tflops);
+        self.cache.insert(key, t);
+        Ok(t)
+    }
+
+    /// FLOPs of `pairs` allowed (q, k) pairs for `pass`, restricted to a share of the heads:
+    /// 4 · pairs · d · h_q forward, 2.5× that backward (design.md).
+    pub fn flops(&self, pass: Pass, pairs: u128, head_share: f64) -> f64 {
+        let fwd = 4.0 * pairs as f64 * self.model.head_dim as f64 * self.model.q_heads as f64;
+        let f = match pass {
+            Pass::Fwd => fwd,
+            Pass::Bwd => 2.5 * fwd,
+        };
+        f * head_share
+    }
+
+    /// Cost of one task. A tile where the mask allows every pair runs the full-mask kernel;
+    /// one that the diagonal crosses runs the causal kernel.
+    pub fn tile(
+        &mut self,
+        plan: &Plan,
+        task: &Task,
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let pairs = allowed_pairs(
+            plan.mask,
+            task.q.start,
+            task.q.end,
+            task.kv.start,
+            task.kv.end,
+        );
+        if pairs == 0 {
+            return Ok(TileCost {
+                flops: 0.0,
+                seconds: 0.0,
+            });
+        }
+        let (q, kv) = (task.q.len(), task.kv.len());
+        let mask = if pairs == q as u128 * kv as u128 {
+            Mask::Full
+        } else {
+            Mask::Causal
+        };
+        let share = task.heads.map_or(1.0, |h| {
+            (h.end - h.start) as f64 / plan.q_heads.max(1) as f64
+        });
+        let flops = self.flops(pass, pairs, share);
+        let tflops = self.tflops(pass, mask, q, kv)?;
+        Ok(TileCost {
+            flops,
+            seconds: flops / (tflops * 1e12),
+        })
+    }
+
+    /// Time of one whole document of `len` tokens run as one kernel (the lower bound's unit).
+    pub fn whole_document(
+        &mut self,
+        mask: Mask,
+        len: u64,
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let pairs = allowed_pairs(mask, 0, len, 0, len);
+        let flops = self.flops(pass, pairs, 1.0);
+        let tflops = self.tflops(pass, mask, len, len)?;
+        Ok(TileCost {
+            flops,
+            seconds: flops / (tflops * 1e12),
+        })
+    }
+
+    /// Launch overhead of one kernel, seconds.
+    pub fn launch_overhead_s(&self) -> f64 {
+        self.hw.launch_overhead_s()
+    }
+}

@@ -1,0 +1,507 @@
+//! The event-driven engine: runs one [`Program`] on the network in integer nanoseconds.
+//!
+//! Each rank has a compute stream that runs its steps in order. When a rank is ready for step
+//! `s` (step `s − 1` is done) it issues the messages and joins the collectives the plan issues
+//! at `s` whose data it owns; the step itself starts once every input it needs has landed, and
+//! messages that forward data received for that step are issued then. Messages pay their
+//! link's latency, then share ports max-min fairly until they drain. A collective starts when
+//! its last member joins and ends for all members at once.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::network::{max_min_rates, CollectiveModel, Network};
+use super::program::Program;
+use super::SimError;
+
+/// What one rank did during one pass.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RankOutcome {
+    /// Time its compute stream was busy.
+    pub compute_ns: u64,
+    /// Time its compute stream waited for data (before a step, and after its last step until
+    /// its own messages were done).
+    pub exposed_ns: u64,
+    /// Time during which at least one of its messages or collectives was in flight.
+    pub comm_ns: u64,
+    /// When its last compute or communication ended.
+    pub finish_ns: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Bytes received.
+    pub bytes_recv: u64,
+    /// FLOPs computed.
+    pub flops: f64,
+}
+
+/// Result of one pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassOutcome {
+    /// Per rank.
+    pub ranks: Vec<RankOutcome>,
+    /// When the last rank finished.
+    pub end_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlowState {
+    Waiting,
+    Latency,
+    Active,
+    Done,
+}
+
+struct FlowRt {
+    state: FlowState,
+    remaining: f64,
+    rate: f64,
+    version: u64,
+    issued: u64,
+    done: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    StepEnd(u32),
+    CollEnd(usize),
+    FlowActive(usize),
+    FlowDone(usize, u64),
+}
+
+struct RankRt {
+    nsteps: u32,
+    /// Next step to run (== nsteps once all are done).
+    next: u32,
+    running: bool,
+    ready_at: u64,
+    /// Inputs still missing per step.
+    pending: Vec<u32>,
+    compute_end: u64,
+    done: bool,
+}
+
+/// Run `p` on `net`; collectives are timed by `coll`.
+pub fn run(
+    p: &Program,
+    net: &Network,
+    coll: &CollectiveModel<'_>,
+) -> Result<PassOutcome, SimError> {
+    let n = p.steps.len();
+    let mut ranks: Vec<RankRt> = p
+        .steps
+        .iter()
+        .map(|st| RankRt {
+            nsteps: st.len() as u32,
+            next: 0,
+            running: false,
+            ready_at: 0,
+            pending: vec![0; st.len()],
+            compute_end: 0,
+            done: false,
+        })
+        .collect();
+    let need = |rank: usize, nb: Option<u32>, ranks: &[RankRt]| -> Option<usize> {
+        nb.filter(|&s| s < ranks[rank].nsteps).map(|s| s as usize)
+    };
+    // Index flows by (src, issue step) and count inputs per (dst, step).
+    let mut issue_owned: Vec<Vec<Vec<usize>>> = ranks
+        .iter()
+        .map(|r| vec![Vec::new(); r.nsteps as usize + 1])
+        .collect();
+    let mut issue_fwd: Vec<Vec<Vec<usize>>> = issue_owned.clone();
+    for (i, f) in p.flows.iter().enumerate() {
+        let r = &ranks[f.src as usize];
+        let s = f.issue_at.min(r.nsteps) as usize;
+        if f.forwards {
+            issue_fwd[f.src as usize][s].push(i);
+        } else {
+            issue_owned[f.src as usize][s].push(i);
+        }
+        if let Some(s) = need(f.dst as usize, f.need_by, &ranks) {
+            ranks[f.dst as usize].pending[s] += 1;
+        }
+    }
+    let mut joins: Vec<Vec<Vec<usize>>> = ranks
+        .iter()
+        .map(|r| vec![Vec::new(); r.nsteps as usize + 1])
+        .collect();
+    let mut coll_missing: Vec<usize> = Vec::with_capacity(p.collectives.len());
+    let mut coll_dur = Vec::with_capacity(p.collectives.len());
+    for (c, op) in p.collectives.iter().enumerate() {
+        for (m, &r) in op.members.iter().enumerate() {
+            let s = op.issue_at[m].min(ranks[r as usize].nsteps) as usize;
+            joins[r as usize][s].push(c);
+            if let Some(s) = need(r as usize, op.need_by[m], &ranks) {
+                ranks[r as usize].pending[s] += 1;
+            }
+        }
+        coll_missing.push(op.members.len());
+        coll_dur.push(coll.duration_ns(op)?);
+    }
+    let mut coll_span: Vec<(u64, u64)> = vec![(0, 0); p.collectives.len()];
+
+    let mut flows: Vec<FlowRt> = p
+        .flows
+        .iter()
+        .map(|f| FlowRt {
+            state: FlowState::Waiting,
+            remaining: f.bytes as f64,
+            rate: 0.0,
+            version: 0,
+            issued: 0,
+            done: 0,
+        })
+        .collect();
+    let mut out: Vec<RankOutcome> = vec![RankOutcome::default(); n];
+    let mut heap: BinaryHeap<Reverse<(u64, Ev)>> = BinaryHeap::new();
+    let mut active: Vec<usize> = Vec::new();
+    let mut last_rate_update = 0u64;
+    let mut active_changed = false;
+
+    // Ranks whose readiness must be re-examined at the current instant.
+    let mut dirty: Vec<u32> = (0..n as u32).collect();
+    let mut now = 0u64;
+    loop {
+        // Settle every rank at `now`: issue, join, start steps, until nothing changes.
+        while let Some(r) = dirty.pop() {
+            let ru = r as usize;
+            if ranks[ru].running || ranks[ru].done {
+                continue;
+            }
+            let s = ranks[ru].next;
+            let su = s as usize;
+            // Issue owned-data messages and join collectives for step s (once).
+            for i in std::mem::take(&mut issue_owned[ru][su]) {
+                issue_flow(i, now, p, net, &mut flows, &mut heap);
+            }
+            for c in std::mem::take(&mut joins[ru][su]) {
+                coll_missing[c] -= 1;
+                if coll_missing[c] == 0 {
+                    coll_span[c] = (now, now + coll_dur[c]);
+                    heap.push(Reverse((now + coll_dur[c], Ev::CollEnd(c))));
+                }
+            }
+            if s == ranks[ru].nsteps {
+                for i in std::mem::take(&mut issue_fwd[ru][su]) {
+                    issue_flow(i, now, p, net, &mut flows, &mut heap);
+                }
+                ranks[ru].done = true;
+                ranks[ru].compute_end = now;
+                continue;
+            }
+            if ranks[ru].pending[su] == 0 {
+                out[ru].exposed_ns += now - ranks[ru].ready_at;
+                for i in std::mem::take(&mut issue_fwd[ru][su]) {
+                    issue_flow(i, now, p, net, &mut flows, &mut heap);
+                }
+                let cost = p.steps[ru][su];
+                out[ru].compute_ns += cost.ns;
+                out[ru].flops += cost.flops;
+                ranks[ru].running = true;
+                heap.push(Reverse((now + cost.ns, Ev::StepEnd(r))));
+            }
+        }
+        // Events at `now`.
+        if let Some(&Reverse((t, ev))) = heap.peek() {
+            if t == now {
+                heap.pop();
+                match ev {
+                    Ev::StepEnd(r) => {
+                        let rr = &mut ranks[r as usize];
+                        rr.running = false;
+                        rr.next += 1;
+                        rr.ready_at = now;
+                        dirty.push(r);
+                    }
+                    Ev::CollEnd(c) => {
+                        let op = &p.collectives[c];
+                        for (m, &r) in op.members.iter().enumerate() {
+                            if let Some(s) = need(r as usize, op.need_by[m], &ranks) {
+                                ranks[r as usize].pending[s] -= 1;
+                                dirty.push(r);
+                            }
+                        }
+                    }
+                    Ev::FlowActive(i) => {
+                        if flows[i].remaining <= 0.0 {
+                            finish_flow(i, now, p, &mut flows, &mut ranks, &mut dirty);
+                        } else {
+                            drain(&active, &mut flows, now, &mut last_rate_update);
+                            flows[i].state = FlowState::Active;
+                            active.push(i);
+                            active_changed = true;
+                        }
+                    }
+                    Ev::FlowDone(i, v) => {
+                        if flows[i].state == FlowState::Active && flows[i].version == v {
+                            drain(&active, &mut flows, now, &mut last_rate_update);
+                            flows[i].remaining = 0.0;
+                            active.retain(|&x| x != i);
+                            active_changed = true;
+                            finish_flow(i, now, p, &mut flows, &mut ranks, &mut dirty);
+                        }
+                    }
+                }
+                continue;
+            }
+        }
+        if !dirty.is_empty() {
+            continue;
+        }
+        if active_changed {
+            active_changed = false;
+            drain(&active, &mut flows, now, &mut last_rate_update);
+            let ports: Vec<[usize; 2]> = active
+                .iter()
+                .map(|&i| net.ports(p.flows[i].src, p.flows[i].dst))
+                .collect();
+            let rates = max_min_rates(net, &ports);
+            for (k, &i) in active.iter().enumerate() {
+                let f = &mut flows[i];
+                f.rate = rates[k];
+                f.version += 1;
+                let eta = if f.rate > 0.0 {
+                    (f.remaining / f.rate).ceil().max(0.0) as u64
+                } else {
+                    u64::MAX / 4
+                };
+                heap.push(Reverse((now + eta, Ev::FlowDone(i, f.version))));
+            }
+        }
+        match heap.peek() {
+            Some(&Reverse((t, _))) => now = t,
+            None => break,
+        }
+    }
+    if let Some((r, rr)) = ranks.iter().enumerate().find(|(_, rr)| !rr.done) {
+        return Err(SimError::Deadlock(format!(
+            "rank {r} waits forever before step {} ({} inputs never arrive)",
+            rr.next,
+            rr.pending.get(rr.next as usize).copied().unwrap_or(0)
+        )));
+    }
+    // Per-rank communication time (union of busy intervals), bytes and finish time.
+    let mut spans: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n];
+    for (i, f) in p.flows.iter().enumerate() {
+        let rt = &flows[i];
+        out[f.src as usize].bytes_sent += f.bytes;
+        out[f.dst as usize].bytes_recv += f.bytes;
+        for r in [f.src, f.dst] {
+            spans[r as usize].push((rt.issued, rt.done));
+        }
+    }
+    for (c, op) in p.collectives.iter().enumerate() {
+        for (m, &r) in op.members.iter().enumerate() {
+            out[r as usize].bytes_sent += op.sent[m];
+            out[r as usize].bytes_recv += op.recv[m];
+            spans[r as usize].push(coll_span[c]);
+        }
+    }
+    let mut end = 0;
+    for (r, o) in out.iter_mut().enumerate() {
+        let comm_end = spans[r].iter().map(|s| s.1).max().unwrap_or(0);
+        o.comm_ns = union_len(&mut spans[r]);
+        o.finish_ns = ranks[r].compute_end.max(comm_end);
+        o.exposed_ns += o.finish_ns - ranks[r].compute_end;
+        end = end.max(o.finish_ns);
+    }
+    Ok(PassOutcome {
+        ranks: out,
+        end_ns: end,
+    })
+}
+
+fn issue_flow(
+    i: usize,
+    now: u64,
+    p: &Program,
+    net: &Network,
+    flows: &mut [FlowRt],
+    heap: &mut BinaryHeap<Reverse<(u64, Ev)>>,
+) {
+    let f = &p.flows[i];
+    flows[i].state = FlowState::Latency;
+    flows[i].issued = now;
+    heap.push(Reverse((
+        now + net.alpha_ns(f.src, f.dst),
+        Ev::FlowActive(i),
+    )));
+}
+
+fn finish_flow(
+    i: usize,
+    now: u64,
+    p: &Program,
+    flows: &mut [FlowRt],
+    ranks: &mut [RankRt],
+    dirty: &mut Vec<u32>,
+) {
+    flows[i].state = FlowState::Done;
+    flows[i].done = now;
+    let f = &p.flows[i];
+    if let Some(s) = f.need_by {
+        let rr = &mut ranks[f.dst as usize];
+        if s < rr.nsteps {
+            rr.pending[s as usize] -= 1;
+            dirty.push(f.dst);
+        }
+    }
+}
+
+/// Bring every active flow's remaining bytes up to `now` at its current rate.
+fn drain(active: &[usize], flows: &mut [FlowRt], now: u64, last: &mut u64) {
+    let dt = (now - *last) as f64;
+    if dt > 0.0 {
+        for &i in active {
+            let f = &mut flows[i];
+            f.remaining = (f.remaining - f.rate * dt).max(0.0);
+        }
+    }
+    *last = now;
+}
+
+/// Total length of the union of intervals.
+fn union_len(spans: &mut [(u64, u64)]) -> u64 {
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for &(a, b) in spans.iter() {
+        match cur {
+            Some((s, e)) if a <= e => cur = Some((s, e.max(b))),
+            Some((s, e)) => {
+                total += e - s;
+                cur = Some((a, b));
+            }
+            None => cur = Some((a, b)),
+        }
+    }
+    if let Some((s, e)) = cur {
+        total += e - s;
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::Pass;
+    use crate::sim::program::{Flow, StepCost};
+
+    /// 2 GPUs per node; NVLink 100 B/ns, α 1 µs; NIC 10 B/ns, α 5 µs.
+    fn net() -> Network {
+        Network::custom(2, 100.0, 10.0, 1000, 5000)
+    }
+
+    fn steps(ns: &[&[u64]]) -> Vec<Vec<StepCost>> {
+        ns.iter()
+            .map(|r| r.iter().map(|&ns| StepCost { ns, flops: 0.0 }).collect())
+            .collect()
+    }
+
+    fn flow(src: u32, dst: u32, bytes: u64, issue_at: u32, need_by: Option<u32>) -> Flow {
+        Flow {
+            src,
+            dst,
+            bytes,
+            issue_at,
+            need_by,
+            forwards: false,
+        }
+    }
+
+    fn run_program(steps: Vec<Vec<StepCost>>, flows: Vec<Flow>) -> PassOutcome {
+        let p = Program {
+            pass: Pass::Fwd,
+            steps,
+            flows,
+            collectives: vec![],
+        };
+        let n = net();
+        run(&p, &n, &CollectiveModel::new(&n, None)).unwrap()
+    }
+
+    #[test]
+    fn one_rank_is_its_kernel_time() {
+        let o = run_program(steps(&[&[700, 300]]), vec![]);
+        assert_eq!(o.end_ns, 1000);
+        assert_eq!(o.ranks[0].compute_ns, 1000);
+        assert_eq!(o.ranks[0].exposed_ns, 0);
+    }
+
+    #[test]
+    fn one_transfer_costs_alpha_plus_bytes_over_bandwidth() {
+        // Rank 1's step 1 needs 10 000 bytes from rank 0 over NVLink: 1000 + 10000/100 ns.
+        let o = run_program(
+            steps(&[&[0], &[0, 50]]),
+            vec![flow(0, 1, 10_000, 0, Some(1))],
+        );
+        assert_eq!(o.end_ns, 1000 + 100 + 50);
+        assert_eq!(o.ranks[1].exposed_ns, 1100);
+        assert_eq!(o.ranks[1].comm_ns, 1100);
+        // Across nodes: NIC α and bandwidth.
+        let o = run_program(
+            steps(&[&[0], &[0], &[0, 50]]),
+            vec![flow(0, 2, 10_000, 0, Some(1))],
+        );
+        assert_eq!(o.end_ns, 5000 + 1000 + 50);
+    }
+
+    #[test]
+    fn two_flows_through_one_nic_take_twice_as_long() {
+        let one = run_program(
+            steps(&[&[0], &[0], &[0, 0]]),
+            vec![flow(0, 2, 100_000, 0, Some(1))],
+        );
+        let two = run_program(
+            steps(&[&[0], &[0], &[0, 0]]),
+            vec![
+                flow(0, 2, 100_000, 0, Some(1)),
+                flow(1, 2, 100_000, 0, Some(1)),
+            ],
+        );
+        // Both pay α = 5000 in parallel, then share rank 2's NIC.
+        assert_eq!(one.end_ns, 5000 + 10_000);
+        assert_eq!(two.end_ns, 5000 + 20_000);
+    }
+
+    #[test]
+    fn transfer_hidden_behind_compute_adds_nothing() {
+        // Rank 1 computes 5000 ns in step 0 while the 1100 ns transfer for step 1 flies.
+        let o = run_program(
+            steps(&[&[0], &[5000, 50]]),
+            vec![flow(0, 1, 10_000, 0, Some(1))],
+        );
+        assert_eq!(o.end_ns, 5050);
+        assert_eq!(o.ranks[1].exposed_ns, 0);
+    }
+
+    #[test]
+    fn forwarded_data_leaves_only_after_it_arrived() {
+        // 0 → 1 (needed by 1's step 1), then 1 forwards it to 2 at its step 1.
+        let mut fwd = flow(1, 2, 10_000, 1, Some(1));
+        fwd.forwards = true;
+        let o = run_program(
+            steps(&[&[0], &[0, 0], &[0, 0]]),
+            vec![flow(0, 1, 10_000, 0, Some(1)), fwd],
+        );
+        // 1100 to reach rank 1 over NVLink, then 5000 + 1000 over the NIC to rank 2.
+        assert_eq!(o.end_ns, 1100 + 6000);
+    }
+
+    #[test]
+    fn impossible_dependencies_are_reported_not_hung() {
+        let mut a = flow(0, 1, 10, 0, Some(0));
+        a.forwards = true;
+        let mut b = flow(1, 0, 10, 0, Some(0));
+        b.forwards = true;
+        let p = Program {
+            pass: Pass::Fwd,
+            steps: steps(&[&[1], &[1]]),
+            flows: vec![a, b],
+            collectives: vec![],
+        };
+        let n = net();
+        let err = run(&p, &n, &CollectiveModel::new(&n, None)).unwrap_err();
+        assert!(err.to_string().contains("deadlock"), "{err}");
+    }
+}

@@ -1,0 +1,50 @@
+//! Peak attention memory per rank, so users can plan against OOM: owned Q, K, V and O, plus the
+//! receive buffers live at the worst step (and, for backward, the gradient buffers).
+
+use crate::hardware::Pass;
+use crate::model::Model;
+use crate::plan::{Plan, TokenRange, TransferTensor};
+
+use super::program::{bytes_of, grad_bytes, use_steps};
+
+/// Peak bytes on each rank over the given passes.
+pub fn peak_bytes(plan: &Plan, model: &Model, passes: &[Pass]) -> Vec<u64> {
+    let dtype = model.dtype_bytes.max(1) as u64;
+    let gb = grad_bytes(plan, model);
+    let n = plan.ranks.len();
+    let nsteps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0) + 1;
+    // Live received bytes per rank per step.
+    let mut live = vec![vec![0u64; nsteps]; n];
+    for t in &plan.transfers {
+        if t.tensor == TransferTensor::Out {
+            continue;
+        }
+        let bytes = bytes_of(t, plan, model);
+        let from = t.arrive_by.saturating_sub(1) as usize;
+        let until = use_steps(plan, t.dst, &t.ranges, t.tensor)
+            .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
+        for s in from..=until.min(nsteps - 1) {
+            live[t.dst as usize][s] += bytes;
+        }
+    }
+    plan.ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rp)| {
+            let tokens: u64 = rp.owned.iter().map(TokenRange::len).sum();
+            let q = model.q_bytes_per_token();
+            let kv = model.kv_bytes_per_token();
+            let recv = live[r].iter().copied().max().unwrap_or(0);
+            let fwd = tokens * (2 * q + kv) + recv;
+            passes
+                .iter()
+                .map(|p| match p {
+                    Pass::Fwd => fwd,
+                    // dQ, dK, dV for owned tokens and a gradient buffer per received buffer.
+                    Pass::Bwd => fwd + (tokens * (q + kv) + recv) / dtype * gb,
+                })
+                .max()
+                .unwrap_or(fwd)
+        })
+        .collect()
+}

@@ -1,0 +1,178 @@
+//! Metrics, named once (design.md) and used everywhere.
+
+use serde::Serialize;
+
+use crate::hardware::{Hardware, HardwareError, Pass};
+use crate::model::Model;
+use crate::plan::{imbalance, max_over_mean, Plan, TokenRange};
+
+use super::compute::ComputeModel;
+use super::engine::PassOutcome;
+use super::memory::peak_bytes;
+use super::PassSel;
+
+/// Per-rank results, summed over the simulated passes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankMetrics {
+    /// Rank id.
+    pub rank: u32,
+    /// Time its compute stream ran kernels.
+    pub compute_ms: f64,
+    /// Time at least one of its messages or collectives was in flight.
+    pub comm_ms: f64,
+    /// Time its compute waited for data (communication not hidden behind compute).
+    pub exposed_comm_ms: f64,
+    /// Time it had nothing to do while slower ranks finished.
+    pub idle_ms: f64,
+    /// FLOPs it computed.
+    pub flops: f64,
+    /// Bytes it sent.
+    pub bytes_sent: u64,
+    /// Bytes it received.
+    pub bytes_recv: u64,
+    /// Tokens it owns.
+    pub tokens: u64,
+    /// Peak attention memory: owned Q/K/V/O plus live receive (and gradient) buffers.
+    pub mem_bytes: u64,
+}
+
+/// Plan-level results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanMetrics {
+    /// Attention time: the slowest rank, summed over passes.
+    pub attention_time_ms: f64,
+    /// Largest per-rank peak memory.
+    pub mem_max_bytes: u64,
+    /// (max − mean) / max of per-rank compute time (FCP's definition).
+    pub compute_imbalance: f64,
+    /// (max − mean) / max of per-rank bytes sent + received.
+    pub comm_imbalance: f64,
+    /// max / mean of per-rank FLOPs (FlashCP's definition).
+    pub max_over_mean: f64,
+    /// Bytes moved, all ranks and passes.
+    pub comm_bytes_total: u64,
+    /// Model FLOPs / (attention time × ranks × dense peak).
+    pub mfu: f64,
+    /// Every document's attention as one whole kernel at its own profiled efficiency, spread
+    /// evenly over the ranks, nothing exposed.
+    pub lower_bound_ms: f64,
+    /// attention_time_ms / lower_bound_ms.
+    pub vs_lower_bound: f64,
+}
+
+/// The simulator's report for one plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimReport {
+    /// Scheme of the plan.
+    pub scheme: String,
+    /// Passes simulated: fwd, bwd or both.
+    pub pass: String,
+    /// Hardware profile.
+    pub hardware: String,
+    /// Model.
+    pub model: String,
+    /// CP group size.
+    pub num_ranks: u32,
+    /// Plan-level metrics.
+    #[serde(flatten)]
+    pub metrics: PlanMetrics,
+    /// Per-rank rows.
+    pub ranks: Vec<RankMetrics>,
+}
+
+const MS: f64 = 1e-6;
+
+/// Lower bound in milliseconds: Σ over documents of the whole-document kernel time, ÷ N.
+pub fn lower_bound_ms(
+    plan: &Plan,
+    cm: &mut ComputeModel<'_>,
+    passes: PassSel,
+) -> Result<f64, HardwareError> {
+    let mut seconds = 0.0;
+    for &pass in passes.passes() {
+        for d in &plan.documents {
+            seconds += cm.whole_document(plan.mask, d.len, pass)?.seconds;
+        }
+    }
+    Ok(seconds * 1e3 / plan.num_ranks.max(1) as f64)
+}
+
+pub(super) fn report(
+    plan: &Plan,
+    hw: &Hardware,
+    model: &Model,
+    passes: PassSel,
+    outcomes: &[PassOutcome],
+    lower_bound_ms: f64,
+) -> SimReport {
+    let mem = peak_bytes(plan, model, passes.passes());
+    let attention_ns: u64 = outcomes.iter().map(|o| o.end_ns).sum();
+    let ranks: Vec<RankMetrics> = plan
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(r, rp)| {
+            let mut m = RankMetrics {
+                rank: rp.rank,
+                compute_ms: 0.0,
+                comm_ms: 0.0,
+                exposed_comm_ms: 0.0,
+                idle_ms: 0.0,
+                flops: 0.0,
+                bytes_sent: 0,
+                bytes_recv: 0,
+                tokens: rp.owned.iter().map(TokenRange::len).sum(),
+                mem_bytes: mem[r],
+            };
+            for o in outcomes {
+                let x = &o.ranks[r];
+                m.compute_ms += x.compute_ns as f64 * MS;
+                m.comm_ms += x.comm_ns as f64 * MS;
+                m.exposed_comm_ms += x.exposed_ns as f64 * MS;
+                m.idle_ms += (o.end_ns - x.finish_ns) as f64 * MS;
+                m.flops += x.flops;
+                m.bytes_sent += x.bytes_sent;
+                m.bytes_recv += x.bytes_recv;
+            }
+            m
+        })
+        .collect();
+    let compute: Vec<f64> = ranks.iter().map(|r| r.compute_ms).collect();
+    let bytes: Vec<f64> = ranks
+        .iter()
+        .map(|r| (r.bytes_sent + r.bytes_recv) as f64)
+        .collect();
+    let flops: Vec<f64> = ranks.iter().map(|r| r.flops).collect();
+    let total_flops: f64 = flops.iter().sum();
+    let attention_time_ms = attention_ns as f64 * MS;
+    let peak = hw.peak_tflops * 1e12;
+    let mfu = if attention_ns == 0 {
+        0.0
+    } else {
+        total_flops / (attention_ns as f64 * 1e-9 * plan.num_ranks as f64 * peak)
+    };
+    let _ = Pass::Fwd;
+    SimReport {
+        scheme: plan.scheme.name.clone(),
+        pass: passes.name().to_string(),
+        hardware: hw.name.clone(),
+        model: model.name.clone(),
+        num_ranks: plan.num_ranks,
+        metrics: PlanMetrics {
+            attention_time_ms,
+            mem_max_bytes: mem.iter().copied().max().unwrap_or(0),
+            compute_imbalance: imbalance(&compute),
+            comm_imbalance: imbalance(&bytes),
+            max_over_mean: max_over_mean(&flops),
+            comm_bytes_total: ranks.iter().map(|r| r.bytes_sent).sum(),
+            mfu,
+            lower_bound_ms,
+            vs_lower_bound: if lower_bound_ms > 0.0 {
+                attention_time_ms / lower_bound_ms
+            } else {
+                1.0
+            },
+        },
+        ranks,
+    }
+}

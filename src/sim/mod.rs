@@ -1,0 +1,254 @@
+//! Event-driven simulator: per-rank compute, communication, overlap and imbalance for any plan,
+//! under one cost model for all schemes (`docs/cost-model.md`).
+//!
+//! Planners never simulate and the simulator never plans: it reads the plan IR, derives the
+//! backward pass with one shared function ([`program::Program::backward`]), runs each pass on
+//! the event engine and reports the metrics named in the design.
+
+mod compute;
+mod engine;
+mod memory;
+mod metrics;
+mod network;
+mod program;
+
+pub use compute::{ComputeModel, TileCost};
+pub use engine::{PassOutcome, RankOutcome};
+pub use metrics::{lower_bound_ms, PlanMetrics, RankMetrics, SimReport};
+pub use network::{max_min_rates, CollectiveModel, Network};
+pub use program::{grad_bytes, CollectiveKind, CollectiveOp, Flow, Program, StepCost};
+
+use crate::hardware::{Hardware, HardwareError, KernelProfile, NcclTable, Pass};
+use crate::model::Model;
+use crate::plan::Plan;
+
+/// Errors simulating a plan.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A profile lacks what the plan needs (e.g. a kernel row for its head dimension).
+    #[error(transparent)]
+    Hardware(#[from] HardwareError),
+    /// The plan's dependencies can never be satisfied.
+    #[error("the plan deadlocks: {0}")]
+    Deadlock(String),
+    /// The plan does not fit the model (head counts differ, ...).
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+/// Which passes to simulate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PassSel {
+    /// Forward only (inference).
+    Fwd,
+    /// Backward only.
+    Bwd,
+    /// Forward then backward (training), the default.
+    #[default]
+    Both,
+}
+
+impl PassSel {
+    /// The passes in order.
+    pub fn passes(self) -> &'static [Pass] {
+        match self {
+            PassSel::Fwd => &[Pass::Fwd],
+            PassSel::Bwd => &[Pass::Bwd],
+            PassSel::Both => &[Pass::Fwd, Pass::Bwd],
+        }
+    }
+
+    /// Name as written on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PassSel::Fwd => "fwd",
+            PassSel::Bwd => "bwd",
+            PassSel::Both => "both",
+        }
+    }
+}
+
+/// Everything the simulator needs besides the plan. Load once, simulate many plans.
+pub struct Simulator {
+    hw: Hardware,
+    model: Model,
+    profile: KernelProfile,
+    nccl: Option<NcclTable>,
+    net: Network,
+}
+
+impl Simulator {
+    /// A simulator for `model` on `hw` (loads the kernel profile and NCCL table it names).
+    pub fn new(hw: Hardware, model: Model) -> Result<Simulator, SimError> {
+        let profile = hw.kernel_profile()?;
+        let nccl = hw.nccl_table()?;
+        let net = Network::new(&hw);
+        Ok(Simulator {
+            hw,
+            model,
+            profile,
+            nccl,
+            net,
+        })
+    }
+
+    /// The hardware profile.
+    pub fn hardware(&self) -> &Hardware {
+        &self.hw
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// A compute model sharing this simulator's profiles.
+    pub fn compute_model(&self) -> ComputeModel<'_> {
+        ComputeModel::new(&self.hw, &self.profile, &self.model)
+    }
+
+    /// Simulate `plan` for the selected passes.
+    pub fn simulate(&self, plan: &Plan, passes: PassSel) -> Result<SimReport, SimError> {
+        if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
+            return Err(SimError::Mismatch(format!(
+                "the plan was made for {} q / {} kv heads but model {} has {} / {}; plan again with --model {}",
+                plan.q_heads,
+                plan.kv_heads,
+                self.model.name,
+                self.model.q_heads,
+                self.model.kv_heads,
+                plan.model.as_deref().unwrap_or("<the plan's model>")
+            )));
+        }
+        let mut cm = self.compute_model();
+        let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
+        let mut outcomes = Vec::new();
+        for &pass in passes.passes() {
+            let program = match pass {
+                Pass::Fwd => Program::forward(plan, &self.model, &mut cm)?,
+                Pass::Bwd => Program::backward(plan, &self.model, &mut cm)?,
+            };
+            outcomes.push(engine::run(&program, &self.net, &coll)?);
+        }
+        let lower = lower_bound_ms(plan, &mut cm, passes)?;
+        Ok(metrics::report(
+            plan,
+            &self.hw,
+            &self.model,
+            passes,
+            &outcomes,
+            lower,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::tile_time_s;
+    use crate::plan::{allowed_pairs, Mask};
+    use crate::planners::testing::with_ctx;
+    use crate::planners::{Planner, Ring, Zigzag};
+    use crate::trace::Batch;
+
+    fn sim() -> Simulator {
+        Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_rank_one_document_is_the_kernel_time() {
+        let plan = with_ctx(1, Mask::Causal, |ctx| {
+            Ring.plan(&Batch::new(0, vec![4096]), ctx)
+        })
+        .unwrap();
+        let s = sim();
+        let r = s.simulate(&plan, PassSel::Fwd).unwrap();
+        let pairs = allowed_pairs(Mask::Causal, 0, 4096, 0, 4096);
+        let prof = s.hardware().kernel_profile().unwrap();
+        let want = tile_time_s(
+            s.hardware(),
+            &prof,
+            s.model(),
+            Pass::Fwd,
+            Mask::Causal,
+            4096,
+            4096,
+            pairs,
+        )
+        .unwrap();
+        assert!(
+            (r.metrics.attention_time_ms - want * 1e3).abs() < 1e-6,
+            "{r:?} vs {want}"
+        );
+        // The lower bound is the same kernel without its launch overhead.
+        let lb = want * 1e3 - s.hardware().launch_overhead_s() * 1e3;
+        assert!((r.metrics.lower_bound_ms - lb).abs() < 1e-9);
+        assert_eq!(r.metrics.comm_bytes_total, 0);
+        assert_eq!(r.ranks[0].idle_ms, 0.0);
+    }
+
+    #[test]
+    fn zigzag_beats_ring_on_a_causal_document() {
+        let batch = Batch::new(0, vec![65536, 4096, 4096]);
+        let s = sim();
+        let ring = s
+            .simulate(
+                &with_ctx(8, Mask::Causal, |c| Ring.plan(&batch, c)).unwrap(),
+                PassSel::Both,
+            )
+            .unwrap();
+        let zz = s
+            .simulate(
+                &with_ctx(8, Mask::Causal, |c| Zigzag.plan(&batch, c)).unwrap(),
+                PassSel::Both,
+            )
+            .unwrap();
+        assert!(zz.metrics.attention_time_ms < ring.metrics.attention_time_ms);
+        assert!(zz.metrics.compute_imbalance < 0.05, "{:?}", zz.metrics);
+        assert!(ring.metrics.compute_imbalance > 0.3, "{:?}", ring.metrics);
+        assert!(zz.metrics.vs_lower_bound >= 1.0);
+        // Training moves the forward K/V again, plus fp32 dK/dV back (ring-flash-attention).
+        let fwd = s
+            .simulate(
+                &with_ctx(8, Mask::Causal, |c| Zigzag.plan(&batch, c)).unwrap(),
+                PassSel::Fwd,
+            )
+            .unwrap();
+        assert_eq!(
+            zz.metrics.comm_bytes_total,
+            fwd.metrics.comm_bytes_total * 4
+        );
+    }
+
+    #[test]
+    fn same_plan_gives_identical_reports() {
+        let batch = Batch::new(0, vec![30000, 700, 12000, 5]);
+        let plan = with_ctx(8, Mask::Causal, |c| Zigzag.plan(&batch, c)).unwrap();
+        let a = serde_json::to_string(&sim().simulate(&plan, PassSel::Both).unwrap()).unwrap();
+        let b = serde_json::to_string(&sim().simulate(&plan, PassSel::Both).unwrap()).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn wrong_model_and_missing_kernel_rows_are_errors() {
+        let plan = with_ctx(2, Mask::Causal, |c| Ring.plan(&Batch::new(0, vec![100]), c)).unwrap();
+        let other = Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("mha-16").unwrap(),
+        )
+        .unwrap();
+        let e = other.simulate(&plan, PassSel::Fwd).unwrap_err();
+        assert!(e.to_string().contains("q / 8 kv heads"), "{e}");
+        let odd = Model {
+            head_dim: 96,
+            ..Model::load("llama3-70b").unwrap()
+        };
+        let s = Simulator::new(Hardware::load("h100").unwrap(), odd).unwrap();
+        let e = s.simulate(&plan, PassSel::Fwd).unwrap_err();
+        assert!(e.to_string().contains("hd 96"), "{e}");
+    }
+}

@@ -1,0 +1,296 @@
+//! Network model: which ports a message crosses, max-min fair sharing of those ports among
+//! concurrent messages, and the time of collective calls.
+//!
+//! Every GPU has an NVLink port and a NIC, each with a send and a receive direction. A message
+//! between two GPUs of one node uses the sender's NVLink send side and the receiver's NVLink
+//! receive side; across nodes it uses the two NICs. Concurrent messages through a port share
+//! it max-min fairly (water-filling), so two flows into one NIC take twice as long as one.
+//! Each message first pays its link's latency α, then drains its bytes at its fair rate.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use crate::hardware::{Collective, Hardware, HardwareError, NcclTable};
+
+use super::program::{CollectiveKind, CollectiveOp};
+
+/// Port directions of one GPU.
+const NV_OUT: usize = 0;
+const NV_IN: usize = 1;
+const NIC_OUT: usize = 2;
+const NIC_IN: usize = 3;
+
+/// Topology and link speeds, in the engine's units (bytes per nanosecond, nanoseconds).
+#[derive(Debug, Clone)]
+pub struct Network {
+    gpus_per_node: u32,
+    nvlink_bpns: f64,
+    nic_bpns: f64,
+    nvlink_alpha_ns: u64,
+    nic_alpha_ns: u64,
+}
+
+impl Network {
+    /// The network of a hardware profile.
+    pub fn new(hw: &Hardware) -> Self {
+        Network {
+            gpus_per_node: hw.gpus_per_node.max(1),
+            nvlink_bpns: hw.nvlink_gbs,
+            nic_bpns: hw.nic_gbs,
+            nvlink_alpha_ns: (hw.nvlink_latency_us * 1e3).round() as u64,
+            nic_alpha_ns: (hw.nic_latency_us * 1e3).round() as u64,
+        }
+    }
+
+    /// A network from raw figures: GPUs per node, NVLink and NIC bandwidth per direction
+    /// (GB/s = bytes/ns) and latencies (ns). For tests and what-if studies.
+    pub fn custom(
+        gpus_per_node: u32,
+        nvlink_gbs: f64,
+        nic_gbs: f64,
+        nvlink_alpha_ns: u64,
+        nic_alpha_ns: u64,
+    ) -> Self {
+        Network {
+            gpus_per_node: gpus_per_node.max(1),
+            nvlink_bpns: nvlink_gbs,
+            nic_bpns: nic_gbs,
+            nvlink_alpha_ns,
+            nic_alpha_ns,
+        }
+    }
+
+    /// Whether two ranks share a node.
+    pub fn same_node(&self, a: u32, b: u32) -> bool {
+        a / self.gpus_per_node == b / self.gpus_per_node
+    }
+
+    /// The two ports (resource ids) a message from `src` to `dst` crosses.
+    pub fn ports(&self, src: u32, dst: u32) -> [usize; 2] {
+        if self.same_node(src, dst) {
+            [4 * src as usize + NV_OUT, 4 * dst as usize + NV_IN]
+        } else {
+            [4 * src as usize + NIC_OUT, 4 * dst as usize + NIC_IN]
+        }
+    }
+
+    /// Capacity of a port, bytes per nanosecond.
+    pub fn capacity(&self, port: usize) -> f64 {
+        match port % 4 {
+            NV_OUT | NV_IN => self.nvlink_bpns,
+            _ => self.nic_bpns,
+        }
+    }
+
+    /// Start-up latency of a message, nanoseconds.
+    pub fn alpha_ns(&self, src: u32, dst: u32) -> u64 {
+        if self.same_node(src, dst) {
+            self.nvlink_alpha_ns
+        } else {
+            self.nic_alpha_ns
+        }
+    }
+}
+
+#[derive(PartialEq)]
+struct Share(f64, usize);
+impl Eq for Share {}
+impl PartialOrd for Share {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Share {
+    // Min-heap on the share, ties by port id for determinism.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.0.total_cmp(&self.0).then(o.1.cmp(&self.1))
+    }
+}
+
+/// Max-min fair rates (bytes/ns) for flows crossing the given port pairs: repeatedly the port
+/// with the smallest fair share fixes the rate of its remaining flows (water-filling).
+pub fn max_min_rates(net: &Network, ports: &[[usize; 2]]) -> Vec<f64> {
+    let mut rates = vec![0.0; ports.len()];
+    if ports.is_empty() {
+        return rates;
+    }
+    let mut by_port: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    for (f, ps) in ports.iter().enumerate() {
+        for &p in ps {
+            by_port.entry(p).or_default().push(f);
+        }
+    }
+    let mut remaining: std::collections::HashMap<usize, (f64, usize)> = by_port
+        .iter()
+        .map(|(&p, fs)| (p, (net.capacity(p), fs.len())))
+        .collect();
+    let mut heap: BinaryHeap<Share> = remaining
+        .iter()
+        .map(|(&p, &(cap, n))| Share(cap / n as f64, p))
+        .collect();
+    let mut fixed = vec![false; ports.len()];
+    while let Some(Share(share, p)) = heap.pop() {
+        let (cap, n) = remaining[&p];
+        if n == 0 || (cap / n as f64 - share).abs() > 1e-12 * share.max(1.0) {
+            continue; // stale entry
+        }
+        for &f in &by_port[&p] {
+            if fixed[f] {
+                continue;
+            }
+            fixed[f] = true;
+            rates[f] = share;
+            for &q in &ports[f] {
+                let e = remaining.get_mut(&q).expect("port of a flow");
+                e.0 = (e.0 - share).max(0.0);
+                e.1 -= 1;
+                if q != p && e.1 > 0 {
+                    heap.push(Share(e.0 / e.1 as f64, q));
+                }
+            }
+        }
+    }
+    rates
+}
+
+/// Costs collective calls by their algorithm.
+pub struct CollectiveModel<'a> {
+    net: &'a Network,
+    nccl: Option<&'a NcclTable>,
+}
+
+impl<'a> CollectiveModel<'a> {
+    /// Model collectives on `net`, with measured NCCL bus bandwidth when a table is given.
+    pub fn new(net: &'a Network, nccl: Option<&'a NcclTable>) -> Self {
+        CollectiveModel { net, nccl }
+    }
+
+    /// Bus bandwidth (bytes/ns) for a ring collective over `members` moving `size` bytes:
+    /// the NCCL curve at the nearest measured GPU count when the group sits in one node (else
+    /// the NVLink speed), capped by the NIC when the group spans nodes.
+    fn bus_bpns(&self, op: Collective, members: &[u32], size: u64) -> Result<f64, HardwareError> {
+        let single_node = members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
+        let mut bw = self.net.nvlink_bpns;
+        if let Some(t) = self.nccl {
+            let n = members.len() as u32;
+            let counts = t.gpu_counts(op);
+            if let Some(&best) = counts.iter().min_by(|a, b| {
+                let d = |c: u32| ((c as f64).ln() - (n as f64).ln()).abs();
+                d(**a).total_cmp(&d(**b)).then(a.cmp(b))
+            }) {
+                bw = t.busbw_gbs(op, best, size)?.gbs;
+            }
+        }
+        if !single_node {
+            bw = bw.min(self.net.nic_bpns);
+        }
+        Ok(bw)
+    }
+
+    /// Duration of a collective call in nanoseconds.
+    pub fn duration_ns(&self, c: &CollectiveOp) -> Result<u64, HardwareError> {
+        let n = c.members.len().max(1) as f64;
+        let spans = !c.members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
+        let alpha = if spans {
+            self.net.nic_alpha_ns
+        } else {
+            self.net.nvlink_alpha_ns
+        } as f64;
+        if c.size_bytes == 0 || c.members.len() < 2 {
+            return Ok(0);
+        }
+        let ns = match c.kind {
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
+                let op = if c.kind == CollectiveKind::AllGather {
+                    Collective::AllGather
+                } else {
+                    Collective::ReduceScatter
+                };
+                let bw = self.bus_bpns(op, &c.members, c.size_bytes)?;
+                // Ring algorithm: N − 1 steps, each paying α; (N−1)/N of the data crosses
+                // every link (nccl-tests' bus-bandwidth definition).
+                (n - 1.0) * alpha + c.size_bytes as f64 * (n - 1.0) / n / bw
+            }
+            CollectiveKind::AllToAll => {
+                // Pairwise exchange: every rank's port carries its own volume.
+                let bw = if spans {
+                    self.net.nic_bpns
+                } else {
+                    self.net.nvlink_bpns
+                };
+                alpha + c.size_bytes as f64 / bw
+            }
+        };
+        Ok(ns.ceil() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net() -> Network {
+        Network::custom(2, 100.0, 10.0, 1000, 5000)
+    }
+
+    #[test]
+    fn one_flow_gets_the_whole_link() {
+        let n = net();
+        assert_eq!(max_min_rates(&n, &[n.ports(0, 1)]), vec![100.0]);
+        assert_eq!(max_min_rates(&n, &[n.ports(0, 2)]), vec![10.0]);
+    }
+
+    #[test]
+    fn two_flows_into_one_nic_share_it() {
+        let n = net();
+        let r = max_min_rates(&n, &[n.ports(0, 2), n.ports(1, 2)]);
+        assert_eq!(r, vec![5.0, 5.0]);
+    }
+
+    #[test]
+    fn max_min_gives_leftover_to_unconstrained_flows() {
+        let n = net();
+        // Flows a: 0→2 (NIC), b: 1→2 (NIC, shares 2's NIC-in), c: 1→3 (shares 1's NIC-out).
+        let r = max_min_rates(&n, &[n.ports(0, 2), n.ports(1, 2), n.ports(1, 3)]);
+        assert_eq!(r, vec![5.0, 5.0, 5.0]);
+        // d alone on 4→5 (another node pair) is unaffected.
+        let r = max_min_rates(&n, &[n.ports(0, 2), n.ports(4, 6)]);
+        assert_eq!(r, vec![10.0, 10.0]);
+    }
+
+    #[test]
+    fn intra_and_inter_node_links_differ() {
+        let n = net();
+        assert!(n.same_node(0, 1) && !n.same_node(1, 2));
+        assert_eq!(n.alpha_ns(0, 1), 1000);
+        assert_eq!(n.alpha_ns(0, 2), 5000);
+    }
+
+    #[test]
+    fn ring_all_gather_matches_its_formula() {
+        let n = net();
+        let cm = CollectiveModel::new(&n, None);
+        let op = CollectiveOp {
+            kind: CollectiveKind::AllGather,
+            members: vec![0, 1],
+            issue_at: vec![0, 0],
+            need_by: vec![Some(0), Some(0)],
+            sent: vec![500, 500],
+            recv: vec![500, 500],
+            size_bytes: 1000,
+        };
+        // (N−1)·α + (N−1)/N · size / bw = 1000 + 0.5 · 1000 / 100.
+        assert_eq!(cm.duration_ns(&op).unwrap(), 1005);
+        let wide = CollectiveOp {
+            members: vec![0, 1, 2, 3],
+            size_bytes: 4000,
+            issue_at: vec![0; 4],
+            need_by: vec![None; 4],
+            sent: vec![1000; 4],
+            recv: vec![3000; 4],
+            ..op
+        };
+        // Spans two nodes: NIC-bound, α of the NIC.
+        assert_eq!(cm.duration_ns(&wide).unwrap(), 3 * 5000 + 300);
+    }
+}
