@@ -23,8 +23,8 @@ pub fn peak_bytes(plan: &Plan, model: &Model, passes: &[Pass]) -> Vec<u64> {
         let from = t.arrive_by.saturating_sub(1) as usize;
         let until = use_steps(plan, t.dst, &t.ranges, t.tensor)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
-        for s in from..=until.min(nsteps - 1) {
-            live[t.dst as usize][s] += bytes;
+        for slot in &mut live[t.dst as usize][from..=until.min(nsteps - 1)] {
+            *slot += bytes;
         }
     }
     plan.ranks

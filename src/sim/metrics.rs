@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::hardware::{Hardware, HardwareError, Pass};
+use crate::hardware::{Hardware, HardwareError};
 use crate::model::Model;
 use crate::plan::{imbalance, max_over_mean, Plan, TokenRange};
 
@@ -151,7 +151,6 @@ pub(super) fn report(
     } else {
         total_flops / (attention_ns as f64 * 1e-9 * plan.num_ranks as f64 * peak)
     };
-    let _ = Pass::Fwd;
     SimReport {
         scheme: plan.scheme.name.clone(),
         pass: passes.name().to_string(),
