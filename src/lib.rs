@@ -17,6 +17,7 @@ pub mod model;
 pub mod output;
 pub mod plan;
 pub mod planners;
+pub mod report;
 pub mod sim;
 pub mod trace;
 

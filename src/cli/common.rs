@@ -99,6 +99,14 @@ pub struct Batches {
 }
 
 impl BatchArgs {
+    /// The mask's name for headers.
+    pub fn mask_name(&self) -> &'static str {
+        match self.mask {
+            MaskArg::Causal => "causal",
+            MaskArg::Full => "full",
+        }
+    }
+
     /// Validate the shape and pack the trace.
     pub fn load(&self) -> Result<Batches> {
         if self.ranks == 0 {
@@ -123,18 +131,4 @@ impl BatchArgs {
     }
 }
 
-/// Human-readable byte count.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+pub use fcp::report::human_bytes as bytes;

@@ -1,16 +1,18 @@
 //! `fcp demo`: the README's main command. Packs the bundled trace (or `--trace`), plans the
-//! first batches with every scheme, verifies every plan and prints how balanced each scheme
-//! leaves the ranks, with the scheme to use.
+//! first batches with every scheme, verifies every plan, simulates training (forward and
+//! backward) and says which scheme to use and what it buys.
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use fcp::plan::{summarize, verify};
+use fcp::plan::verify;
 use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::report::{compare, compare_table, CompareOptions};
+use fcp::sim::{PassSel, Simulator};
 
-use super::common::{bytes, BatchArgs, MaskArg, ProfileArgs};
+use super::common::{BatchArgs, MaskArg, ProfileArgs};
 use super::trace::PackArgs;
 
 /// Arguments of `fcp demo`.
@@ -30,22 +32,6 @@ pub struct DemoArgs {
     batches: usize,
     #[command(flatten)]
     profile: ProfileArgs,
-    /// Print JSON rows instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-/// One scheme's averages over the planned batches.
-#[derive(Debug, serde::Serialize)]
-struct Row {
-    scheme: String,
-    verified: bool,
-    max_over_mean: f64,
-    flops_imbalance: f64,
-    comm_bytes_total: f64,
-    max_rank_bytes: f64,
-    steps: f64,
-    tasks: f64,
 }
 
 pub fn run(a: DemoArgs) -> Result<()> {
@@ -57,6 +43,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         mask: MaskArg::Causal,
     };
     let packed = batch_args.load()?;
+    let batches: Vec<_> = packed.batches.into_iter().take(a.batches.max(1)).collect();
     let (hw, model) = a.profile.load()?;
     let ctx = PlanContext {
         ranks: a.ranks,
@@ -65,100 +52,72 @@ pub fn run(a: DemoArgs) -> Result<()> {
         model: &model,
         hardware: &hw,
     };
-    let batches: Vec<_> = packed.batches.iter().take(a.batches.max(1)).collect();
-    let mut rows = Vec::new();
+    // Every plan is checked before its numbers are shown.
     for &scheme in SCHEMES {
         let planner = planner_for(scheme)?;
-        let mut row = Row {
-            scheme: scheme.to_string(),
-            verified: true,
-            max_over_mean: 0.0,
-            flops_imbalance: 0.0,
-            comm_bytes_total: 0.0,
-            max_rank_bytes: 0.0,
-            steps: 0.0,
-            tasks: 0.0,
-        };
         for b in &batches {
-            let plan = planner
-                .plan(b, &ctx)
-                .with_context(|| format!("{scheme}: planning batch {}", b.index))?;
-            row.verified &= verify(&plan).is_empty();
-            let s = summarize(&plan, &model);
-            let k = batches.len() as f64;
-            row.max_over_mean += s.max_over_mean / k;
-            row.flops_imbalance += s.flops_imbalance / k;
-            row.comm_bytes_total += s.comm_bytes_total as f64 / k;
-            let max_rank = s
-                .per_rank
-                .iter()
-                .map(|r| r.bytes_sent + r.bytes_recv)
-                .max()
-                .unwrap_or(0);
-            row.max_rank_bytes += max_rank as f64 / k;
-            row.steps += s.steps as f64 / k;
-            row.tasks += s.tasks as f64 / k;
+            if let Ok(plan) = planner.plan(b, &ctx) {
+                let v = verify(&plan);
+                if !v.is_empty() {
+                    bail!(
+                        "{scheme} produced an invalid plan for batch {}: {}",
+                        b.index,
+                        v[0]
+                    );
+                }
+            }
         }
-        rows.push(row);
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
+    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let schemes: Vec<String> = SCHEMES.iter().map(|s| s.to_string()).collect();
+    let rows = compare(
+        &batches,
+        &ctx,
+        &sim,
+        &CompareOptions {
+            schemes: schemes.clone(),
+            baseline: None,
+            pass: PassSel::Both,
+        },
+    );
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
-    println!(
-        "{} batch(es) of {} · {} docs, {} tokens · {} ranks × {} tokens · {} / {} · causal",
+    let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
+    outln!(
+        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens · {} / {} · causal · training (fwd+bwd)\n",
         batches.len(),
         a.trace
             .as_ref()
             .map_or("the bundled trace".to_string(), |p| p.display().to_string()),
-        docs,
-        tokens,
         a.ranks,
         a.tokens_per_rank,
         hw.name,
         model.name
     );
-    println!(
-        "{:<10} {:>8} {:>13} {:>11} {:>14} {:>14} {:>6} {:>8}",
-        "scheme",
-        "verified",
-        "FLOPs max/mean",
-        "imbalance",
-        "comm/batch",
-        "busiest rank",
-        "steps",
-        "tasks"
-    );
-    for r in &rows {
-        println!(
-            "{:<10} {:>8} {:>13.3} {:>10.1}% {:>14} {:>14} {:>6.0} {:>8.0}",
-            r.scheme,
-            if r.verified { "yes" } else { "NO" },
-            r.max_over_mean,
-            100.0 * r.flops_imbalance,
-            bytes(r.comm_bytes_total as u64),
-            bytes(r.max_rank_bytes as u64),
-            r.steps,
-            r.tasks
-        );
-    }
-    let best = rows
+    out!("{}", compare_table(&rows, &schemes[0]));
+    let ran: Vec<_> = rows.iter().filter(|r| r.mean.is_some()).collect();
+    let best = ran
         .iter()
-        .min_by(|x, y| x.max_over_mean.total_cmp(&y.max_over_mean))
-        .context("no scheme ran")?;
-    let worst = rows
-        .iter()
-        .max_by(|x, y| x.max_over_mean.total_cmp(&y.max_over_mean))
-        .context("no scheme ran")?;
-    println!(
-        "\nUse {}: its busiest rank does {:.2}× the mean attention work; with {} it does {:.2}×, so the other ranks idle up to {:.0}% of the attention time.",
+        .min_by(|x, y| {
+            let t = |r: &&&fcp::report::CompareRow| {
+                r.mean.as_ref().map_or(f64::MAX, |m| m.attention_time_ms)
+            };
+            t(x).total_cmp(&t(y))
+        })
+        .context("no scheme could plan these batches")?;
+    let m = best.mean.as_ref().context("best row has metrics")?;
+    outln!(
+        "\nAll plans verified. Use {}: {:.3} ms of attention per batch (fwd+bwd), {:.2}× {}, {:.1}% MFU, {:.2}× the lower bound; compute imbalance {:.3}.",
         best.scheme,
-        best.max_over_mean,
-        worst.scheme,
-        worst.max_over_mean,
-        100.0 * worst.flops_imbalance
+        m.attention_time_ms,
+        best.speedup.unwrap_or(1.0),
+        schemes[0],
+        100.0 * m.mfu,
+        m.vs_lower_bound,
+        m.compute_imbalance
+    );
+    outln!(
+        "Next: `fcp plan --scheme {} --ranks {} -o plan.json`, then `fcp simulate plan.json` for per-rank detail.",
+        best.scheme, a.ranks
     );
     Ok(())
 }

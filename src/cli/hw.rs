@@ -39,6 +39,21 @@ enum HwCommand {
     },
     /// Look up kernel throughput (and efficiency) for one tile shape.
     Kernel(KernelArgs),
+    /// Link bandwidth needed to hide one block's K/V transfer behind its attention compute.
+    OverlapBandwidth {
+        /// Bundled name (h100, h200, b200) or path to a TOML file.
+        #[arg(long, default_value = "h100")]
+        hardware: String,
+        /// Bundled model or path to a TOML file.
+        #[arg(long, default_value = "llama3-70b")]
+        model: String,
+        /// Block size in tokens.
+        #[arg(long, default_value_t = 4096)]
+        block: u64,
+        /// Print JSON (key `gbps`).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +113,12 @@ pub fn run(args: HwArgs) -> anyhow::Result<()> {
             json,
         } => show(&hardware, &model, json),
         HwCommand::Kernel(k) => kernel(k),
+        HwCommand::OverlapBandwidth {
+            hardware,
+            model,
+            block,
+            json,
+        } => overlap(&hardware, &model, block, json),
     }
 }
 
@@ -125,21 +146,21 @@ fn list(as_json: bool) -> anyhow::Result<()> {
     if as_json {
         let v = json!({"hardware": hardware, "models": models, "kernel_profiles": kernels,
             "nccl_tables": nccl});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("hardware:");
+    outln!("hardware:");
     for h in &hardware {
-        println!(
+        outln!(
             "  {:<6} {}  (kernels: {})",
             str_of(&h["name"]),
             str_of(&h["description"]),
             str_of(&h["kernel_profile"])
         );
     }
-    println!("models:");
+    outln!("models:");
     for m in &models {
-        println!(
+        outln!(
             "  {:<11} q_heads {:>3}  kv_heads {:>3}  head_dim {:>4}  dtype_bytes {}",
             str_of(&m["name"]),
             m["q_heads"],
@@ -148,22 +169,59 @@ fn list(as_json: bool) -> anyhow::Result<()> {
             m["dtype_bytes"]
         );
     }
-    println!("kernel profiles:");
+    outln!("kernel profiles:");
     for k in &kernels {
         let series: Vec<String> = k["series"]
             .as_array()
             .map(|a| a.iter().map(|s| str_of(s).to_string()).collect())
             .unwrap_or_default();
-        println!(
+        outln!(
             "  {:<15} {:>3} rows: {}",
             str_of(&k["name"]),
             k["rows"],
             series.join(", ")
         );
     }
-    println!("nccl tables:");
+    outln!("nccl tables:");
     for n in nccl {
-        println!("  {n}");
+        outln!("  {n}");
+    }
+    Ok(())
+}
+
+fn overlap(hardware: &str, model: &str, block: u64, as_json: bool) -> anyhow::Result<()> {
+    let hw = Hardware::load(hardware)?;
+    let model = Model::load(model)?;
+    let o = fcp::hardware::overlap_bandwidth(&hw, &hw.kernel_profile()?, &model, block)?;
+    if as_json {
+        let v = json!({
+            "hardware": hw.name,
+            "model": model.name,
+            "block": o.block,
+            "kv_bytes": o.kv_bytes,
+            "compute_us": o.compute_s * 1e6,
+            "gbps": o.gbps,
+            "nic_gbs": hw.nic_gbs,
+            "nvlink_gbs": hw.nvlink_gbs,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        outln!(
+            "{} / {} · block {}: K/V {:.2} MiB per block, {:.1} us of attention per remote block",
+            hw.name,
+            model.name,
+            o.block,
+            o.kv_bytes as f64 / (1 << 20) as f64,
+            o.compute_s * 1e6
+        );
+        outln!(
+            "needs {:.1} GB/s to hide the transfer: {:.0}% of the NIC ({} GB/s), {:.0}% of NVLink ({} GB/s)",
+            o.gbps,
+            100.0 * o.gbps / hw.nic_gbs,
+            hw.nic_gbs,
+            100.0 * o.gbps / hw.nvlink_gbs,
+            hw.nvlink_gbs
+        );
     }
     Ok(())
 }
@@ -213,10 +271,10 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
             "kernel_profile": profile.name,
             "lookups": lk,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("hardware {}: {}", hw.name, hw.description);
+    outln!("hardware {}: {}", hw.name, hw.description);
     let values = [
         ("peak_tflops", format!("{} TFLOP/s", hw.peak_tflops)),
         ("sm_count", hw.sm_count.to_string()),
@@ -233,23 +291,23 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
     ];
     debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
     for (field, value) in values {
-        println!(
+        outln!(
             "  {field:<19} {value:<14} {}",
             hw.source_of(field).unwrap_or("(no source given)")
         );
     }
-    println!(
+    outln!(
         "  effective peak      {:.1} TFLOP/s ({} of {} SMs for compute)",
         hw.effective_peak_tflops(),
         hw.sm_count - hw.comm_sms,
         hw.sm_count
     );
-    println!("  kernel_profile      {}", hw.kernel_profile);
-    println!(
+    outln!("  kernel_profile      {}", hw.kernel_profile);
+    outln!(
         "  nccl_table          {}",
         hw.nccl_table.as_deref().unwrap_or("(none)")
     );
-    println!(
+    outln!(
         "model {}: q_heads {}, kv_heads {}, head_dim {}, dtype_bytes {}  {}",
         model.name,
         model.q_heads,
@@ -258,14 +316,15 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
         model.dtype_bytes,
         Model::bundled_source(&model.name).unwrap_or_default()
     );
-    println!(
+    outln!(
         "kernel lookups ({}, head_dim {}, non-varlen, q_len = kv_len):",
-        profile.name, model.head_dim
+        profile.name,
+        model.head_dim
     );
-    println!("  pass mask    len     TFLOP/s  eff     clamped");
+    outln!("  pass mask    len     TFLOP/s  eff     clamped");
     for (q, r) in &lookups {
         match r {
-            Ok(l) => println!(
+            Ok(l) => outln!(
                 "  {:<4} {:<7} {:<7} {:>7.1}  {:>5.1}%  {}",
                 q.pass.to_string(),
                 q.mask.to_string(),
@@ -274,7 +333,7 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
                 100.0 * hw.efficiency(l.tflops),
                 clamp_str(l)
             ),
-            Err(e) => println!(
+            Err(e) => outln!(
                 "  {:<4} {:<7} {:<7} {e}",
                 q.pass.to_string(),
                 q.mask.to_string(),
@@ -352,10 +411,10 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
             v["pairs"] = json!(pairs.to_string());
             v["tile_time_us"] = json!(t * 1e6);
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{} {} hd {} q_len {} kv_len {}{} on {} ({}):",
         q.pass,
         q.mask,
@@ -366,27 +425,27 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
         hw.name,
         profile.name
     );
-    println!("  tflops      {:.1} TFLOP/s (table, all SMs)", l.tflops);
+    outln!("  tflops      {:.1} TFLOP/s (table, all SMs)", l.tflops);
     if hw.comm_sms > 0 {
-        println!(
+        outln!(
             "  achieved    {:.1} TFLOP/s with {} of {} SMs",
             hw.achieved_tflops(l.tflops),
             hw.sm_count - hw.comm_sms,
             hw.sm_count
         );
     }
-    println!(
+    outln!(
         "  efficiency  {:.1}% of {} TFLOP/s peak",
         100.0 * hw.efficiency(l.tflops),
         hw.peak_tflops
     );
-    println!("  clamped     {}", clamp_str(&l));
-    println!("  used        {}", l.used);
+    outln!("  clamped     {}", clamp_str(&l));
+    outln!("  used        {}", l.used);
     for s in &l.sources {
-        println!("  source      {s}");
+        outln!("  source      {s}");
     }
     if let Some((name, pairs, t)) = tile {
-        println!(
+        outln!(
             "  tile time   {:.1} us for {name} ({pairs} pairs, incl. {} us launch)",
             t * 1e6,
             hw.launch_overhead_us

@@ -7,7 +7,25 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that returns a closed pipe (`fcp ... | head`) as an error — which `main` turns
+/// into a quiet exit 0 — instead of panicking.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($t)*)?;
+    }};
+}
+
+/// `print!` with the same closed-pipe handling as [`outln!`].
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($t)*)?;
+    }};
+}
+
 mod common;
+mod compare;
 mod demo;
 mod hw;
 mod plan;
@@ -25,6 +43,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Plan and simulate several schemes on the same batches, side by side.
+    Compare(compare::CompareArgs),
     /// The main job: plan the bundled trace with every scheme, verify, and compare balance.
     Demo(demo::DemoArgs),
     /// Plan one batch (or all) with one scheme and write plan files.
@@ -64,6 +84,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Compare(a) => compare::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(a) => plan::run(a),
         Command::Simulate(a) => simulate::run(a),

@@ -92,7 +92,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     } else {
         let p = &plans[0];
         if a.output.as_os_str() == "-" {
-            print!("{}", p.to_json());
+            out!("{}", p.to_json());
         } else {
             p.save(&a.output)?;
         }

@@ -27,25 +27,38 @@ pub struct SimulateArgs {
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     let plan = Plan::load(&a.plan)?;
+    // Simulating a broken plan would report numbers for work that is not attention.
+    let violations = fcp::plan::verify(&plan);
+    if let Some(first) = violations.first() {
+        anyhow::bail!(
+            "{} is not a valid plan ({} violations, first: {first}); `fcp verify` lists them",
+            a.plan.display(),
+            violations.len()
+        );
+    }
     let (hw, model) = a.profile.load()?;
     let sim = Simulator::new(hw, model)?;
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_table(&report);
+        print_table(&report)?;
     }
     Ok(())
 }
 
 /// Human-readable report: plan metrics, then one row per rank.
-pub fn print_table(r: &SimReport) {
+pub fn print_table(r: &SimReport) -> Result<()> {
     let m = &r.metrics;
-    println!(
+    outln!(
         "{} · {} ranks · {} · {} · pass {}",
-        r.scheme, r.num_ranks, r.hardware, r.model, r.pass
+        r.scheme,
+        r.num_ranks,
+        r.hardware,
+        r.model,
+        r.pass
     );
-    println!(
+    outln!(
         "attention time {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · compute imbalance {:.3} · comm imbalance {:.3} · FLOPs max/mean {:.3} · comm {} · peak memory {}",
         m.attention_time_ms,
         m.lower_bound_ms,
@@ -57,7 +70,7 @@ pub fn print_table(r: &SimReport) {
         bytes(m.comm_bytes_total),
         bytes(m.mem_max_bytes)
     );
-    println!(
+    outln!(
         "{:>5} {:>11} {:>9} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
         "rank",
         "compute_ms",
@@ -71,7 +84,7 @@ pub fn print_table(r: &SimReport) {
         "memory"
     );
     for x in &r.ranks {
-        println!(
+        outln!(
             "{:>5} {:>11.3} {:>9.3} {:>11.3} {:>9.3} {:>9.2} {:>11} {:>11} {:>8} {:>11}",
             x.rank,
             x.compute_ms,
@@ -85,4 +98,5 @@ pub fn print_table(r: &SimReport) {
             bytes(x.mem_bytes)
         );
     }
+    Ok(())
 }

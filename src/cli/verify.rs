@@ -59,13 +59,13 @@ pub fn run(a: VerifyArgs) -> Result<()> {
                 "tolerance": a.tolerance,
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for v in &violations {
-            println!("violation: {v}");
+            outln!("violation: {v}");
         }
         if let Some(r) = &numeric {
-            println!(
+            outln!(
                 "numeric: max abs error {:.3e} over {} of {} query rows (tolerance {:.0e}){}",
                 r.max_abs_error,
                 r.rows_checked,
@@ -78,7 +78,7 @@ pub fn run(a: VerifyArgs) -> Result<()> {
                 }
             );
         }
-        println!(
+        outln!(
             "{}: {} ({} ranks, {} docs, {} tasks, {} transfers){}",
             a.plan.display(),
             if valid { "valid" } else { "INVALID" },

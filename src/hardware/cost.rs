@@ -2,6 +2,8 @@
 //! FlashCP's W_i) all call this, so every scheme is costed the same way (design.md, "Cost model
 //! conventions").
 
+use serde::Serialize;
+
 use super::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
 use crate::plan::Mask;
@@ -66,6 +68,53 @@ pub fn kernel_time_s(
     let tflops = hw.achieved_tflops(lookup.tflops);
     let flops = tile_flops(model, query.pass, pairs) as f64;
     Ok(flops / (tflops * 1e12) + hw.launch_overhead_s())
+}
+
+/// What hiding one block's K/V transfer takes: the block's K/V bytes, the time of its attention
+/// against one remote block, and the link bandwidth at which the two are equal.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct OverlapBandwidth {
+    /// Block size in tokens.
+    pub block: u64,
+    /// Bytes of K and V for one block.
+    pub kv_bytes: u64,
+    /// Forward time of one block of queries against one earlier block of K/V (a full-mask
+    /// tile, the common case for remote blocks), seconds, without launch overhead.
+    pub compute_s: f64,
+    /// kv_bytes / compute_s, in GB/s: links at least this fast hide the transfer entirely.
+    pub gbps: f64,
+}
+
+/// The link bandwidth needed to hide one block's K/V transfer behind that block's attention
+/// compute (FCP paper §3.5: with 4K blocks on Hopper, ~22 GB/s, 44% of a 50 GB/s NIC).
+pub fn overlap_bandwidth(
+    hw: &Hardware,
+    profile: &KernelProfile,
+    model: &Model,
+    block: u64,
+) -> Result<OverlapBandwidth, HardwareError> {
+    if block == 0 {
+        return Err(HardwareError::InvalidQuery(
+            "block must be at least 1 token".into(),
+        ));
+    }
+    let pairs = block as u128 * block as u128;
+    let query = KernelQuery {
+        pass: Pass::Fwd,
+        mask: Mask::Full,
+        head_dim: model.head_dim,
+        q_len: block,
+        kv_len: block,
+        varlen: false,
+    };
+    let compute_s = kernel_time_s(hw, profile, model, &query, pairs)? - hw.launch_overhead_s();
+    let kv_bytes = block * model.kv_bytes_per_token();
+    Ok(OverlapBandwidth {
+        block,
+        kv_bytes,
+        compute_s,
+        gbps: kv_bytes as f64 / compute_s / 1e9,
+    })
 }
 
 #[cfg(test)]
@@ -145,5 +194,19 @@ mod tests {
         };
         let e = tile_time_s(&hw, &prof, &m, Pass::Bwd, Mask::Causal, 10, 10, 55).unwrap_err();
         assert!(e.to_string().contains("no row for bwd causal hd 96"), "{e}");
+    }
+
+    #[test]
+    fn overlap_bandwidth_by_hand() {
+        let hw = Hardware::load("h100").unwrap();
+        let prof = hw.kernel_profile().unwrap();
+        let o = overlap_bandwidth(&hw, &prof, &llama70(), 4096).unwrap();
+        // 4096 tokens × 2 (K, V) × 8 heads × 128 × 2 bytes.
+        assert_eq!(o.kv_bytes, 16_777_216);
+        // 4 · 4096² · 128 · 64 FLOPs at the full-mask 4K row (677 TFLOP/s).
+        let want_s = 4.0 * 4096f64.powi(2) * 128.0 * 64.0 / 677e12;
+        assert!((o.compute_s - want_s).abs() < 1e-12, "{o:?}");
+        assert!((o.gbps - 16_777_216.0 / want_s / 1e9).abs() < 1e-9);
+        assert!(overlap_bandwidth(&hw, &prof, &llama70(), 0).is_err());
     }
 }

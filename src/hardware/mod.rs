@@ -16,7 +16,7 @@ mod kernel;
 mod network;
 mod profile;
 
-pub use cost::{kernel_time_s, tile_flops, tile_time_s};
+pub use cost::{kernel_time_s, overlap_bandwidth, tile_flops, tile_time_s, OverlapBandwidth};
 pub use error::HardwareError;
 pub use kernel::{Clamp, KernelLookup, KernelProfile, KernelQuery, KernelRow, LenKind, Pass};
 pub use network::{BusBw, Collective, NcclRow, NcclTable};

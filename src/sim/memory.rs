@@ -23,7 +23,10 @@ pub fn peak_bytes(plan: &Plan, model: &Model, passes: &[Pass]) -> Vec<u64> {
         let from = t.arrive_by.saturating_sub(1) as usize;
         let until = use_steps(plan, t.dst, &t.ranges, t.tensor)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
-        for slot in &mut live[t.dst as usize][from..=until.min(nsteps - 1)] {
+        // A plan may name a step past the last one; clamp, and never build a reversed range.
+        let until = until.min(nsteps - 1);
+        let from = from.min(until);
+        for slot in &mut live[t.dst as usize][from..=until] {
             *slot += bytes;
         }
     }

@@ -1,0 +1,91 @@
+//! `fcp compare`: plan and simulate several schemes on the same batches, side by side.
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use fcp::planners::PlanContext;
+use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
+use fcp::sim::Simulator;
+
+use super::common::{BatchArgs, PassArg, ProfileArgs};
+
+/// Arguments of `fcp compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    batch: BatchArgs,
+    #[command(flatten)]
+    profile: ProfileArgs,
+    /// Schemes, comma-separated, each optionally with parameters (`ring,fcp:block=2048,coalesce=8`),
+    /// or `all`.
+    #[arg(long, default_value = "all")]
+    schemes: Vec<String>,
+    /// Number of batches (from the start of the packed trace).
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// Scheme entry the speedup column is measured against (default: the first).
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Passes: fwd (inference), bwd, or both (training).
+    #[arg(long, value_enum, default_value_t = PassArg::Both)]
+    pass: PassArg,
+    /// Print a JSON list: one object per scheme with `scheme` and the mean of every plan metric.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV.
+    #[arg(long)]
+    csv: bool,
+}
+
+pub fn run(a: CompareArgs) -> Result<()> {
+    let schemes = parse_scheme_list(&a.schemes)?;
+    if let Some(b) = &a.baseline {
+        if !schemes.contains(b) {
+            bail!(
+                "--baseline `{b}` is not one of the compared schemes ({})",
+                schemes.join(", ")
+            );
+        }
+    }
+    if a.batches == 0 {
+        bail!("--batches must be at least 1");
+    }
+    let (hw, model) = a.profile.load()?;
+    let packed = a.batch.load()?;
+    let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
+    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let ctx = PlanContext {
+        ranks: a.batch.ranks,
+        tokens_per_rank: a.batch.tokens_per_rank,
+        mask: a.batch.mask.into(),
+        model: &model,
+        hardware: &hw,
+    };
+    let opts = CompareOptions {
+        schemes: schemes.clone(),
+        baseline: a.baseline.clone(),
+        pass: a.pass.into(),
+    };
+    let rows = compare(&batches, &ctx, &sim, &opts);
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if a.csv {
+        out!("{}", compare_csv(&rows));
+    } else {
+        outln!(
+            "{} batch(es) · {} ranks × {} tokens · {} / {} · {} · pass {}",
+            batches.len(),
+            a.batch.ranks,
+            a.batch.tokens_per_rank,
+            hw.name,
+            model.name,
+            a.batch.mask_name(),
+            fcp::sim::PassSel::from(a.pass).name()
+        );
+        out!(
+            "{}",
+            compare_table(&rows, a.baseline.as_deref().unwrap_or(&schemes[0]))
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! Plan and simulate several schemes on the same batches, side by side.
+
+use serde::Serialize;
+
+use crate::planners::{planner_for, PlanContext, SchemeError, SCHEMES};
+use crate::sim::{PassSel, PlanMetrics, Simulator};
+use crate::trace::Batch;
+
+use super::stats::{mean, percentile};
+
+/// What to compare.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// Scheme entries as given (`ring`, `fcp:block=2048,coalesce=8`).
+    pub schemes: Vec<String>,
+    /// Entry the speedup column is measured against (default: the first).
+    pub baseline: Option<String>,
+    /// Passes to simulate.
+    pub pass: PassSel,
+}
+
+/// One scheme's results over the batches: means of every plan metric, their 95th percentiles,
+/// and the speedup against the baseline. A scheme that cannot run a batch keeps its row, with
+/// the reason in `error`, so one bad scheme never stops a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareRow {
+    /// The entry as given.
+    pub scheme: String,
+    /// Batches simulated.
+    pub batches: usize,
+    /// Means over batches.
+    #[serde(flatten)]
+    pub mean: Option<PlanMetrics>,
+    /// 95th percentiles over batches.
+    pub p95: Option<PlanMetrics>,
+    /// Baseline mean attention time / this scheme's mean attention time.
+    pub speedup: Option<f64>,
+    /// Why the scheme produced no result.
+    pub error: Option<String>,
+}
+
+/// Expand `all` and split a comma-separated list whose entries may carry `key=value`
+/// parameters: a token with `=` and no `:` continues the previous entry's parameters, so
+/// `ring,fcp:block=2048,coalesce=8,zigzag` is three entries.
+pub fn parse_scheme_list(lists: &[String]) -> Result<Vec<String>, SchemeError> {
+    let mut out: Vec<String> = Vec::new();
+    for list in lists {
+        for tok in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            if tok == "all" {
+                out.extend(SCHEMES.iter().map(|s| s.to_string()));
+            } else if tok.contains('=') && !tok.contains(':') {
+                match out.last_mut() {
+                    Some(prev) if prev.contains(':') => {
+                        prev.push(',');
+                        prev.push_str(tok);
+                    }
+                    _ => {
+                        return Err(SchemeError::BadParam {
+                            scheme: tok.to_string(),
+                            message: "a parameter must follow `scheme:`".into(),
+                        })
+                    }
+                }
+            } else {
+                out.push(tok.to_string());
+            }
+        }
+    }
+    // Resolve every entry up front so a typo fails fast with the list of known schemes.
+    for s in &out {
+        planner_for(s)?;
+    }
+    Ok(out)
+}
+
+fn aggregate(all: &[PlanMetrics], f: impl Fn(&[f64]) -> f64) -> PlanMetrics {
+    let col = |g: &dyn Fn(&PlanMetrics) -> f64| f(&all.iter().map(g).collect::<Vec<_>>());
+    PlanMetrics {
+        attention_time_ms: col(&|m| m.attention_time_ms),
+        mem_max_bytes: col(&|m| m.mem_max_bytes as f64).round() as u64,
+        compute_imbalance: col(&|m| m.compute_imbalance),
+        comm_imbalance: col(&|m| m.comm_imbalance),
+        max_over_mean: col(&|m| m.max_over_mean),
+        comm_bytes_total: col(&|m| m.comm_bytes_total as f64).round() as u64,
+        mfu: col(&|m| m.mfu),
+        lower_bound_ms: col(&|m| m.lower_bound_ms),
+        vs_lower_bound: col(&|m| m.vs_lower_bound),
+    }
+}
+
+/// Plan and simulate every scheme on every batch.
+pub fn compare(
+    batches: &[Batch],
+    ctx: &PlanContext<'_>,
+    sim: &Simulator,
+    opts: &CompareOptions,
+) -> Vec<CompareRow> {
+    let mut rows: Vec<CompareRow> = opts
+        .schemes
+        .iter()
+        .map(|entry| {
+            let run = || -> Result<Vec<PlanMetrics>, String> {
+                let planner = planner_for(entry).map_err(|e| e.to_string())?;
+                batches
+                    .iter()
+                    .map(|b| {
+                        let plan = planner
+                            .plan(b, ctx)
+                            .map_err(|e| format!("batch {}: {e}", b.index))?;
+                        sim.simulate(&plan, opts.pass)
+                            .map(|r| r.metrics)
+                            .map_err(|e| format!("batch {}: {e}", b.index))
+                    })
+                    .collect()
+            };
+            match run() {
+                Ok(all) => CompareRow {
+                    scheme: entry.clone(),
+                    batches: all.len(),
+                    mean: Some(aggregate(&all, mean)),
+                    p95: Some(aggregate(&all, |v| percentile(v, 95.0))),
+                    speedup: None,
+                    error: None,
+                },
+                Err(e) => CompareRow {
+                    scheme: entry.clone(),
+                    batches: 0,
+                    mean: None,
+                    p95: None,
+                    speedup: None,
+                    error: Some(e),
+                },
+            }
+        })
+        .collect();
+    let base_name = opts
+        .baseline
+        .clone()
+        .or_else(|| opts.schemes.first().cloned());
+    let base = rows
+        .iter()
+        .find(|r| Some(&r.scheme) == base_name.as_ref())
+        .and_then(|r| r.mean.as_ref())
+        .map(|m| m.attention_time_ms);
+    for r in &mut rows {
+        if let (Some(b), Some(m)) = (base, &r.mean) {
+            if m.attention_time_ms > 0.0 {
+                r.speedup = Some(b / m.attention_time_ms);
+            }
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_stay_with_their_scheme() {
+        let l = parse_scheme_list(&["ring,zigzag".into()]).unwrap();
+        assert_eq!(l, vec!["ring", "zigzag"]);
+        let all = parse_scheme_list(&["all".into()]).unwrap();
+        assert_eq!(all, SCHEMES);
+        assert!(parse_scheme_list(&["ring,block=3".into()]).is_err());
+        assert!(parse_scheme_list(&["ring,nope".into()]).is_err());
+    }
+}

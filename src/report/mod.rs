@@ -1,0 +1,9 @@
+//! Comparing schemes and rendering results for people (tables) and programs (JSON, CSV).
+
+mod compare;
+mod stats;
+mod table;
+
+pub use compare::{compare, parse_scheme_list, CompareOptions, CompareRow};
+pub use stats::{mean, percentile};
+pub use table::{compare_csv, compare_table, human_bytes};

@@ -1,0 +1,99 @@
+//! Text renderings of comparison rows.
+
+use super::compare::CompareRow;
+
+/// Human-readable byte count (KiB, MiB, GiB).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
+pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
+    let mut s = format!(
+        "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9}\n",
+        "scheme",
+        "time_ms",
+        "p95_ms",
+        "speedup",
+        "MFU",
+        "comp_im",
+        "comm_im",
+        "vs_LB",
+        "comm/batch",
+        "peak_mem",
+        "max/mean"
+    );
+    for r in rows {
+        match (&r.mean, &r.p95) {
+            (Some(m), Some(p)) => s.push_str(&format!(
+                "{:<24} {:>10.3} {:>10.3} {:>7.2}× {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3}\n",
+                r.scheme,
+                m.attention_time_ms,
+                p.attention_time_ms,
+                r.speedup.unwrap_or(f64::NAN),
+                100.0 * m.mfu,
+                m.compute_imbalance,
+                m.comm_imbalance,
+                m.vs_lower_bound,
+                human_bytes(m.comm_bytes_total),
+                human_bytes(m.mem_max_bytes),
+                m.max_over_mean
+            )),
+            _ => s.push_str(&format!(
+                "{:<24} cannot run: {}\n",
+                r.scheme,
+                r.error.as_deref().unwrap_or("unknown error")
+            )),
+        }
+    }
+    s.push_str(&format!(
+        "(means over batches; speedup = {baseline}'s mean attention time / the scheme's)\n"
+    ));
+    s
+}
+
+/// CSV with one row per scheme: the mean of every plan metric, p95 attention time, speedup,
+/// and the error (empty when the scheme ran).
+pub fn compare_csv(rows: &[CompareRow]) -> String {
+    let mut s = String::from(
+        "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,error\n",
+    );
+    for r in rows {
+        let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
+        match (&r.mean, &r.p95) {
+            (Some(m), Some(p)) => s.push_str(&format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},\n",
+                q(&r.scheme),
+                r.batches,
+                m.attention_time_ms,
+                p.attention_time_ms,
+                r.speedup.map_or(String::new(), |x| x.to_string()),
+                m.mfu,
+                m.compute_imbalance,
+                m.comm_imbalance,
+                m.max_over_mean,
+                m.comm_bytes_total,
+                m.mem_max_bytes,
+                m.lower_bound_ms,
+                m.vs_lower_bound
+            )),
+            _ => s.push_str(&format!(
+                "{},0,,,,,,,,,,,,{}\n",
+                q(&r.scheme),
+                q(r.error.as_deref().unwrap_or(""))
+            )),
+        }
+    }
+    s
+}

@@ -1,0 +1,233 @@
+//! End-to-end: `fcp simulate`, `fcp compare`, `fcp hw overlap-bandwidth`.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn fcp() -> Command {
+    Command::cargo_bin("fcp").expect("binary built")
+}
+
+fn plan(dir: &Path, scheme: &str, ranks: u32) -> PathBuf {
+    let out = dir.join(format!("{scheme}-{ranks}.json"));
+    fcp()
+        .args(["plan", "--scheme", scheme, "--ranks", &ranks.to_string()])
+        .args(["--tokens-per-rank", "8192", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+fn json(cmd: &mut Command) -> Value {
+    let out = cmd.assert().success().get_output().stdout.clone();
+    serde_json::from_slice(&out).expect("valid JSON")
+}
+
+const PLAN_KEYS: &[&str] = &[
+    "attention_time_ms",
+    "mem_max_bytes",
+    "compute_imbalance",
+    "comm_imbalance",
+    "max_over_mean",
+    "comm_bytes_total",
+    "mfu",
+    "lower_bound_ms",
+    "vs_lower_bound",
+];
+const RANK_KEYS: &[&str] = &[
+    "rank",
+    "compute_ms",
+    "comm_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+    "flops",
+    "bytes_sent",
+    "bytes_recv",
+    "tokens",
+    "mem_bytes",
+];
+
+#[test]
+fn simulate_json_has_every_metric_and_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 4);
+    let run = || {
+        fcp()
+            .args(["simulate", "--json"])
+            .arg(&p)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    let a = run();
+    assert_eq!(a, run(), "same plan, same bytes");
+    let v: Value = serde_json::from_slice(&a).unwrap();
+    for k in PLAN_KEYS {
+        assert!(v[k].is_number(), "missing {k}");
+    }
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 4);
+    for k in RANK_KEYS {
+        assert!(ranks[0][k].is_number(), "missing rank key {k}");
+    }
+    assert!(v["vs_lower_bound"].as_f64().unwrap() >= 1.0);
+}
+
+#[test]
+fn inference_is_cheaper_than_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "ring", 4);
+    let t = |pass: &str| {
+        json(fcp().args(["simulate", "--json", "--pass", pass]).arg(&p))["attention_time_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    let (f, b, both) = (t("fwd"), t("bwd"), t("both"));
+    assert!(f < b && b < both, "{f} {b} {both}");
+    assert!((f + b - both).abs() < 1e-9);
+}
+
+#[test]
+fn compare_all_lists_every_scheme_with_a_speedup() {
+    let rows = json(fcp().args([
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--schemes",
+        "all",
+        "--batches",
+        "2",
+        "--json",
+    ]));
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["scheme"].as_str().unwrap()).collect();
+    for s in fcp::planners::SCHEMES {
+        assert!(names.contains(s), "{s} missing from {names:?}");
+    }
+    for r in rows {
+        for k in PLAN_KEYS {
+            assert!(r[k].is_number(), "{}: missing {k}", r["scheme"]);
+        }
+        assert!(r["speedup"].is_number());
+    }
+    assert_eq!(rows[0]["speedup"].as_f64(), Some(1.0));
+}
+
+#[test]
+fn compare_keeps_parameters_with_their_scheme_and_writes_csv() {
+    let out = fcp()
+        .args([
+            "compare",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "4096",
+            "--batches",
+            "1",
+        ])
+        .args(["--schemes", "zigzag,ring", "--baseline", "ring", "--csv"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("scheme,batches,attention_time_ms"));
+    assert_eq!(lines.len(), 3);
+    assert!(lines[2].starts_with("\"ring\",1,"));
+}
+
+#[test]
+fn bad_simulation_inputs_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "ring", 2);
+    fcp()
+        .args(["simulate", "--hardware", "tpu9"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown hardware"));
+    fcp()
+        .args(["simulate", "--model", "mha-16"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("plan again with --model"));
+    // A model whose head dimension the kernel profile has no row for.
+    let odd = dir.path().join("odd.toml");
+    std::fs::write(
+        &odd,
+        "name = \"odd\"\nq_heads = 64\nkv_heads = 8\nhead_dim = 96\ndtype_bytes = 2\n",
+    )
+    .unwrap();
+    let p96 = dir.path().join("p96.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "4096",
+            "--model",
+        ])
+        .arg(&odd)
+        .arg("-o")
+        .arg(&p96)
+        .assert()
+        .success();
+    fcp()
+        .args(["simulate", "--model"])
+        .arg(&odd)
+        .arg(&p96)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no row"));
+    // A corrupt plan: structurally invalid.
+    let mut bad = fcp::Plan::load(&p).unwrap();
+    bad.ranks[0].steps[0].tasks.clear();
+    bad.save(&p).unwrap();
+    fcp()
+        .arg("simulate")
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a valid plan"));
+    fcp()
+        .args(["compare", "--ranks", "2", "--schemes", "ring,warp"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown scheme `warp`"));
+}
+
+#[test]
+fn overlap_bandwidth_reports_gbps() {
+    let v = json(fcp().args([
+        "hw",
+        "overlap-bandwidth",
+        "--hardware",
+        "h100",
+        "--block",
+        "4096",
+        "--json",
+    ]));
+    let g = v["gbps"].as_f64().unwrap();
+    // FCP §3.5: ~22 GB/s for 4K blocks on Hopper with Llama-3-70B.
+    assert!((15.0..30.0).contains(&g), "{g}");
+    let small = json(fcp().args(["hw", "overlap-bandwidth", "--block", "1024", "--json"]))["gbps"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        small > 2.0 * g,
+        "smaller blocks need more bandwidth: {small} vs {g}"
+    );
+}
