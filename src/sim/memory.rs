@@ -5,10 +5,11 @@ use crate::hardware::Pass;
 use crate::model::Model;
 use crate::plan::{Plan, TokenRange, TransferTensor};
 
-use super::program::{bytes_of, grad_bytes, use_steps};
+use super::index::PlanIndex;
+use super::program::{bytes_of, grad_bytes};
 
 /// Peak bytes on each rank over the given passes.
-pub fn peak_bytes(plan: &Plan, model: &Model, passes: &[Pass]) -> Vec<u64> {
+pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) -> Vec<u64> {
     let dtype = model.dtype_bytes.max(1) as u64;
     let gb = grad_bytes(plan, model);
     let n = plan.ranks.len();
@@ -21,7 +22,8 @@ pub fn peak_bytes(plan: &Plan, model: &Model, passes: &[Pass]) -> Vec<u64> {
         }
         let bytes = bytes_of(t, plan, model);
         let from = t.arrive_by.saturating_sub(1) as usize;
-        let until = use_steps(plan, t.dst, &t.ranges, t.tensor)
+        let until = idx
+            .use_steps(t.dst, &t.ranges, t.tensor)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
         // A plan may name a step past the last one; clamp, and never build a reversed range.
         let until = until.min(nsteps - 1);

@@ -8,6 +8,7 @@ use crate::plan::{imbalance, max_over_mean, Plan, TokenRange};
 
 use super::compute::ComputeModel;
 use super::engine::PassOutcome;
+use super::index::PlanIndex;
 use super::memory::peak_bytes;
 use super::PassSel;
 
@@ -99,13 +100,14 @@ pub fn lower_bound_ms(
 
 pub(super) fn report(
     plan: &Plan,
+    idx: &PlanIndex,
     hw: &Hardware,
     model: &Model,
     passes: PassSel,
     outcomes: &[PassOutcome],
     lower_bound_ms: f64,
 ) -> SimReport {
-    let mem = peak_bytes(plan, model, passes.passes());
+    let mem = peak_bytes(plan, idx, model, passes.passes());
     let attention_ns: u64 = outcomes.iter().map(|o| o.end_ns).sum();
     let ranks: Vec<RankMetrics> = plan
         .ranks

@@ -7,6 +7,7 @@
 
 mod compute;
 mod engine;
+mod index;
 mod memory;
 mod metrics;
 mod network;
@@ -122,17 +123,19 @@ impl Simulator {
         }
         let mut cm = self.compute_model();
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
+        let idx = index::PlanIndex::new(plan);
         let mut outcomes = Vec::new();
         for &pass in passes.passes() {
             let program = match pass {
-                Pass::Fwd => Program::forward(plan, &self.model, &mut cm)?,
-                Pass::Bwd => Program::backward(plan, &self.model, &mut cm)?,
+                Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
+                Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
             };
             outcomes.push(engine::run(&program, &self.net, &coll)?);
         }
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
         Ok(metrics::report(
             plan,
+            &idx,
             &self.hw,
             &self.model,
             passes,

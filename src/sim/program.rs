@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use crate::hardware::{HardwareError, Pass};
 use crate::model::Model;
-use crate::plan::{transfer_bytes, Plan, TokenRange, Transfer, TransferKind, TransferTensor};
+use crate::plan::{transfer_bytes, Plan, Transfer, TransferKind, TransferTensor};
 
 use super::compute::ComputeModel;
+use super::index::PlanIndex;
 
 /// Compute of one step on one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -128,44 +129,6 @@ fn step_costs(
         .collect()
 }
 
-/// First and last step on `rank` whose tasks read any of `ranges` as `tensor` (Q or K/V).
-pub(super) fn use_steps(
-    plan: &Plan,
-    rank: u32,
-    ranges: &[TokenRange],
-    tensor: TransferTensor,
-) -> Option<(u32, u32)> {
-    let mut first: Option<u32> = None;
-    let mut last: Option<u32> = None;
-    for (s, st) in plan.ranks[rank as usize].steps.iter().enumerate() {
-        let used = st.tasks.iter().any(|t| {
-            let r = if tensor == TransferTensor::Q {
-                &t.q
-            } else {
-                &t.kv
-            };
-            ranges
-                .iter()
-                .any(|x| x.doc == r.doc && x.start < r.end && r.start < x.end)
-        });
-        if used {
-            first.get_or_insert(s as u32);
-            last = Some(s as u32);
-        }
-    }
-    first.zip(last)
-}
-
-/// Whether `rank` owns all of `ranges` (otherwise sending them forwards received data).
-fn owns_all(plan: &Plan, rank: u32, ranges: &[TokenRange]) -> bool {
-    let owned = &plan.ranks[rank as usize].owned;
-    ranges.iter().all(|r| {
-        owned
-            .iter()
-            .any(|o| o.doc == r.doc && o.start <= r.start && r.end <= o.end)
-    })
-}
-
 pub(super) fn bytes_of(t: &Transfer, plan: &Plan, model: &Model) -> u64 {
     transfer_bytes(
         t.tensor,
@@ -263,6 +226,7 @@ impl Program {
     /// The forward pass exactly as planned.
     pub fn forward(
         plan: &Plan,
+        idx: &PlanIndex,
         model: &Model,
         cm: &mut ComputeModel<'_>,
     ) -> Result<Program, HardwareError> {
@@ -278,7 +242,7 @@ impl Program {
                 bytes: bytes_of(t, plan, model),
                 issue_at: t.issue_at,
                 need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
-                forwards: t.tensor != TransferTensor::Out && !owns_all(plan, t.src, &t.ranges),
+                forwards: t.tensor != TransferTensor::Out && !idx.owns_all(t.src, &t.ranges),
             })
             .collect();
         let (flows, collectives) = group(pieces);
@@ -302,6 +266,7 @@ impl Program {
     ///   size), needed before the first step that computes those queries.
     pub fn backward(
         plan: &Plan,
+        idx: &PlanIndex,
         model: &Model,
         cm: &mut ComputeModel<'_>,
     ) -> Result<Program, HardwareError> {
@@ -320,9 +285,10 @@ impl Program {
                         bytes,
                         issue_at: t.issue_at,
                         need_by: Some(t.arrive_by),
-                        forwards: !owns_all(plan, t.src, &t.ranges),
+                        forwards: !idx.owns_all(t.src, &t.ranges),
                     });
-                    let done = use_steps(plan, t.dst, &t.ranges, t.tensor)
+                    let done = idx
+                        .use_steps(t.dst, &t.ranges, t.tensor)
                         .map_or(t.arrive_by, |(_, last)| last + 1);
                     let kind = match t.kind {
                         TransferKind::AllGather => TransferKind::ReduceScatter,
@@ -341,7 +307,8 @@ impl Program {
                     });
                 }
                 TransferTensor::Out => {
-                    let first = use_steps(plan, t.src, &t.ranges, TransferTensor::Q)
+                    let first = idx
+                        .use_steps(t.src, &t.ranges, TransferTensor::Q)
                         .map_or(0, |(first, _)| first);
                     pieces.push(Piece {
                         kind: t.kind,

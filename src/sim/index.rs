@@ -1,0 +1,151 @@
+//! Indexes over a plan that the simulator queries once per transfer: which steps of a rank read
+//! a range, and whether a rank owns a range. Built once per plan so a query costs a binary
+//! search instead of a scan over every task.
+
+use std::collections::HashMap;
+
+use crate::plan::{Plan, TokenRange, TransferTensor};
+
+/// Ranges read (or owned) on one rank, per document, sorted by start.
+#[derive(Default)]
+struct Runs {
+    /// (start, end, step) sorted by start.
+    runs: Vec<(u64, u64, u32)>,
+    /// Longest run, to bound the search for overlaps.
+    max_len: u64,
+}
+
+impl Runs {
+    fn finish(&mut self) {
+        self.runs.sort_unstable();
+        self.max_len = self.runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
+    }
+
+    /// Runs overlapping `[start, end)`.
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &(u64, u64, u32)> {
+        let lo = self.runs.partition_point(|r| r.0 + self.max_len <= start);
+        let hi = self.runs.partition_point(|r| r.0 < end);
+        self.runs[lo..hi.max(lo)]
+            .iter()
+            .filter(move |r| r.1 > start)
+    }
+}
+
+/// Per rank and document: the query ranges and key/value ranges its tasks read, with their
+/// steps, and the ranges it owns.
+pub struct PlanIndex {
+    q: Vec<HashMap<u32, Runs>>,
+    kv: Vec<HashMap<u32, Runs>>,
+    owned: Vec<HashMap<u32, Runs>>,
+}
+
+impl PlanIndex {
+    /// Index `plan`.
+    pub fn new(plan: &Plan) -> Self {
+        let n = plan.ranks.len();
+        let mut q: Vec<HashMap<u32, Runs>> = (0..n).map(|_| HashMap::new()).collect();
+        let mut kv = q.iter().map(|_| HashMap::new()).collect::<Vec<_>>();
+        let mut owned = q.iter().map(|_| HashMap::new()).collect::<Vec<_>>();
+        for (r, rp) in plan.ranks.iter().enumerate() {
+            for (s, st) in rp.steps.iter().enumerate() {
+                for t in &st.tasks {
+                    q[r].entry(t.q.doc)
+                        .or_insert_with(Runs::default)
+                        .runs
+                        .push((t.q.start, t.q.end, s as u32));
+                    kv[r]
+                        .entry(t.kv.doc)
+                        .or_insert_with(Runs::default)
+                        .runs
+                        .push((t.kv.start, t.kv.end, s as u32));
+                }
+            }
+            for o in &rp.owned {
+                owned[r]
+                    .entry(o.doc)
+                    .or_insert_with(Runs::default)
+                    .runs
+                    .push((o.start, o.end, 0));
+            }
+        }
+        for m in q.iter_mut().chain(kv.iter_mut()).chain(owned.iter_mut()) {
+            for runs in m.values_mut() {
+                runs.finish();
+            }
+        }
+        PlanIndex { q, kv, owned }
+    }
+
+    /// First and last step on `rank` whose tasks read any of `ranges` as queries (`Q`) or as
+    /// keys/values (otherwise).
+    pub fn use_steps(
+        &self,
+        rank: u32,
+        ranges: &[TokenRange],
+        tensor: TransferTensor,
+    ) -> Option<(u32, u32)> {
+        let map = if tensor == TransferTensor::Q {
+            &self.q[rank as usize]
+        } else {
+            &self.kv[rank as usize]
+        };
+        let mut span: Option<(u32, u32)> = None;
+        for r in ranges {
+            if let Some(runs) = map.get(&r.doc) {
+                for &(_, _, s) in runs.overlapping(r.start, r.end) {
+                    span = Some(span.map_or((s, s), |(a, b)| (a.min(s), b.max(s))));
+                }
+            }
+        }
+        span
+    }
+
+    /// Whether `rank` owns every token of `ranges`.
+    pub fn owns_all(&self, rank: u32, ranges: &[TokenRange]) -> bool {
+        ranges.iter().all(|r| {
+            self.owned[rank as usize].get(&r.doc).is_some_and(|runs| {
+                let mut pos = r.start;
+                for &(s, e, _) in runs.overlapping(r.start, r.end) {
+                    if s > pos {
+                        return false;
+                    }
+                    pos = pos.max(e);
+                }
+                pos >= r.end
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mask;
+    use crate::planners::testing::with_ctx;
+    use crate::planners::{Planner, Zigzag};
+    use crate::trace::Batch;
+
+    #[test]
+    fn index_agrees_with_a_scan() {
+        let plan = with_ctx(4, Mask::Causal, |c| {
+            Zigzag.plan(&Batch::new(0, vec![100, 7, 33]), c)
+        })
+        .unwrap();
+        let idx = PlanIndex::new(&plan);
+        for t in &plan.transfers {
+            let mut scan: Option<(u32, u32)> = None;
+            for (s, st) in plan.ranks[t.dst as usize].steps.iter().enumerate() {
+                if st.tasks.iter().any(|x| {
+                    t.ranges
+                        .iter()
+                        .any(|r| r.doc == x.kv.doc && r.start < x.kv.end && x.kv.start < r.end)
+                }) {
+                    let s = s as u32;
+                    scan = Some(scan.map_or((s, s), |(a, b)| (a.min(s), b.max(s))));
+                }
+            }
+            assert_eq!(idx.use_steps(t.dst, &t.ranges, t.tensor), scan);
+            assert!(idx.owns_all(t.src, &t.ranges) == (t.arrive_by == 1));
+        }
+    }
+}
