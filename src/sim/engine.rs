@@ -55,7 +55,6 @@ struct FlowRt {
     state: FlowState,
     remaining: f64,
     rate: f64,
-    version: u64,
     issued: u64,
     done: u64,
 }
@@ -65,7 +64,8 @@ enum Ev {
     StepEnd(u32),
     CollEnd(usize),
     FlowActive(usize),
-    FlowDone(usize, u64),
+    /// The earliest active flow finishes; stale when the epoch has moved on.
+    FlowsDone(u64),
 }
 
 struct RankRt {
@@ -147,7 +147,6 @@ pub fn run(
             state: FlowState::Waiting,
             remaining: f.bytes as f64,
             rate: 0.0,
-            version: 0,
             issued: 0,
             done: 0,
         })
@@ -157,6 +156,7 @@ pub fn run(
     let mut active: Vec<usize> = Vec::new();
     let mut last_rate_update = 0u64;
     let mut active_changed = false;
+    let mut epoch = 0u64;
 
     // Ranks whose readiness must be re-examined at the current instant.
     let mut dirty: Vec<u32> = (0..n as u32).collect();
@@ -232,13 +232,20 @@ pub fn run(
                             active_changed = true;
                         }
                     }
-                    Ev::FlowDone(i, v) => {
-                        if flows[i].state == FlowState::Active && flows[i].version == v {
+                    Ev::FlowsDone(e) => {
+                        if e == epoch {
                             drain(&active, &mut flows, now, &mut last_rate_update);
-                            flows[i].remaining = 0.0;
-                            active.retain(|&x| x != i);
+                            // Every flow whose bytes are drained by now (ETAs are rounded up
+                            // to whole nanoseconds, so the earliest one is at or below zero).
+                            let (done, still): (Vec<usize>, Vec<usize>) = active
+                                .iter()
+                                .partition(|&&i| flows[i].remaining <= flows[i].rate * 1e-3);
+                            active = still;
+                            for i in done {
+                                flows[i].remaining = 0.0;
+                                finish_flow(i, now, p, &mut flows, &mut ranks, &mut dirty);
+                            }
                             active_changed = true;
-                            finish_flow(i, now, p, &mut flows, &mut ranks, &mut dirty);
                         }
                     }
                 }
@@ -256,16 +263,18 @@ pub fn run(
                 .map(|&i| net.ports(p.flows[i].src, p.flows[i].dst))
                 .collect();
             let rates = max_min_rates(net, &ports);
+            epoch += 1;
+            let mut next: Option<u64> = None;
             for (k, &i) in active.iter().enumerate() {
                 let f = &mut flows[i];
                 f.rate = rates[k];
-                f.version += 1;
-                let eta = if f.rate > 0.0 {
-                    (f.remaining / f.rate).ceil().max(0.0) as u64
-                } else {
-                    u64::MAX / 4
-                };
-                heap.push(Reverse((now + eta, Ev::FlowDone(i, f.version))));
+                if f.rate > 0.0 {
+                    let eta = (f.remaining / f.rate).ceil().max(0.0) as u64;
+                    next = Some(next.map_or(eta, |n: u64| n.min(eta)));
+                }
+            }
+            if let Some(eta) = next {
+                heap.push(Reverse((now + eta, Ev::FlowsDone(epoch))));
             }
         }
         match heap.peek() {

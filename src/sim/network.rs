@@ -114,38 +114,39 @@ pub fn max_min_rates(net: &Network, ports: &[[usize; 2]]) -> Vec<f64> {
     if ports.is_empty() {
         return rates;
     }
-    let mut by_port: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    // Ports in use, densely renumbered; flows of each port.
+    let mut ids: Vec<usize> = ports.iter().flatten().copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let slot = |p: usize| ids.binary_search(&p).unwrap_or(0);
+    let mut flows_of: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
     for (f, ps) in ports.iter().enumerate() {
         for &p in ps {
-            by_port.entry(p).or_default().push(f);
+            flows_of[slot(p)].push(f);
         }
     }
-    let mut remaining: std::collections::HashMap<usize, (f64, usize)> = by_port
-        .iter()
-        .map(|(&p, fs)| (p, (net.capacity(p), fs.len())))
-        .collect();
-    let mut heap: BinaryHeap<Share> = remaining
-        .iter()
-        .map(|(&p, &(cap, n))| Share(cap / n as f64, p))
+    let mut cap: Vec<f64> = ids.iter().map(|&p| net.capacity(p)).collect();
+    let mut count: Vec<usize> = flows_of.iter().map(Vec::len).collect();
+    let mut heap: BinaryHeap<Share> = (0..ids.len())
+        .map(|k| Share(cap[k] / count[k] as f64, k))
         .collect();
     let mut fixed = vec![false; ports.len()];
-    while let Some(Share(share, p)) = heap.pop() {
-        let (cap, n) = remaining[&p];
-        if n == 0 || (cap / n as f64 - share).abs() > 1e-12 * share.max(1.0) {
+    while let Some(Share(share, k)) = heap.pop() {
+        if count[k] == 0 || (cap[k] / count[k] as f64 - share).abs() > 1e-12 * share.max(1.0) {
             continue; // stale entry
         }
-        for &f in &by_port[&p] {
+        for &f in &flows_of[k] {
             if fixed[f] {
                 continue;
             }
             fixed[f] = true;
             rates[f] = share;
             for &q in &ports[f] {
-                let e = remaining.get_mut(&q).expect("port of a flow");
-                e.0 = (e.0 - share).max(0.0);
-                e.1 -= 1;
-                if q != p && e.1 > 0 {
-                    heap.push(Share(e.0 / e.1 as f64, q));
+                let j = slot(q);
+                cap[j] = (cap[j] - share).max(0.0);
+                count[j] -= 1;
+                if j != k && count[j] > 0 {
+                    heap.push(Share(cap[j] / count[j] as f64, j));
                 }
             }
         }

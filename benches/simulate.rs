@@ -1,0 +1,65 @@
+//! Simulation speed: plans made once, then simulated (forward + backward) per iteration.
+//!
+//! `cargo bench --bench simulate`; the medians go into the issue notes. Planning time is
+//! measured by each planner's own bench.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+
+use fcp::hardware::Hardware;
+use fcp::plan::{Mask, Plan};
+use fcp::planners::{planner_for, PlanContext};
+use fcp::sim::{PassSel, Simulator};
+use fcp::trace::{generate, pack, PackMode, PackOptions, Source};
+use fcp::Model;
+
+/// The first batch of a wlb-llm trace packed for `ranks` × `tokens_per_rank`, planned by
+/// `scheme`.
+fn plan(scheme: &str, ranks: u32, tokens_per_rank: u64) -> Plan {
+    let hw = Hardware::load("h100").expect("bundled");
+    let model = Model::load("llama3-70b").expect("bundled");
+    let docs = (ranks as u64 * tokens_per_rank / 2000) as usize + 16;
+    let trace = generate(&Source::WlbLlm, docs, 1).expect("generate");
+    let packed = pack(
+        &trace,
+        &PackOptions {
+            mode: PackMode::Budget,
+            ranks,
+            tokens_per_rank,
+            context: None,
+        },
+    )
+    .expect("pack");
+    let ctx = PlanContext {
+        ranks,
+        tokens_per_rank,
+        mask: Mask::Causal,
+        model: &model,
+        hardware: &hw,
+    };
+    planner_for(scheme)
+        .expect("scheme")
+        .plan(&packed.batches[0], &ctx)
+        .expect("plan")
+}
+
+fn bench(c: &mut Criterion) {
+    let sim = Simulator::new(
+        Hardware::load("h100").expect("bundled"),
+        Model::load("llama3-70b").expect("bundled"),
+    )
+    .expect("simulator");
+    let cases: &[(&str, u32, u64)] = &[("zigzag", 16, 32768), ("ring", 64, 4096)];
+    for &(scheme, ranks, tpr) in cases {
+        let p = plan(scheme, ranks, tpr);
+        c.bench_function(&format!("simulate {scheme} {ranks}x{tpr}"), |b| {
+            b.iter(|| sim.simulate(&p, PassSel::Both).expect("simulate"))
+        });
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10);
+    targets = bench
+}
+criterion_main!(benches);
