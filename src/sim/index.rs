@@ -50,12 +50,12 @@ impl PlanIndex {
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
                     q[r].entry(t.q.doc)
-                        .or_insert_with(Runs::default)
+                        .or_default()
                         .runs
                         .push((t.q.start, t.q.end, s as u32));
                     kv[r]
                         .entry(t.kv.doc)
-                        .or_insert_with(Runs::default)
+                        .or_default()
                         .runs
                         .push((t.kv.start, t.kv.end, s as u32));
                 }
@@ -63,7 +63,7 @@ impl PlanIndex {
             for o in &rp.owned {
                 owned[r]
                     .entry(o.doc)
-                    .or_insert_with(Runs::default)
+                    .or_default()
                     .runs
                     .push((o.start, o.end, 0));
             }
