@@ -43,9 +43,8 @@ impl PlanIndex {
     /// Index `plan`.
     pub fn new(plan: &Plan) -> Self {
         let n = plan.ranks.len();
-        let mut q: Vec<HashMap<u32, Runs>> = (0..n).map(|_| HashMap::new()).collect();
-        let mut kv = q.iter().map(|_| HashMap::new()).collect::<Vec<_>>();
-        let mut owned = q.iter().map(|_| HashMap::new()).collect::<Vec<_>>();
+        let empty = || -> Vec<HashMap<u32, Runs>> { (0..n).map(|_| HashMap::new()).collect() };
+        let (mut q, mut kv, mut owned) = (empty(), empty(), empty());
         for (r, rp) in plan.ranks.iter().enumerate() {
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
