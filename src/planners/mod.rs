@@ -12,11 +12,13 @@ mod llama3;
 mod per_doc;
 mod ring;
 mod shard;
+mod ulysses;
 mod zigzag;
 
 pub use llama3::{Llama3, Llama3Contig};
 pub use per_doc::PerDoc;
 pub use ring::Ring;
+pub use ulysses::Ulysses;
 pub use zigzag::Zigzag;
 
 /// What every planner is given besides the batch.
@@ -50,7 +52,14 @@ pub trait Planner {
 }
 
 /// Names of all registered schemes, in the order `--schemes all` runs them.
-pub const SCHEMES: &[&str] = &["ring", "zigzag", "llama3", "llama3-contig", "per-doc"];
+pub const SCHEMES: &[&str] = &[
+    "ring",
+    "zigzag",
+    "llama3",
+    "llama3-contig",
+    "per-doc",
+    "ulysses",
+];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +215,10 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         "per-doc" => {
             no_params(&spec)?;
             Ok(Box::new(PerDoc))
+        }
+        "ulysses" => {
+            no_params(&spec)?;
+            Ok(Box::new(Ulysses))
         }
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
