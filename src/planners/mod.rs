@@ -9,6 +9,7 @@ use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
 mod llama3;
+mod magi;
 mod per_doc;
 mod ring;
 mod shard;
@@ -16,6 +17,7 @@ mod ulysses;
 mod zigzag;
 
 pub use llama3::{Llama3, Llama3Contig};
+pub use magi::Magi;
 pub use per_doc::PerDoc;
 pub use ring::Ring;
 pub use ulysses::Ulysses;
@@ -219,6 +221,14 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         "ulysses" => {
             no_params(&spec)?;
             Ok(Box::new(Ulysses))
+        }
+        "magi" => {
+            let mut p = spec.params_of(&["chunk", "degree"])?;
+            let d = Magi::default();
+            Ok(Box::new(Magi {
+                chunk: p.positive("chunk", d.chunk)?,
+                degree: p.positive("degree", d.degree)?,
+            }))
         }
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
