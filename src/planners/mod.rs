@@ -8,6 +8,7 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
+mod bytescale;
 mod llama3;
 mod magi;
 mod per_doc;
@@ -16,6 +17,7 @@ mod shard;
 mod ulysses;
 mod zigzag;
 
+pub use bytescale::ByteScale;
 pub use llama3::{Llama3, Llama3Contig};
 pub use magi::Magi;
 pub use per_doc::PerDoc;
@@ -221,6 +223,10 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         "ulysses" => {
             no_params(&spec)?;
             Ok(Box::new(Ulysses))
+        }
+        "bytescale" => {
+            no_params(&spec)?;
+            Ok(Box::new(ByteScale))
         }
         "magi" => {
             let mut p = spec.params_of(&["chunk", "degree"])?;
