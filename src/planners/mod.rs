@@ -15,6 +15,7 @@ mod per_doc;
 mod ring;
 mod shard;
 mod ulysses;
+mod wlb_llm;
 mod zigzag;
 
 pub use bytescale::ByteScale;
@@ -23,6 +24,7 @@ pub use magi::Magi;
 pub use per_doc::PerDoc;
 pub use ring::Ring;
 pub use ulysses::Ulysses;
+pub use wlb_llm::WlbLlm;
 pub use zigzag::Zigzag;
 
 /// What every planner is given besides the batch.
@@ -227,6 +229,10 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         "bytescale" => {
             no_params(&spec)?;
             Ok(Box::new(ByteScale))
+        }
+        "wlb-llm" => {
+            no_params(&spec)?;
+            Ok(Box::new(WlbLlm))
         }
         "magi" => {
             let mut p = spec.params_of(&["chunk", "degree"])?;
