@@ -40,13 +40,25 @@ fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) ->
     f(&ctx)
 }
 
-fn plan_with(scheme: &str, batch: &Batch, ranks: u32, mask: Mask) -> fcp::Plan {
-    with_ctx(ranks, mask, |ctx| {
+/// The plan, or `None` where the scheme cannot run the batch for a documented reason (Ulysses
+/// needs the query heads divisible by N); any other failure, or a refusal that does not say
+/// why, fails the test.
+fn plan_with(scheme: &str, batch: &Batch, ranks: u32, mask: Mask) -> Option<fcp::Plan> {
+    let result = with_ctx(ranks, mask, |ctx| {
         planner_for(scheme)
             .expect("registered scheme")
             .plan(batch, ctx)
-    })
-    .expect("planning succeeds")
+    });
+    match result {
+        Ok(plan) => Some(plan),
+        Err(e) if scheme == "ulysses" && e.to_string().contains("divisible by N") => None,
+        Err(e) => panic!("{scheme}: planning failed: {e}"),
+    }
+}
+
+/// CP sizes: the small ones often, and 16 (the acceptance set is {1, 2, 4, 8, 16}).
+fn ranks_strategy(max: u32) -> impl Strategy<Value = u32> {
+    prop_oneof![9 => 1u32..max, 1 => Just(16u32)]
 }
 
 proptest! {
@@ -55,13 +67,13 @@ proptest! {
     #[test]
     fn every_plan_verifies(
         lens in prop::collection::vec(doc_len(), 1..12),
-        ranks in 1u32..10,
+        ranks in ranks_strategy(10),
         causal in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
         for scheme in SCHEMES {
-            let plan = plan_with(scheme, &batch, ranks, mask);
+            let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };
             let v = verify(&plan);
             prop_assert!(v.is_empty(), "{scheme}: {v:?}");
             let opts = NumericOptions { max_rows_per_doc: 64, ..NumericOptions::default() };
@@ -79,7 +91,7 @@ proptest! {
     ) {
         let batch = Batch::new(0, lens);
         for scheme in SCHEMES {
-            let mut plan = plan_with(scheme, &batch, ranks, Mask::Causal);
+            let Some(mut plan) = plan_with(scheme, &batch, ranks, Mask::Causal) else { continue };
             let slots: Vec<(usize, usize, usize)> = plan
                 .ranks
                 .iter()
@@ -114,8 +126,8 @@ proptest! {
     ) {
         let batch = Batch::new(3, lens);
         for scheme in SCHEMES {
-            let a = plan_with(scheme, &batch, ranks, Mask::Causal);
-            let b = plan_with(scheme, &batch, ranks, Mask::Causal);
+            let Some(a) = plan_with(scheme, &batch, ranks, Mask::Causal) else { continue };
+            let b = plan_with(scheme, &batch, ranks, Mask::Causal).expect("deterministic");
             let text = a.to_json();
             prop_assert_eq!(&text, &b.to_json());
             let back = fcp::Plan::from_json(&text, "mem").unwrap();

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    allowed_pairs, Document, Mask, Plan, RankPlan, SchemeInfo, Step, Task, TokenRange, Transfer,
-    PLAN_VERSION,
+    allowed_pairs, Document, HeadRange, Mask, Plan, RankPlan, SchemeInfo, Step, Task, TokenRange,
+    Transfer, PLAN_VERSION,
 };
 use crate::planners::PlanContext;
 use crate::trace::Batch;
@@ -71,6 +71,14 @@ impl PlanBuilder {
         &self.plan.documents
     }
 
+    /// Record a parameter the scheme decided for this batch (e.g. the sharding WLB-LLM's
+    /// selector chose, or padding the authors' implementation would add), so the plan says how
+    /// it was made.
+    pub fn param(&mut self, key: &str, value: serde_json::Value) -> &mut Self {
+        self.plan.scheme.params.insert(key.to_string(), value);
+        self
+    }
+
     /// Declare a per-rank token cap the verifier must hold the plan to.
     pub fn memory_cap(&mut self, tokens: u64) -> &mut Self {
         self.plan.memory_cap_tokens = Some(tokens);
@@ -94,6 +102,19 @@ impl PlanBuilder {
     /// Add a task on `rank` in `step` unless the mask allows no pair in it. Returns whether the
     /// task was kept.
     pub fn task(&mut self, rank: u32, step: u32, q: TokenRange, kv: TokenRange) -> bool {
+        self.task_heads(rank, step, q, kv, None)
+    }
+
+    /// [`PlanBuilder::task`] restricted to query heads `heads` (absent = all), for head-parallel
+    /// schemes (Ulysses) and head-sliced pipelines (ring-flash-attention's llama3 varlen).
+    pub fn task_heads(
+        &mut self,
+        rank: u32,
+        step: u32,
+        q: TokenRange,
+        kv: TokenRange,
+        heads: Option<HeadRange>,
+    ) -> bool {
         if q.doc != kv.doc || allowed_pairs(self.plan.mask, q.start, q.end, kv.start, kv.end) == 0 {
             return false;
         }
@@ -101,7 +122,7 @@ impl PlanBuilder {
         if steps.len() <= step as usize {
             steps.resize(step as usize + 1, Step::default());
         }
-        steps[step as usize].tasks.push(Task { q, kv, heads: None });
+        steps[step as usize].tasks.push(Task { q, kv, heads });
         true
     }
 

@@ -8,11 +8,23 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
+mod bytescale;
+mod llama3;
+mod magi;
+mod per_doc;
 mod ring;
 mod shard;
+mod ulysses;
+mod wlb_llm;
 mod zigzag;
 
+pub use bytescale::ByteScale;
+pub use llama3::{Llama3, Llama3Contig};
+pub use magi::Magi;
+pub use per_doc::PerDoc;
 pub use ring::Ring;
+pub use ulysses::Ulysses;
+pub use wlb_llm::WlbLlm;
 pub use zigzag::Zigzag;
 
 /// What every planner is given besides the batch.
@@ -46,7 +58,14 @@ pub trait Planner {
 }
 
 /// Names of all registered schemes, in the order `--schemes all` runs them.
-pub const SCHEMES: &[&str] = &["ring", "zigzag"];
+pub const SCHEMES: &[&str] = &[
+    "ring",
+    "zigzag",
+    "llama3",
+    "llama3-contig",
+    "per-doc",
+    "ulysses",
+];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +121,58 @@ impl SchemeSpec {
     }
 }
 
+/// The parameters of one scheme entry, checked against the keys the scheme takes.
+#[derive(Debug)]
+struct Params {
+    scheme: String,
+    values: BTreeMap<String, String>,
+}
+
+impl SchemeSpec {
+    /// The entry's parameters, refusing keys outside `known` and repeated keys.
+    fn params_of(&self, known: &[&str]) -> Result<Params, SchemeError> {
+        let mut values = BTreeMap::new();
+        for (k, v) in &self.params {
+            let bad = |message: String| SchemeError::BadParam {
+                scheme: self.name.clone(),
+                message,
+            };
+            if !known.contains(&k.as_str()) {
+                return Err(bad(format!(
+                    "takes no parameter `{k}` (known: {})",
+                    known.join(", ")
+                )));
+            }
+            if values.insert(k.clone(), v.clone()).is_some() {
+                return Err(bad(format!("parameter `{k}` given twice")));
+            }
+        }
+        Ok(Params {
+            scheme: self.name.clone(),
+            values,
+        })
+    }
+}
+
+impl Params {
+    /// A positive integer parameter, `default` when absent.
+    fn positive<T>(&mut self, key: &str, default: T) -> Result<T, SchemeError>
+    where
+        T: std::str::FromStr + PartialOrd + From<u8>,
+    {
+        match self.values.remove(key) {
+            None => Ok(default),
+            Some(text) => match text.parse::<T>() {
+                Ok(v) if v >= T::from(1) => Ok(v),
+                _ => Err(SchemeError::BadParam {
+                    scheme: self.scheme.clone(),
+                    message: format!("`{key}` must be a positive integer, got `{text}`"),
+                }),
+            },
+        }
+    }
+}
+
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
 ///
 /// ```
@@ -136,6 +207,41 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
             no_params(&spec)?;
             Ok(Box::new(Zigzag))
         }
+        "llama3" => {
+            no_params(&spec)?;
+            Ok(Box::new(Llama3))
+        }
+        "llama3-contig" => {
+            let mut p = spec.params_of(&["heads_k_stride"])?;
+            let d = Llama3Contig::default();
+            Ok(Box::new(Llama3Contig {
+                heads_k_stride: p.positive("heads_k_stride", d.heads_k_stride)?,
+            }))
+        }
+        "per-doc" => {
+            no_params(&spec)?;
+            Ok(Box::new(PerDoc))
+        }
+        "ulysses" => {
+            no_params(&spec)?;
+            Ok(Box::new(Ulysses))
+        }
+        "bytescale" => {
+            no_params(&spec)?;
+            Ok(Box::new(ByteScale))
+        }
+        "wlb-llm" => {
+            no_params(&spec)?;
+            Ok(Box::new(WlbLlm))
+        }
+        "magi" => {
+            let mut p = spec.params_of(&["chunk", "degree"])?;
+            let d = Magi::default();
+            Ok(Box::new(Magi {
+                chunk: p.positive("chunk", d.chunk)?,
+                degree: p.positive("degree", d.degree)?,
+            }))
+        }
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
             known: SCHEMES.join(", "),
@@ -164,6 +270,40 @@ mod tests {
     fn unknown_scheme_is_named() {
         let err = planner_for("nope").err().unwrap();
         assert!(err.to_string().contains("unknown scheme `nope`"));
+    }
+
+    #[test]
+    fn scheme_params_are_checked() {
+        assert!(planner_for("llama3-contig:heads_k_stride=2").is_ok());
+        let e = planner_for("llama3-contig:stride=2")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("takes no parameter `stride` (known: heads_k_stride)"),
+            "{e}"
+        );
+        let e = planner_for("llama3-contig:heads_k_stride=0")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("`heads_k_stride` must be a positive integer, got `0`"),
+            "{e}"
+        );
+        let e = planner_for("llama3-contig:heads_k_stride=x")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("got `x`"), "{e}");
+        let e = planner_for("llama3-contig:heads_k_stride=1,heads_k_stride=2")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("given twice"), "{e}");
+        for name in SCHEMES {
+            assert!(planner_for(name).is_ok(), "{name}");
+        }
     }
 
     #[test]

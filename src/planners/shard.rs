@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{PlanBuilder, TokenRange, Transfer};
+use crate::plan::{HeadRange, PlanBuilder, TokenRange, Transfer, TransferKind, TransferTensor};
 use crate::trace::Batch;
 
 /// Cut `[0, len)` into `parts` contiguous pieces whose sizes differ by at most one token, with
@@ -71,6 +71,173 @@ pub fn cross_tasks(b: &mut PlanBuilder, rank: u32, step: u32, q: &[TokenRange], 
     }
 }
 
+/// The document ranges covering tokens `[start, end)` of the packed sequence (all documents of
+/// the batch back to back, in order). Schemes that shard the packed buffer regardless of
+/// document boundaries (Llama3 CP, Ulysses, MagiAttention) cut it with this.
+pub fn packed_ranges(doc_lens: &[u64], start: u64, end: u64) -> Vec<TokenRange> {
+    let mut out = Vec::new();
+    let mut offset = 0u64;
+    for (doc, &len) in doc_lens.iter().enumerate() {
+        let (s, e) = (start.max(offset), end.min(offset + len));
+        if s < e {
+            out.push(TokenRange::new(doc as u32, s - offset, e - offset));
+        }
+        offset += len;
+        if offset >= end {
+            break;
+        }
+    }
+    out
+}
+
+/// Own `ranges` on `rank` (in order) and return them, skipping empty ones and joining
+/// consecutive ranges that continue each other (two packed chunks that meet in the middle).
+pub fn own_all(b: &mut PlanBuilder, rank: u32, ranges: &[TokenRange]) -> Vec<TokenRange> {
+    let mut kept: Vec<TokenRange> = Vec::new();
+    for r in ranges.iter().filter(|r| !r.is_empty()) {
+        match kept.last_mut() {
+            Some(last) if last.doc == r.doc && last.end == r.start => last.end = r.end,
+            _ => kept.push(*r),
+        }
+    }
+    for r in &kept {
+        b.own(rank, *r);
+    }
+    kept
+}
+
+/// Sort ranges and merge those that touch or overlap (per document).
+pub fn merge_ranges(ranges: &[TokenRange]) -> Vec<TokenRange> {
+    let mut v: Vec<TokenRange> = ranges.iter().copied().filter(|r| !r.is_empty()).collect();
+    v.sort_unstable();
+    let mut out: Vec<TokenRange> = Vec::new();
+    for r in v {
+        match out.last_mut() {
+            Some(last) if last.doc == r.doc && r.start <= last.end => {
+                last.end = last.end.max(r.end)
+            }
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// The parts of `wanted` not covered by `held` (both any order), merged and sorted.
+pub fn subtract_ranges(wanted: &[TokenRange], held: &[TokenRange]) -> Vec<TokenRange> {
+    let held = merge_ranges(held);
+    let mut out = Vec::new();
+    for w in merge_ranges(wanted) {
+        let mut pos = w.start;
+        for h in held
+            .iter()
+            .filter(|h| h.doc == w.doc && h.end > w.start && h.start < w.end)
+        {
+            if h.start > pos {
+                out.push(TokenRange::new(w.doc, pos, h.start));
+            }
+            pos = pos.max(h.end);
+        }
+        if pos < w.end {
+            out.push(TokenRange::new(w.doc, pos, w.end));
+        }
+    }
+    out
+}
+
+/// The parts of `a` that lie inside `b`, sorted.
+pub fn intersect_ranges(a: &[TokenRange], b: &[TokenRange]) -> Vec<TokenRange> {
+    let b = merge_ranges(b);
+    let mut out = Vec::new();
+    for x in merge_ranges(a) {
+        for y in b.iter().filter(|y| y.doc == x.doc) {
+            let (s, e) = (x.start.max(y.start), x.end.min(y.end));
+            if s < e {
+                out.push(TokenRange::new(x.doc, s, e));
+            }
+        }
+    }
+    out
+}
+
+/// The keys/values the queries `q` need under `mask`, merged per document: the document prefix
+/// `[0, q.end)` for a causal mask, the whole document for a full mask. This is the
+/// `local_k_slice` of ring-flash-attention's llama3 varlen and what MagiAttention's static
+/// solver fetches.
+pub fn needed_kv(mask: crate::plan::Mask, doc_lens: &[u64], q: &[TokenRange]) -> Vec<TokenRange> {
+    let need: Vec<TokenRange> = q
+        .iter()
+        .map(|r| match mask {
+            crate::plan::Mask::Causal => TokenRange::new(r.doc, 0, r.end),
+            crate::plan::Mask::Full => TokenRange::new(r.doc, 0, doc_lens[r.doc as usize]),
+        })
+        .collect();
+    merge_ranges(&need)
+}
+
+/// One all-gather of K/V among `group`, collective id `id`: every member sends its whole shard
+/// (`shards` is indexed by global rank) to every other member, issued at step 0 and due by
+/// `arrive_by`. The pieces carry everything, as Llama3 CP and WLB-LLM gather the whole K/V
+/// whether or not the receiver's queries need it (anchors-cp.md §0, §4).
+pub fn all_gather(
+    b: &mut PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+    id: u32,
+    arrive_by: u32,
+) {
+    all_gather_heads(b, group, shards, id, 0, arrive_by, None);
+}
+
+/// [`all_gather`] of the K/V heads in `heads` (query-head units, whole GQA groups), issued when
+/// the sources start step `issue_at`: one slice of ring-flash-attention's head-strided gather.
+pub fn all_gather_heads(
+    b: &mut PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+    id: u32,
+    issue_at: u32,
+    arrive_by: u32,
+    heads: Option<HeadRange>,
+) {
+    for &src in group {
+        for &dst in group {
+            if src == dst {
+                continue;
+            }
+            b.transfer(Transfer {
+                kind: TransferKind::AllGather,
+                collective: Some(id),
+                tensor: TransferTensor::Kv,
+                src,
+                dst,
+                ranges: shards[src as usize].clone(),
+                heads,
+                issue_at,
+                arrive_by,
+                round: None,
+            });
+        }
+    }
+}
+
+/// All-gather attention over per-rank shards (already owned): step 0 computes each rank's
+/// queries against the K/V it owns while the all-gather (collective 0) runs; step 1 computes them
+/// against the gathered K/V of other ranks, restricted to the ranges the mask lets its queries
+/// see (each rank attends only to what its queries need; the pieces still carry everything).
+pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
+    let n = shards.len() as u32;
+    let mask = b.mask();
+    let lens: Vec<u64> = b.documents().iter().map(|d| d.len).collect();
+    for r in 0..n {
+        let own = &shards[r as usize];
+        cross_tasks(b, r, 0, own, own);
+        let remote = subtract_ranges(&needed_kv(mask, &lens, own), own);
+        cross_tasks(b, r, 1, own, &remote);
+    }
+    let group: Vec<u32> = (0..n).collect();
+    all_gather(b, &group, shards, 0, 1);
+}
+
 /// Ring attention over the given per-rank shards (already registered with
 /// [`PlanBuilder::own`]): step 0 computes each rank's queries against its own K/V; in step
 /// `s = 1..N` rank `r` receives from rank `r − 1` the K/V that rank `r − s` owns (sent while
@@ -78,17 +245,25 @@ pub fn cross_tasks(b: &mut PlanBuilder, rank: u32, step: u32, q: &[TokenRange], 
 /// queries against it. All K/V travel the whole ring, as in ring-flash-attention, even where a
 /// causal mask makes a piece useless downstream; the simulator charges what the scheme sends.
 pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
-    let n = shards.len() as u32;
-    for r in 0..n {
+    let group: Vec<u32> = (0..shards.len() as u32).collect();
+    ring_pass_group(b, &group, shards);
+}
+
+/// [`ring_pass`] inside a sub-group of ranks (ByteScale's per-group rings): `group` lists the
+/// ring's ranks in ring order and `shards` is indexed by global rank.
+pub fn ring_pass_group(b: &mut PlanBuilder, group: &[u32], shards: &[Vec<TokenRange>]) {
+    let n = group.len();
+    for &r in group {
         cross_tasks(b, r, 0, &shards[r as usize], &shards[r as usize]);
     }
     for s in 1..n {
-        for r in 0..n {
-            let origin = (r + n - s) % n;
-            let from = (r + n - 1) % n;
+        for i in 0..n {
+            let r = group[i];
+            let origin = group[(i + n - s) % n];
+            let from = group[(i + n - 1) % n];
             let ranges = shards[origin as usize].clone();
-            cross_tasks(b, r, s, &shards[r as usize], &ranges);
-            b.transfer(Transfer::kv(from, r, ranges, s - 1, s));
+            cross_tasks(b, r, s as u32, &shards[r as usize], &ranges);
+            b.transfer(Transfer::kv(from, r, ranges, s as u32 - 1, s as u32));
         }
     }
 }

@@ -1,0 +1,317 @@
+//! `magi`: MagiAttention's default dispatch and static KV-comm solver.
+//!
+//! Source: SandAI-org/MagiAttention (anchors-cp.md §1): `meta/solver/dispatch_solver.py`
+//! (`MinHeapDispatchAlg`, the default), the static attn solver (KV-comm only: Q and O stay on
+//! their host rank, each rank pulls the remote K/V its queries need with GroupCast), and
+//! `meta/solver/overlap_solver.py` (`UniformOverlapAlg`, `OverlapConfig.degree`). The packed
+//! sequence, padded to a multiple of `chunk · N`, is cut into chunks of `chunk` tokens; chunks
+//! are dealt longest-area-first to the least-loaded rank that still has room, every rank getting
+//! the same number of chunks; remote K/V are fetched in `degree` uniform stages, stage `i`
+//! overlapping the compute of stage `i − 1` (the host stage first). See `docs/schemes/magi.md`.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{
+    allowed_pairs, Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+};
+use crate::trace::Batch;
+
+use super::shard::{
+    cross_tasks, intersect_ranges, needed_kv, own_all, packed_ranges, subtract_ranges,
+};
+use super::{PlanContext, Planner};
+
+/// MagiAttention: min-heap chunk dispatch plus zero-redundancy K/V fetch.
+#[derive(Debug, Clone, Copy)]
+pub struct Magi {
+    /// Query chunk size in tokens (`chunk_size`; the distributed benchmark uses 2048).
+    pub chunk: u64,
+    /// Remote overlap stages (`OverlapConfig.degree`, 1 by default).
+    pub degree: u32,
+}
+
+impl Default for Magi {
+    fn default() -> Self {
+        Magi {
+            chunk: 2048,
+            degree: 1,
+        }
+    }
+}
+
+/// Assign `areas.len()` chunks to `n` buckets of exactly `areas.len() / n` chunks each by the
+/// min-heap (LPT with a cardinality cap) rule: chunks in decreasing area (ties: lower index),
+/// each to the least-loaded bucket that is not full (ties: lower rank). Returns each bucket's
+/// chunk ids in increasing order.
+pub(crate) fn min_heap_dispatch(areas: &[u128], n: usize) -> Vec<Vec<usize>> {
+    let cap = areas.len() / n.max(1);
+    let mut order: Vec<usize> = (0..areas.len()).collect();
+    order.sort_by(|&a, &b| areas[b].cmp(&areas[a]).then(a.cmp(&b)));
+    let mut load = vec![0u128; n];
+    let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for c in order {
+        let r = (0..n)
+            .filter(|&r| buckets[r].len() < cap)
+            .min_by_key(|&r| (load[r], r))
+            .expect("cap · n = chunks leaves room");
+        load[r] += areas[c];
+        buckets[r].push(c);
+    }
+    for b in &mut buckets {
+        b.sort_unstable();
+    }
+    buckets
+}
+
+/// Cut `ranges` (sorted) into `parts` consecutive groups of near-equal token counts.
+fn uniform_stages(ranges: &[TokenRange], parts: u32) -> Vec<Vec<TokenRange>> {
+    let total: u64 = ranges.iter().map(TokenRange::len).sum();
+    let cuts = super::shard::split_even(total, parts as u64);
+    let mut out = vec![Vec::new(); parts as usize];
+    let mut offset = 0u64;
+    for r in ranges {
+        for (i, &(a, z)) in cuts.iter().enumerate() {
+            let (s, e) = (a.max(offset), z.min(offset + r.len()));
+            if s < e {
+                out[i].push(TokenRange::new(
+                    r.doc,
+                    r.start + s - offset,
+                    r.start + e - offset,
+                ));
+            }
+        }
+        offset += r.len();
+    }
+    out
+}
+
+impl Planner for Magi {
+    fn name(&self) -> &'static str {
+        "magi"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        BTreeMap::from([
+            ("chunk".to_string(), self.chunk.into()),
+            ("degree".to_string(), self.degree.into()),
+        ])
+    }
+
+    fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        if self.chunk == 0 || self.degree == 0 {
+            return Err(PlanError::Planning(
+                "magi needs chunk ≥ 1 and degree ≥ 1".to_string(),
+            ));
+        }
+        let n = ctx.ranks as u64;
+        let total = batch.tokens();
+        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        let mask = b.mask();
+        // MagiAttention pads the packed sequence to a multiple of chunk · cp_size; the padded
+        // tail holds no attention but occupies chunk slots and memory.
+        let num_chunks = total.div_ceil(self.chunk * n).max(1) * n;
+        b.param("pad_tokens", (num_chunks * self.chunk - total).into());
+        let chunks: Vec<Vec<TokenRange>> = (0..num_chunks)
+            .map(|k| {
+                let (s, e) = (k * self.chunk, ((k + 1) * self.chunk).min(total));
+                if s < e {
+                    packed_ranges(&batch.doc_lens, s, e)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let areas: Vec<u128> = chunks
+            .iter()
+            .map(|pieces| {
+                pieces
+                    .iter()
+                    .flat_map(|q| {
+                        needed_kv(mask, &batch.doc_lens, std::slice::from_ref(q))
+                            .into_iter()
+                            .map(move |k| allowed_pairs(mask, q.start, q.end, k.start, k.end))
+                    })
+                    .sum()
+            })
+            .collect();
+        let buckets = min_heap_dispatch(&areas, n as usize);
+        let shards: Vec<Vec<TokenRange>> = buckets
+            .iter()
+            .enumerate()
+            .map(|(r, ids)| {
+                let mine: Vec<TokenRange> = ids.iter().flat_map(|&k| chunks[k].clone()).collect();
+                own_all(&mut b, r as u32, &mine)
+            })
+            .collect();
+        let mut transfers = Vec::new();
+        for (r, own) in shards.iter().enumerate() {
+            let r32 = r as u32;
+            cross_tasks(&mut b, r32, 0, own, own);
+            let remote = subtract_ranges(&needed_kv(mask, &batch.doc_lens, own), own);
+            for (stage, kv) in uniform_stages(&remote, self.degree).into_iter().enumerate() {
+                let stage = stage as u32;
+                cross_tasks(&mut b, r32, stage + 1, own, &kv);
+                for (src, theirs) in shards.iter().enumerate() {
+                    if src == r {
+                        continue;
+                    }
+                    transfers.push(Transfer {
+                        kind: TransferKind::AllToAll,
+                        collective: Some(stage),
+                        tensor: TransferTensor::Kv,
+                        src: src as u32,
+                        dst: r32,
+                        ranges: intersect_ranges(&kv, theirs),
+                        heads: None,
+                        issue_at: stage,
+                        arrive_by: stage + 1,
+                        round: None,
+                    });
+                }
+            }
+        }
+        for t in transfers {
+            b.transfer(t);
+        }
+        Ok(b.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mask;
+    use crate::planners::testing::{assert_valid, with_ctx};
+
+    #[test]
+    fn magi_plans_verify() {
+        for mask in [Mask::Causal, Mask::Full] {
+            for n in [1, 2, 3, 4, 8, 16] {
+                for lens in [
+                    vec![1],
+                    vec![2500],
+                    vec![1, 2, 7, 33, 100, 5],
+                    vec![3, 900, 17],
+                ] {
+                    let batch = Batch::new(0, lens);
+                    for m in [
+                        Magi::default(),
+                        Magi {
+                            chunk: 16,
+                            degree: 1,
+                        },
+                        Magi {
+                            chunk: 7,
+                            degree: 3,
+                        },
+                    ] {
+                        assert_valid(&with_ctx(n, mask, |ctx| m.plan(&batch, ctx)).unwrap());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn min_heap_is_lpt_with_equal_counts() {
+        // Areas 9, 7, 6, 5, 4, 1 on 2 buckets of 3: 9→0, 7→1, 6→1 (7 < 9), 5→0 (9 < 13),
+        // 4→1 (13 < 14); bucket 1 is full, so 1→0. Loads 15 and 17.
+        let b = min_heap_dispatch(&[9, 7, 6, 5, 4, 1], 2);
+        assert_eq!(b, vec![vec![0, 3, 5], vec![1, 2, 4]]);
+    }
+
+    #[test]
+    fn equal_chunk_counts_and_padding() {
+        // 40 tokens, chunk 8, N = 2: padded to 48 = 6 chunks, 3 per rank (one empty).
+        let batch = Batch::new(0, vec![40]);
+        let plan = with_ctx(2, Mask::Causal, |ctx| {
+            Magi {
+                chunk: 8,
+                degree: 1,
+            }
+            .plan(&batch, ctx)
+        })
+        .unwrap();
+        assert_eq!(plan.scheme.params["pad_tokens"], 8);
+        // Causal chunk areas 64k + 36 = 36, 100, 164, 228, 292, and 0 for the padding chunk:
+        // chunk 4 (292)→0, 3 (228)→1, 2 (164)→1 (228 < 292), 1 (100)→0 (292 < 392), 0 (36)→0
+        // (tie at 392, lower rank); rank 0 is full, so the padding chunk 5 goes to rank 1.
+        let buckets = min_heap_dispatch(&[36, 100, 164, 228, 292, 0], 2);
+        assert_eq!(buckets, vec![vec![0, 1, 4], vec![2, 3, 5]]);
+        let t = TokenRange::new;
+        assert_eq!(plan.ranks[0].owned, vec![t(0, 0, 16), t(0, 32, 40)]);
+        assert_eq!(plan.ranks[1].owned, vec![t(0, 16, 32)]);
+        let owned: Vec<u64> = plan
+            .ranks
+            .iter()
+            .map(|r| r.owned.iter().map(TokenRange::len).sum())
+            .collect();
+        assert_eq!(owned.iter().sum::<u64>(), 40);
+        assert_valid(&plan);
+    }
+
+    /// MagiAttention sends no K/V range that no query on the receiver needs.
+    #[test]
+    fn sends_only_needed_kv() {
+        for mask in [Mask::Causal, Mask::Full] {
+            for degree in [1, 2, 4] {
+                let batch = Batch::new(0, vec![300, 40, 7, 1000, 90]);
+                let plan =
+                    with_ctx(4, mask, |ctx| Magi { chunk: 64, degree }.plan(&batch, ctx)).unwrap();
+                let lens: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
+                for t in &plan.transfers {
+                    let need = needed_kv(mask, &lens, &plan.ranks[t.dst as usize].owned);
+                    let own = &plan.ranks[t.dst as usize].owned;
+                    for r in &t.ranges {
+                        assert_eq!(subtract_ranges(&[*r], &need), vec![], "{r:?} not needed");
+                        assert_eq!(intersect_ranges(&[*r], own), vec![], "{r:?} already local");
+                    }
+                }
+                // Every needed remote token arrives exactly once.
+                for (r, rp) in plan.ranks.iter().enumerate() {
+                    let want = subtract_ranges(&needed_kv(mask, &lens, &rp.owned), &rp.owned);
+                    let got: Vec<TokenRange> = plan
+                        .transfers
+                        .iter()
+                        .filter(|t| t.dst as usize == r)
+                        .flat_map(|t| t.ranges.clone())
+                        .collect();
+                    let n_got: u64 = got.iter().map(TokenRange::len).sum();
+                    let n_want: u64 = want.iter().map(TokenRange::len).sum();
+                    assert_eq!(n_got, n_want);
+                    assert_eq!(crate::planners::shard::merge_ranges(&got), want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stages_overlap_like_the_uniform_partition() {
+        let batch = Batch::new(0, vec![4096]);
+        let plan = with_ctx(4, Mask::Full, |ctx| {
+            Magi {
+                chunk: 512,
+                degree: 2,
+            }
+            .plan(&batch, ctx)
+        })
+        .unwrap();
+        assert_eq!(plan.ranks[0].steps.len(), 3); // host + 2 remote stages
+        for t in &plan.transfers {
+            let s = t.collective.unwrap();
+            assert_eq!((t.issue_at, t.arrive_by), (s, s + 1));
+        }
+        // Full mask: each rank fetches the 3072 tokens it does not own, 1536 per stage.
+        for r in 0..4 {
+            for s in 0..2 {
+                let n: u64 = plan
+                    .transfers
+                    .iter()
+                    .filter(|t| t.dst == r && t.collective == Some(s))
+                    .map(Transfer::tokens)
+                    .sum();
+                assert_eq!(n, 1536);
+            }
+        }
+    }
+}
