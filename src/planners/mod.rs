@@ -8,10 +8,12 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
+pub mod fcp;
 mod ring;
 mod shard;
 mod zigzag;
 
+pub use fcp::Fcp;
 pub use ring::Ring;
 pub use zigzag::Zigzag;
 
@@ -46,7 +48,7 @@ pub trait Planner {
 }
 
 /// Names of all registered schemes, in the order `--schemes all` runs them.
-pub const SCHEMES: &[&str] = &["ring", "zigzag"];
+pub const SCHEMES: &[&str] = &["ring", "zigzag", "fcp"];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +138,7 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
             no_params(&spec)?;
             Ok(Box::new(Zigzag))
         }
+        "fcp" => Ok(Box::new(Fcp::from_spec(&spec)?)),
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
             known: SCHEMES.join(", "),
