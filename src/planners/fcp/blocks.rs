@@ -110,6 +110,34 @@ pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
     units
 }
 
+/// Break every pair heavier than `limit` (seconds) into two one-block units, each re-weighed,
+/// keeping the unit order. Returns how many pairs were broken.
+pub fn break_heavy_pairs(
+    units: &mut Vec<Unit>,
+    limit: f64,
+    weigher: &mut Weigher<'_>,
+    doc_lens: &[u64],
+) -> Result<usize, PlanError> {
+    let mut broken = 0;
+    let mut out = Vec::with_capacity(units.len());
+    for u in units.drain(..) {
+        if u.blocks.len() > 1 && u.weight > limit {
+            broken += 1;
+            for b in u.blocks {
+                let weight = weigher.block(&b, doc_lens)?;
+                out.push(Unit {
+                    blocks: vec![b],
+                    weight,
+                });
+            }
+        } else {
+            out.push(u);
+        }
+    }
+    *units = out;
+    Ok(broken)
+}
+
 fn unit(blocks: Vec<Block>) -> Unit {
     Unit {
         blocks,

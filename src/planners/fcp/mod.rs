@@ -29,12 +29,20 @@ pub use schedule::Schedule;
 pub const DEFAULT_BLOCK: u64 = 4096;
 /// Default coalesce degree (the paper's 16, §6.1).
 pub const DEFAULT_COALESCE: u32 = 16;
+/// Default `pair_limit`: a zig-zag pair heavier than a quarter of the mean rank load is
+/// assigned as two blocks (measured in `tests/fcp_imbalance.rs`; see `docs/schemes/fcp.md`).
+pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 
 /// The FCP planner and its switches (`fcp:block=2048,coalesce=8,pipeline=false,...`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fcp {
     /// Block size in tokens (`block`, ≥ 1).
     pub block: u64,
+    /// Zig-zag pairs weighing more than this fraction of the mean rank load are assigned as
+    /// two separate blocks (`pair_limit`, ≥ 0; 0 never pairs, `inf` always pairs): a pair keeps
+    /// a causal block's compute and communication in step, but a unit near a rank's whole
+    /// share leaves LPT too coarse to balance.
+    pub pair_limit: f64,
     /// Sub-stages per stage (`coalesce`, ≥ 1).
     pub coalesce: u32,
     /// Coalescer on (`coalescer`); off is the same as `coalesce=1` (`--no-coalesce`).
@@ -49,6 +57,7 @@ impl Default for Fcp {
     fn default() -> Self {
         Fcp {
             block: DEFAULT_BLOCK,
+            pair_limit: DEFAULT_PAIR_LIMIT,
             coalesce: DEFAULT_COALESCE,
             coalescer: true,
             pipeline: true,
@@ -62,6 +71,8 @@ impl Default for Fcp {
 pub struct Distribution {
     /// Per-rank token cap applied.
     pub cap: u64,
+    /// Zig-zag pairs heavier than `pair_limit` × the mean rank load, assigned as two blocks.
+    pub broken_pairs: usize,
     /// Units (blocks or zig-zag pairs) distributed.
     pub units: usize,
     /// f of the heaviest unit (seconds, forward + backward): no rank can carry less, so
@@ -96,11 +107,17 @@ impl Fcp {
                         .map_err(|_| bad(format!("`coalesce` {v} is too large")))?
                 }
                 "coalescer" => f.coalescer = boolean(k, v)?,
+                "pair_limit" => {
+                    f.pair_limit = match v.parse::<f64>() {
+                        Ok(x) if x >= 0.0 => x,
+                        _ => return Err(bad(format!("`pair_limit` must be a number ≥ 0, not `{v}`"))),
+                    }
+                }
                 "pipeline" => f.pipeline = boolean(k, v)?,
                 "solver" => f.solver = boolean(k, v)?,
                 _ => {
                     return Err(bad(format!(
-                        "takes no parameter `{k}` (known: block, coalesce, coalescer, pipeline, solver)"
+                        "takes no parameter `{k}` (known: block, coalesce, coalescer, pair_limit, pipeline, solver)"
                     )))
                 }
             }
@@ -135,13 +152,22 @@ impl Fcp {
             return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
         }
         let mut units = blocks::make_units(batch, self.block, ctx.mask);
-        blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?
-            .weigh(&mut units, &batch.doc_lens)?;
+        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
+        weigher.weigh(&mut units, &batch.doc_lens)?;
+        let total: f64 = units.iter().map(|u| u.weight).sum();
+        let mean = total / f64::from(ctx.ranks);
+        let broken_pairs = blocks::break_heavy_pairs(
+            &mut units,
+            mean * self.pair_limit,
+            &mut weigher,
+            &batch.doc_lens,
+        )?;
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
         let assignment = lpt::assign(&units, ctx.ranks, cap);
         Ok(Distribution {
             cap,
+            broken_pairs,
             units: units.len(),
             heaviest_unit,
             assignment,
@@ -159,6 +185,11 @@ impl Planner for Fcp {
             ("block".to_string(), self.block.into()),
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
+            (
+                "pair_limit".to_string(),
+                serde_json::Number::from_f64(self.pair_limit)
+                    .map_or_else(|| "inf".into(), serde_json::Value::Number),
+            ),
             ("pipeline".to_string(), self.pipeline.into()),
             ("solver".to_string(), self.solver.into()),
         ])
