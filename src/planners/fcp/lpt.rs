@@ -6,9 +6,10 @@ use std::collections::BinaryHeap;
 use super::blocks::{Block, Unit};
 use crate::plan::TokenRange;
 
-/// A rank's load as a heap key: f64 seconds ordered totally, ties by rank id.
+/// A rank's load as a heap key: f64 seconds ordered totally, ties by rank id; the last field
+/// is the rank's push count, so only its newest entry is live (lazy deletion).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Key(f64, u32);
+struct Key(f64, u32, u32);
 impl Eq for Key {}
 impl PartialOrd for Key {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -17,7 +18,10 @@ impl PartialOrd for Key {
 }
 impl Ord for Key {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.cmp(&other.1))
+            .then(self.2.cmp(&other.2))
     }
 }
 
@@ -42,7 +46,8 @@ pub struct Assignment {
 ///
 /// When no rank has room for a unit whole, a pair is placed as two blocks, and a block that
 /// still fits nowhere is cut across the ranks with the most free room (largest first, ties by
-/// load then id). This only happens at the cap's margin, and it makes the cap strict without
+/// id). A max-heap of free room answers "does anything fit" in O(log N), so every placement,
+/// split or cut costs O(log N) amortised plus the ranks it skips. This only happens at the cap's margin, and it makes the cap strict without
 /// ever failing: callers ensure `ranks × cap ≥` the batch's tokens.
 pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
     let n = ranks as usize;
@@ -56,7 +61,9 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
         min_after[i] = min_after[i + 1].min(smallest.unwrap_or(0));
     }
     let mut st = State {
-        heap: (0..ranks).map(|r| Reverse(Key(0.0, r))).collect(),
+        heap: (0..ranks).map(|r| Reverse(Key(0.0, r, 0))).collect(),
+        version: vec![0; n],
+        room: (0..ranks).map(|r| (cap, Reverse(r))).collect(),
         free: vec![cap; n],
         a: Assignment {
             owned: vec![Vec::new(); n],
@@ -92,10 +99,14 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
 }
 
 struct State {
+    /// Min-heap of rank loads (lazy: an entry is live only if its version is the rank's).
     heap: BinaryHeap<Reverse<Key>>,
+    version: Vec<u32>,
+    /// Max-heap of free room, ties by lowest rank (lazy: live only if it equals `free`).
+    room: BinaryHeap<(u64, Reverse<u32>)>,
     free: Vec<u64>,
     a: Assignment,
-    skipped: Vec<Reverse<Key>>,
+    skipped: Vec<u32>,
     /// Ranks with less free room than this can take no further whole block.
     floor: u64,
 }
@@ -108,57 +119,71 @@ impl State {
         self.a.loads[r_us] += weight;
         self.a.tokens[r_us] += tokens;
         self.free[r_us] -= tokens;
+        if self.free[r_us] > 0 {
+            self.room.push((self.free[r_us], Reverse(r)));
+        }
+    }
+
+    /// (Re)insert rank `r` in the load heap with its current load, unless it is too full to
+    /// take any further whole block (then only `cut` can still use its room).
+    fn requeue(&mut self, r: u32) {
+        let free = self.free[r as usize];
+        self.version[r as usize] += 1;
+        if free > 0 && free >= self.floor {
+            let key = Key(self.a.loads[r as usize], r, self.version[r as usize]);
+            self.heap.push(Reverse(key));
+        }
+    }
+
+    /// Largest free room of any rank, and that rank (lowest id on ties).
+    fn max_room(&mut self) -> Option<(u64, u32)> {
+        while let Some(&(f, Reverse(r))) = self.room.peek() {
+            if self.free[r as usize] == f {
+                return Some((f, r));
+            }
+            self.room.pop();
+        }
+        None
     }
 
     /// Least-loaded rank with room for `tokens`; false (and nothing changed) if none.
     fn place_whole(&mut self, blocks: &[Block], tokens: u64, weight: f64) -> bool {
-        let mut placed = false;
-        while let Some(Reverse(Key(load, r))) = self.heap.pop() {
+        if self.max_room().is_none_or(|(f, _)| f < tokens) {
+            return false;
+        }
+        let mut placed = None;
+        while let Some(Reverse(Key(_, r, v))) = self.heap.pop() {
+            if v != self.version[r as usize] {
+                continue; // stale entry
+            }
             if self.free[r as usize] >= tokens {
-                for b in blocks {
-                    self.give(r, &b.chunks, 0.0);
-                }
-                self.a.loads[r as usize] += weight;
-                self.requeue(Reverse(Key(load + weight, r)));
-                placed = true;
+                placed = Some(r);
                 break;
             }
-            self.skipped.push(Reverse(Key(load, r)));
+            self.skipped.push(r);
         }
         let skipped = std::mem::take(&mut self.skipped);
-        for k in skipped {
-            self.requeue(k);
+        for r in skipped {
+            self.requeue(r);
         }
-        placed
+        let Some(r) = placed else { return false };
+        for b in blocks {
+            self.give(r, &b.chunks, 0.0);
+        }
+        self.a.loads[r as usize] += weight;
+        self.requeue(r);
+        true
     }
 
-    fn requeue(&mut self, k: Reverse<Key>) {
-        let free = self.free[k.0 .1 as usize];
-        // A rank below the floor leaves the heap; `cut` still finds its room by scanning.
-        if free > 0 && free >= self.floor {
-            self.heap.push(k);
-        }
-    }
-
-    /// Cut block `b` across the ranks with the most free room.
+    /// Cut block `b` across the ranks with the most free room (largest first, ties by id).
     fn cut(&mut self, b: &Block, weight: f64) {
         let total = b.tokens().max(1);
-        let mut ranks: Vec<u32> = (0..self.free.len() as u32)
-            .filter(|&r| self.free[r as usize] > 0)
-            .collect();
-        ranks.sort_by(|&x, &y| {
-            self.free[y as usize]
-                .cmp(&self.free[x as usize])
-                .then(self.a.loads[x as usize].total_cmp(&self.a.loads[y as usize]))
-                .then(x.cmp(&y))
-        });
         let mut rest: Vec<TokenRange> = b.chunks.clone();
         rest.reverse(); // pop from the front of the block
-        for r in ranks {
-            if rest.is_empty() {
-                break;
-            }
-            let mut room = self.free[r as usize];
+        while !rest.is_empty() {
+            let (mut room, r) = self
+                .max_room()
+                .expect("cap × ranks below the batch's tokens");
             let mut mine = Vec::new();
             while room > 0 {
                 let Some(c) = rest.pop() else { break };
@@ -173,13 +198,8 @@ impl State {
             }
             let tokens: u64 = mine.iter().map(TokenRange::len).sum();
             self.give(r, &mine, weight * tokens as f64 / total as f64);
+            self.requeue(r);
         }
-        assert!(rest.is_empty(), "cap × ranks below the batch's tokens");
-        // Rebuild the heap: loads and room changed for several ranks.
-        self.heap = (0..self.free.len() as u32)
-            .filter(|&r| self.free[r as usize] > 0)
-            .map(|r| Reverse(Key(self.a.loads[r as usize], r)))
-            .collect();
     }
 }
 
