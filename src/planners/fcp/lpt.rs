@@ -61,7 +61,13 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
         min_after[i] = min_after[i + 1].min(smallest.unwrap_or(0));
     }
     let mut st = State {
-        heap: (0..ranks).map(|r| Reverse(Key(0.0, r, 0))).collect(),
+        heaps: {
+            let mut h = vec![BinaryHeap::new(); 64];
+            if cap > 0 {
+                h[class(cap)] = (0..ranks).map(|r| Reverse(Key(0.0, r, 0))).collect();
+            }
+            h
+        },
         version: vec![0; n],
         room: (0..ranks).map(|r| (cap, Reverse(r))).collect(),
         free: vec![cap; n],
@@ -99,8 +105,10 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
 }
 
 struct State {
-    /// Min-heap of rank loads (lazy: an entry is live only if its version is the rank's).
-    heap: BinaryHeap<Reverse<Key>>,
+    /// Min-heaps of rank loads, one per room class ⌊log2 free⌋ (lazy: an entry is live only
+    /// if its version is the rank's). Every rank in a class above ⌊log2 t⌋ has room for `t`
+    /// tokens, so only the class of `t` itself ever needs skipping.
+    heaps: Vec<BinaryHeap<Reverse<Key>>>,
     version: Vec<u32>,
     /// Max-heap of free room, ties by lowest rank (lazy: live only if it equals `free`).
     room: BinaryHeap<(u64, Reverse<u32>)>,
@@ -131,7 +139,7 @@ impl State {
         self.version[r as usize] += 1;
         if free > 0 && free >= self.floor {
             let key = Key(self.a.loads[r as usize], r, self.version[r as usize]);
-            self.heap.push(Reverse(key));
+            self.heaps[class(free)].push(Reverse(key));
         }
     }
 
@@ -151,22 +159,44 @@ impl State {
         if self.max_room().is_none_or(|(f, _)| f < tokens) {
             return false;
         }
-        let mut placed = None;
-        while let Some(Reverse(Key(_, r, v))) = self.heap.pop() {
-            if v != self.version[r as usize] {
+        let c = class(tokens.max(1));
+        // Least-loaded live rank of each class above `c`: all of them have room.
+        let mut best: Option<Key> = None;
+        for h in c + 1..self.heaps.len() {
+            while let Some(&Reverse(k)) = self.heaps[h].peek() {
+                if k.2 == self.version[k.1 as usize] {
+                    best = Some(best.map_or(k, |b| b.min(k)));
+                    break;
+                }
+                self.heaps[h].pop();
+            }
+        }
+        // In class `c` itself, skip ranks without room, stopping once past `best`.
+        let mut found: Option<Key> = None;
+        while let Some(Reverse(k)) = self.heaps[c].pop() {
+            if k.2 != self.version[k.1 as usize] {
                 continue; // stale entry
             }
-            if self.free[r as usize] >= tokens {
-                placed = Some(r);
+            if best.is_some_and(|b| b < k) {
+                self.heaps[c].push(Reverse(k));
                 break;
             }
-            self.skipped.push(r);
+            if self.free[k.1 as usize] >= tokens {
+                found = Some(k);
+                break;
+            }
+            self.skipped.push(k.1);
         }
         let skipped = std::mem::take(&mut self.skipped);
         for r in skipped {
             self.requeue(r);
         }
-        let Some(r) = placed else { return false };
+        let r = match (found, best) {
+            (Some(k), _) => k.1,
+            (None, Some(b)) => b.1,
+            (None, None) => return false,
+        };
+        // A chosen `best` is still in its heap: `requeue` below bumps the version, retiring it.
         for b in blocks {
             self.give(r, &b.chunks, 0.0);
         }
@@ -201,6 +231,11 @@ impl State {
             self.requeue(r);
         }
     }
+}
+
+/// Room class of `free` tokens: ⌊log2 free⌋ (`free` ≥ 1).
+fn class(free: u64) -> usize {
+    63 - free.leading_zeros() as usize
 }
 
 #[cfg(test)]
