@@ -12,6 +12,7 @@
 //! * [`plan`] is the IR every planner emits and the verifier, simulator and executor read.
 //! * [`planners`] holds one file per scheme behind the [`planners::Planner`] trait.
 
+pub mod comm;
 pub mod hardware;
 pub mod model;
 pub mod output;

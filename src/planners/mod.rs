@@ -9,6 +9,7 @@ use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
 mod bytescale;
+pub mod fcp;
 mod llama3;
 mod magi;
 mod per_doc;
@@ -19,6 +20,7 @@ mod wlb_llm;
 mod zigzag;
 
 pub use bytescale::ByteScale;
+pub use fcp::Fcp;
 pub use llama3::{Llama3, Llama3Contig};
 pub use magi::Magi;
 pub use per_doc::PerDoc;
@@ -65,6 +67,10 @@ pub const SCHEMES: &[&str] = &[
     "llama3-contig",
     "per-doc",
     "ulysses",
+    "bytescale",
+    "wlb-llm",
+    "magi",
+    "fcp",
 ];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
@@ -242,6 +248,7 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
                 degree: p.positive("degree", d.degree)?,
             }))
         }
+        "fcp" => Ok(Box::new(Fcp::from_spec(&spec)?)),
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
             known: SCHEMES.join(", "),

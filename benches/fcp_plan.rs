@@ -1,0 +1,48 @@
+//! Planning time of `fcp` (issue 5: aim for 1024 ranks × 32K tokens under 20 ms on one core).
+//!
+//! `cargo bench --bench fcp_plan`
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use fcp::hardware::Hardware;
+use fcp::plan::Mask;
+use fcp::planners::{Fcp, PlanContext, Planner};
+use fcp::trace::{generate, pack, PackMode, PackOptions, Source};
+use fcp::Model;
+
+fn bench(c: &mut Criterion) {
+    let hw = Hardware::load("h100").unwrap();
+    let model = Model::load("llama3-70b").unwrap();
+    let tpr = 32 * 1024;
+    let mut group = c.benchmark_group("fcp_plan");
+    group.sample_size(10);
+    for source in ["wlb-llm", "magi"] {
+        for ranks in [256u32, 1024] {
+            let budget = ranks as usize * tpr as usize;
+            let trace = generate(&Source::from_name(source).unwrap(), budget / 1000, 1).unwrap();
+            let opts = PackOptions {
+                mode: PackMode::Budget,
+                ranks,
+                tokens_per_rank: tpr,
+                context: None,
+            };
+            let batch = pack(&trace, &opts).unwrap().batches.swap_remove(0);
+            let ctx = PlanContext {
+                ranks,
+                tokens_per_rank: tpr,
+                mask: Mask::Causal,
+                model: &model,
+                hardware: &hw,
+            };
+            group.bench_function(format!("{source}/{ranks}x32K"), |b| {
+                b.iter(|| Fcp::default().plan(&batch, &ctx).unwrap())
+            });
+            group.bench_function(format!("{source}/{ranks}x32K/distribute"), |b| {
+                b.iter(|| Fcp::default().distribute(&batch, &ctx).unwrap())
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,324 @@
+//! FCP's block distributor, sharding half (§4.1): documents → fixed-size blocks → assignment
+//! units, each weighed by f(B) from the shared cost model.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::hardware::{cost, Hardware, KernelProfile, KernelQuery, Pass};
+use crate::model::Model;
+use crate::plan::{allowed_pairs, Mask, PlanError, TokenRange};
+use crate::trace::Batch;
+
+/// A set of tokens placed together. Long documents give one-chunk blocks of `block` tokens
+/// (the last one shorter); documents shorter than a block are packed, whole, several to a
+/// block, and the block runs as one varlen launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    /// Token ranges of the block, each inside one document. A packed block holds one whole
+    /// short document per chunk.
+    pub chunks: Vec<TokenRange>,
+    /// Whether this is a pack of short documents (costed as one varlen launch).
+    pub packed: bool,
+}
+
+impl Block {
+    /// Tokens in the block.
+    pub fn tokens(&self) -> u64 {
+        self.chunks.iter().map(TokenRange::len).sum()
+    }
+}
+
+/// What LPT assigns: one block, or a zig-zag pair of blocks of one causal document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    /// The unit's blocks (one or two).
+    pub blocks: Vec<Block>,
+    /// f(unit): seconds of attention its queries compute, forward plus backward.
+    pub weight: f64,
+}
+
+impl Unit {
+    /// Tokens in the unit.
+    pub fn tokens(&self) -> u64 {
+        self.blocks.iter().map(Block::tokens).sum()
+    }
+}
+
+/// Cut every document into blocks and group them into units (unweighted; see [`Weigher`]).
+///
+/// * A document longer than `block` gives `⌈len/block⌉` blocks `[i·block, (i+1)·block)`.
+///   Under a causal mask block `i` is paired with block `k−1−i` (the middle block of an odd
+///   count stays alone): an early block's queries see few keys but its K/V is wanted by
+///   every later block, a late block the reverse, so a pair's compute and the K/V it sends
+///   both stay close to the document average (seed §3.2, Figure 4). Under a full mask every
+///   block is already alike and is its own unit.
+/// * Documents of at most `block` tokens are packed whole into the fewest blocks we can find
+///   (best-fit decreasing: longest first into the fullest block it fits, ties by document id;
+///   at most 11/9·OPT + 1 blocks, O(D log D)), so they never move.
+pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut short: Vec<(u64, u32)> = Vec::new();
+    for (doc, &len) in batch.doc_lens.iter().enumerate() {
+        let doc = doc as u32;
+        if len <= block {
+            short.push((len, doc));
+            continue;
+        }
+        let k = len.div_ceil(block);
+        let blk = |i: u64| Block {
+            chunks: vec![TokenRange::new(doc, i * block, ((i + 1) * block).min(len))],
+            packed: false,
+        };
+        match mask {
+            Mask::Causal => {
+                for i in 0..k / 2 {
+                    units.push(unit(vec![blk(i), blk(k - 1 - i)]));
+                }
+                if k % 2 == 1 {
+                    units.push(unit(vec![blk(k / 2)]));
+                }
+            }
+            Mask::Full => units.extend((0..k).map(|i| unit(vec![blk(i)]))),
+        }
+    }
+    // Best-fit decreasing over short documents.
+    short.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut bins: Vec<Vec<TokenRange>> = Vec::new();
+    let mut by_free: BTreeMap<(u64, usize), ()> = BTreeMap::new();
+    for (len, doc) in short {
+        let found = by_free.range((len, 0)..).next().map(|(&k, _)| k);
+        let (free, bin) = match found {
+            Some(k) => {
+                by_free.remove(&k);
+                k
+            }
+            None => {
+                bins.push(Vec::new());
+                (block, bins.len() - 1)
+            }
+        };
+        bins[bin].push(TokenRange::new(doc, 0, len));
+        if free > len {
+            by_free.insert((free - len, bin), ());
+        }
+    }
+    units.extend(bins.into_iter().map(|chunks| {
+        unit(vec![Block {
+            chunks,
+            packed: true,
+        }])
+    }));
+    units
+}
+
+/// Break every pair heavier than `limit` (seconds) into two one-block units, each re-weighed,
+/// keeping the unit order. Returns how many pairs were broken.
+pub fn break_heavy_pairs(
+    units: &mut Vec<Unit>,
+    limit: f64,
+    weigher: &mut Weigher<'_>,
+    doc_lens: &[u64],
+) -> Result<usize, PlanError> {
+    let mut broken = 0;
+    let mut out = Vec::with_capacity(units.len());
+    for u in units.drain(..) {
+        if u.blocks.len() > 1 && u.weight > limit {
+            broken += 1;
+            for b in u.blocks {
+                let weight = weigher.block(&b, doc_lens)?;
+                out.push(Unit {
+                    blocks: vec![b],
+                    weight,
+                });
+            }
+        } else {
+            out.push(u);
+        }
+    }
+    *units = out;
+    Ok(broken)
+}
+
+fn unit(blocks: Vec<Block>) -> Unit {
+    Unit {
+        blocks,
+        weight: 0.0,
+    }
+}
+
+type TileKey = (Mask, u64, u64, u128, bool);
+
+/// f(B) from the shared cost model ([`cost::kernel_time_s`]), forward plus backward, with
+/// lookups memoised: block tiles repeat the same few shapes, and the planner must stay fast.
+pub struct Weigher<'a> {
+    hw: &'a Hardware,
+    profile: KernelProfile,
+    model: &'a Model,
+    mask: Mask,
+    cache: HashMap<TileKey, f64>,
+}
+
+impl<'a> Weigher<'a> {
+    /// A weigher for `mask` on `hw` / `model`.
+    pub fn new(hw: &'a Hardware, model: &'a Model, mask: Mask) -> Result<Self, PlanError> {
+        let profile = hw
+            .kernel_profile()
+            .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?;
+        Ok(Weigher {
+            hw,
+            profile,
+            model,
+            mask,
+            cache: HashMap::new(),
+        })
+    }
+
+    /// Forward + backward seconds of one launch of `q_len` × `kv_len` tokens with `pairs`
+    /// allowed pairs under `mask`.
+    fn launch(
+        &mut self,
+        mask: Mask,
+        q_len: u64,
+        kv_len: u64,
+        pairs: u128,
+        varlen: bool,
+    ) -> Result<f64, PlanError> {
+        if pairs == 0 {
+            return Ok(0.0);
+        }
+        let key = (mask, q_len, kv_len, pairs, varlen);
+        if let Some(&t) = self.cache.get(&key) {
+            return Ok(t);
+        }
+        let mut total = 0.0;
+        for pass in [Pass::Fwd, Pass::Bwd] {
+            let q = KernelQuery {
+                pass,
+                mask,
+                head_dim: self.model.head_dim,
+                q_len,
+                kv_len,
+                varlen,
+            };
+            total += cost::kernel_time_s(self.hw, &self.profile, self.model, &q, pairs)
+                .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?;
+        }
+        self.cache.insert(key, total);
+        Ok(total)
+    }
+
+    /// f of the queries of `chunk` (a range of a document of `doc_len` tokens) against every key
+    /// they may see. Causal: the diagonal tile (causal kernel) plus the keys before the chunk
+    /// as one unmasked tile — the off-diagonal block tiles that the coalescer batches into
+    /// larger launches; full: one unmasked tile over the whole document.
+    pub fn chunk(&mut self, chunk: TokenRange, doc_len: u64) -> Result<f64, PlanError> {
+        let q = chunk.len();
+        match self.mask {
+            Mask::Causal => {
+                let diag =
+                    allowed_pairs(Mask::Causal, chunk.start, chunk.end, chunk.start, chunk.end);
+                let d = self.launch(Mask::Causal, q, q, diag, false)?;
+                let s = chunk.start;
+                let off = self.launch(Mask::Full, q, s.max(1), q as u128 * s as u128, false)?;
+                Ok(d + off)
+            }
+            Mask::Full => self.launch(Mask::Full, q, doc_len, q as u128 * doc_len as u128, false),
+        }
+    }
+
+    /// f of a block: a pack of short documents is one varlen launch over its tokens; a block of
+    /// a long document is its chunk's tiles.
+    pub fn block(&mut self, b: &Block, doc_lens: &[u64]) -> Result<f64, PlanError> {
+        if b.packed {
+            let total = b.tokens();
+            let pairs = b
+                .chunks
+                .iter()
+                .map(|c| allowed_pairs(self.mask, c.start, c.end, c.start, c.end))
+                .sum();
+            self.launch(self.mask, total, total, pairs, true)
+        } else {
+            let mut t = 0.0;
+            for &c in &b.chunks {
+                t += self.chunk(c, doc_lens[c.doc as usize])?;
+            }
+            Ok(t)
+        }
+    }
+
+    /// Weigh every unit in place.
+    pub fn weigh(&mut self, units: &mut [Unit], doc_lens: &[u64]) -> Result<(), PlanError> {
+        for u in units {
+            let mut w = 0.0;
+            for b in &u.blocks {
+                w += self.block(b, doc_lens)?;
+            }
+            u.weight = w;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(u: &Unit) -> Vec<(u32, u64, u64)> {
+        u.blocks
+            .iter()
+            .flat_map(|b| &b.chunks)
+            .map(|c| (c.doc, c.start, c.end))
+            .collect()
+    }
+
+    #[test]
+    fn long_causal_documents_pair_zigzag() {
+        // 10 tokens in blocks of 3: blocks [0,3) [3,6) [6,9) [9,10); pairs (0,3), (1,2).
+        let units = make_units(&Batch::new(0, vec![10]), 3, Mask::Causal);
+        let got: Vec<_> = units.iter().map(ranges).collect();
+        assert_eq!(
+            got,
+            vec![vec![(0, 0, 3), (0, 9, 10)], vec![(0, 3, 6), (0, 6, 9)]]
+        );
+        // Odd block count: the middle block alone.
+        let units = make_units(&Batch::new(0, vec![9]), 3, Mask::Causal);
+        let got: Vec<_> = units.iter().map(ranges).collect();
+        assert_eq!(got, vec![vec![(0, 0, 3), (0, 6, 9)], vec![(0, 3, 6)]]);
+    }
+
+    #[test]
+    fn full_mask_blocks_stand_alone() {
+        let units = make_units(&Batch::new(0, vec![7]), 3, Mask::Full);
+        assert_eq!(units.len(), 3);
+        assert!(units.iter().all(|u| u.blocks.len() == 1));
+    }
+
+    #[test]
+    fn short_documents_pack_into_fewest_blocks() {
+        // 6+4 and 5+5 fill two blocks of 10 exactly; 3 and 2 share a third.
+        let units = make_units(&Batch::new(0, vec![5, 6, 3, 4, 5, 2]), 10, Mask::Causal);
+        assert_eq!(units.len(), 3);
+        let sizes: Vec<u64> = units.iter().map(Unit::tokens).collect();
+        assert_eq!(sizes, vec![10, 10, 5]);
+        assert!(units.iter().all(|u| u.blocks[0].packed));
+        // A document of exactly one block is packed (alone), not split.
+        let units = make_units(&Batch::new(0, vec![10]), 10, Mask::Causal);
+        assert_eq!(units.len(), 1);
+        assert!(units[0].blocks[0].packed);
+    }
+
+    #[test]
+    fn weights_grow_along_a_causal_document() {
+        crate::planners::testing::with_ctx(2, Mask::Causal, |ctx| {
+            let mut w = Weigher::new(ctx.hardware, ctx.model, Mask::Causal).unwrap();
+            let early = w.chunk(TokenRange::new(0, 0, 4096), 16384).unwrap();
+            let late = w.chunk(TokenRange::new(0, 12288, 16384), 16384).unwrap();
+            assert!(late > 5.0 * early, "{early} {late}");
+            // Pair weights of a 4-block document are equal up to the kernel efficiency of the
+            // off-diagonal tile sizes.
+            let mut units = make_units(&Batch::new(0, vec![16384]), 4096, Mask::Causal);
+            w.weigh(&mut units, &[16384]).unwrap();
+            let (a, b) = (units[0].weight, units[1].weight);
+            assert!((a - b).abs() / a.max(b) < 0.1, "{a} {b}");
+        });
+    }
+}

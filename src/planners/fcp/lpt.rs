@@ -1,0 +1,312 @@
+//! FCP's block distributor, assignment half (§4.1): LPT under a strict per-rank token cap.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::blocks::{Block, Unit};
+use crate::plan::TokenRange;
+
+/// A rank's load as a heap key: f64 seconds ordered totally, ties by rank id; the last field
+/// is the rank's push count, so only its newest entry is live (lazy deletion).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Key(f64, u32, u32);
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.cmp(&other.1))
+            .then(self.2.cmp(&other.2))
+    }
+}
+
+/// Where LPT put everything.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    /// Chunks each rank owns, in the order they were given.
+    pub owned: Vec<Vec<TokenRange>>,
+    /// f-load of each rank (seconds, forward + backward).
+    pub loads: Vec<f64>,
+    /// Tokens of each rank.
+    pub tokens: Vec<u64>,
+    /// Pairs that had to be placed as two separate blocks because no rank could hold both.
+    pub split_pairs: usize,
+    /// Blocks that had to be cut across ranks because no rank could hold them whole.
+    pub split_blocks: usize,
+}
+
+/// LPT: units by weight, heaviest first (ties by unit index), each to the least-loaded rank
+/// (ties by rank id) that still has room for it under `cap` tokens. O(K log N) for K units and
+/// N ranks while the least-loaded rank has room; ranks that are full are dropped from the heap.
+///
+/// When no rank has room for a unit whole, a pair is placed as two blocks, and a block that
+/// still fits nowhere is cut across the ranks with the most free room (largest first, ties by
+/// id). A max-heap of free room answers "does anything fit" in O(log N), so every placement,
+/// split or cut costs O(log N) amortised plus the ranks it skips. This only happens at the cap's margin, and it makes the cap strict without
+/// ever failing: callers ensure `ranks × cap ≥` the batch's tokens.
+pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
+    let n = ranks as usize;
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by(|&a, &b| units[b].weight.total_cmp(&units[a].weight).then(a.cmp(&b)));
+    // Smallest block still to come: a rank with less room can never take a whole block
+    // again and leaves the heap for good (room only shrinks, this floor only grows).
+    let mut min_after = vec![u64::MAX; order.len() + 1];
+    for i in (0..order.len()).rev() {
+        let smallest = units[order[i]].blocks.iter().map(Block::tokens).min();
+        min_after[i] = min_after[i + 1].min(smallest.unwrap_or(0));
+    }
+    let mut st = State {
+        heaps: {
+            let mut h = vec![BinaryHeap::new(); 64];
+            if cap > 0 {
+                h[class(cap)] = (0..ranks).map(|r| Reverse(Key(0.0, r, 0))).collect();
+            }
+            h
+        },
+        version: vec![0; n],
+        room: (0..ranks).map(|r| (cap, Reverse(r))).collect(),
+        free: vec![cap; n],
+        a: Assignment {
+            owned: vec![Vec::new(); n],
+            loads: vec![0.0; n],
+            tokens: vec![0; n],
+            split_pairs: 0,
+            split_blocks: 0,
+        },
+        skipped: Vec::new(),
+        floor: 0,
+    };
+    for (i, &u) in order.iter().enumerate() {
+        st.floor = min_after[i];
+        let unit = &units[u];
+        if st.place_whole(&unit.blocks, unit.tokens(), unit.weight) {
+            continue;
+        }
+        if unit.blocks.len() > 1 {
+            st.a.split_pairs += 1;
+        }
+        // Heavier block first; weights split by tokens (the unit's f is not per block).
+        let mut blocks: Vec<&Block> = unit.blocks.iter().collect();
+        blocks.sort_by_key(|b| Reverse(b.tokens()));
+        for b in blocks {
+            let w = unit.weight * b.tokens() as f64 / unit.tokens().max(1) as f64;
+            if !st.place_whole(std::slice::from_ref(b), b.tokens(), w) {
+                st.a.split_blocks += 1;
+                st.cut(b, w);
+            }
+        }
+    }
+    st.a
+}
+
+struct State {
+    /// Min-heaps of rank loads, one per room class ⌊log2 free⌋ (lazy: an entry is live only
+    /// if its version is the rank's). Every rank in a class above ⌊log2 t⌋ has room for `t`
+    /// tokens, so only the class of `t` itself ever needs skipping.
+    heaps: Vec<BinaryHeap<Reverse<Key>>>,
+    version: Vec<u32>,
+    /// Max-heap of free room, ties by lowest rank (lazy: live only if it equals `free`).
+    room: BinaryHeap<(u64, Reverse<u32>)>,
+    free: Vec<u64>,
+    a: Assignment,
+    skipped: Vec<u32>,
+    /// Ranks with less free room than this can take no further whole block.
+    floor: u64,
+}
+
+impl State {
+    fn give(&mut self, r: u32, chunks: &[TokenRange], weight: f64) {
+        let r_us = r as usize;
+        let tokens: u64 = chunks.iter().map(TokenRange::len).sum();
+        self.a.owned[r_us].extend_from_slice(chunks);
+        self.a.loads[r_us] += weight;
+        self.a.tokens[r_us] += tokens;
+        self.free[r_us] -= tokens;
+        if self.free[r_us] > 0 {
+            self.room.push((self.free[r_us], Reverse(r)));
+        }
+    }
+
+    /// (Re)insert rank `r` in the load heap with its current load, unless it is too full to
+    /// take any further whole block (then only `cut` can still use its room).
+    fn requeue(&mut self, r: u32) {
+        let free = self.free[r as usize];
+        self.version[r as usize] += 1;
+        if free > 0 && free >= self.floor {
+            let key = Key(self.a.loads[r as usize], r, self.version[r as usize]);
+            self.heaps[class(free)].push(Reverse(key));
+        }
+    }
+
+    /// Largest free room of any rank, and that rank (lowest id on ties).
+    fn max_room(&mut self) -> Option<(u64, u32)> {
+        while let Some(&(f, Reverse(r))) = self.room.peek() {
+            if self.free[r as usize] == f {
+                return Some((f, r));
+            }
+            self.room.pop();
+        }
+        None
+    }
+
+    /// Least-loaded rank with room for `tokens`; false (and nothing changed) if none.
+    fn place_whole(&mut self, blocks: &[Block], tokens: u64, weight: f64) -> bool {
+        if self.max_room().is_none_or(|(f, _)| f < tokens) {
+            return false;
+        }
+        let c = class(tokens.max(1));
+        // Least-loaded live rank of each class above `c`: all of them have room.
+        let mut best: Option<Key> = None;
+        for h in c + 1..self.heaps.len() {
+            while let Some(&Reverse(k)) = self.heaps[h].peek() {
+                if k.2 == self.version[k.1 as usize] {
+                    best = Some(best.map_or(k, |b| b.min(k)));
+                    break;
+                }
+                self.heaps[h].pop();
+            }
+        }
+        // In class `c` itself, skip ranks without room, stopping once past `best`.
+        let mut found: Option<Key> = None;
+        while let Some(Reverse(k)) = self.heaps[c].pop() {
+            if k.2 != self.version[k.1 as usize] {
+                continue; // stale entry
+            }
+            if best.is_some_and(|b| b < k) {
+                self.heaps[c].push(Reverse(k));
+                break;
+            }
+            if self.free[k.1 as usize] >= tokens {
+                found = Some(k);
+                break;
+            }
+            self.skipped.push(k.1);
+        }
+        let skipped = std::mem::take(&mut self.skipped);
+        for r in skipped {
+            self.requeue(r);
+        }
+        let r = match (found, best) {
+            (Some(k), _) => k.1,
+            (None, Some(b)) => b.1,
+            (None, None) => return false,
+        };
+        // A chosen `best` is still in its heap: `requeue` below bumps the version, retiring it.
+        for b in blocks {
+            self.give(r, &b.chunks, 0.0);
+        }
+        self.a.loads[r as usize] += weight;
+        self.requeue(r);
+        true
+    }
+
+    /// Cut block `b` across the ranks with the most free room (largest first, ties by id).
+    fn cut(&mut self, b: &Block, weight: f64) {
+        let total = b.tokens().max(1);
+        let mut rest: Vec<TokenRange> = b.chunks.clone();
+        rest.reverse(); // pop from the front of the block
+        while !rest.is_empty() {
+            let (mut room, r) = self
+                .max_room()
+                .expect("cap × ranks below the batch's tokens");
+            let mut mine = Vec::new();
+            while room > 0 {
+                let Some(c) = rest.pop() else { break };
+                if c.len() <= room {
+                    room -= c.len();
+                    mine.push(c);
+                } else {
+                    mine.push(TokenRange::new(c.doc, c.start, c.start + room));
+                    rest.push(TokenRange::new(c.doc, c.start + room, c.end));
+                    room = 0;
+                }
+            }
+            let tokens: u64 = mine.iter().map(TokenRange::len).sum();
+            self.give(r, &mine, weight * tokens as f64 / total as f64);
+            self.requeue(r);
+        }
+    }
+}
+
+/// Room class of `free` tokens: ⌊log2 free⌋ (`free` ≥ 1).
+fn class(free: u64) -> usize {
+    63 - free.leading_zeros() as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(doc: u32, len: u64, weight: f64) -> Unit {
+        Unit {
+            blocks: vec![Block {
+                chunks: vec![TokenRange::new(doc, 0, len)],
+                packed: true,
+            }],
+            weight,
+        }
+    }
+
+    #[test]
+    fn heaviest_first_to_least_loaded_with_id_ties() {
+        // Weights 3, 5, 1, 4, 3 (by unit index) on 2 ranks.
+        let units = vec![
+            unit(0, 1, 3.0),
+            unit(1, 1, 5.0),
+            unit(2, 1, 1.0),
+            unit(3, 1, 4.0),
+            unit(4, 1, 3.0),
+        ];
+        let a = assign(&units, 2, 100);
+        // Order: doc1 (5), doc3 (4), doc0 (3, lower index), doc4 (3), doc2 (1).
+        // doc1→r0 (0,0 tie → id 0); doc3→r1; doc0→r1 (4<5); doc4→r0 (5<7); doc2→r1 (7<8).
+        let docs = |r: usize| a.owned[r].iter().map(|c| c.doc).collect::<Vec<_>>();
+        assert_eq!(docs(0), vec![1, 4]);
+        assert_eq!(docs(1), vec![3, 0, 2]);
+        assert_eq!(a.loads, vec![8.0, 8.0]);
+    }
+
+    #[test]
+    fn full_rank_is_skipped_for_next_least_loaded() {
+        // Cap 10: the 10-token unit fills rank 1, so the last unit goes to rank 0 although
+        // rank 1 is less loaded.
+        let units = vec![unit(0, 2, 5.0), unit(1, 10, 1.0), unit(2, 2, 0.5)];
+        let a = assign(&units, 2, 10);
+        assert_eq!(a.tokens, vec![4, 10]);
+        assert_eq!(a.loads, vec![5.5, 1.0]);
+        assert_eq!((a.split_pairs, a.split_blocks), (0, 0));
+    }
+
+    #[test]
+    fn block_that_fits_nowhere_is_cut() {
+        // Cap 10 on 2 ranks.
+        let units = vec![unit(0, 10, 1.0), unit(1, 4, 5.0), unit(2, 4, 4.0)];
+        let a = assign(&units, 2, 10);
+        // doc1 (5) → r0; doc2 (4) → r1; doc0 (1, 10 tokens) → r1 has 6 free, r0 has 6 free:
+        // neither fits whole → cut.
+        assert_eq!(a.split_blocks, 1);
+        assert!(a.tokens.iter().all(|&t| t <= 10));
+        assert_eq!(a.tokens.iter().sum::<u64>(), 18);
+    }
+
+    #[test]
+    fn cap_is_strict_and_everything_is_placed() {
+        let units: Vec<Unit> = (0..20)
+            .map(|i| unit(i, 3 + i as u64 % 4, i as f64))
+            .collect();
+        let total: u64 = units.iter().map(Unit::tokens).sum();
+        let cap = total.div_ceil(3);
+        let a = assign(&units, 3, cap);
+        assert!(
+            a.tokens.iter().all(|&t| t <= cap),
+            "{:?} cap {cap}",
+            a.tokens
+        );
+        assert_eq!(a.tokens.iter().sum::<u64>(), total);
+    }
+}

@@ -1,0 +1,218 @@
+//! `fcp`: flexible context parallelism — fixed-size blocks placed anywhere by LPT, moved
+//! point-to-point in congestion-free, pipelined, coalesced stages.
+//!
+//! Source: the FCP paper (seeds/000, §4.1 block distributor, §4.2 communication planner).
+//! Everything the paper leaves open is decided and explained in `docs/schemes/fcp.md`.
+//!
+//! * [`blocks`]: documents → blocks (fixed `block` tokens; short documents packed, varlen;
+//!   zig-zag pairs in causal documents) → units weighed by f(B) from the shared cost model.
+//! * [`lpt`]: heaviest unit first to the least-loaded rank with room under the token cap.
+//! * [`schedule`]: transfer graph → Δ congestion-free sub-stages → coalesced, pipelined steps.
+//!
+//! The transparent reshuffler (§4.3) is not modelled yet.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{Plan, PlanBuilder, PlanError};
+use crate::trace::Batch;
+
+use super::{PlanContext, Planner, SchemeError, SchemeSpec};
+
+pub mod blocks;
+pub mod lpt;
+pub mod schedule;
+
+pub use lpt::Assignment;
+pub use schedule::Schedule;
+
+/// Default block size in tokens (the paper's 4K, §6.1).
+pub const DEFAULT_BLOCK: u64 = 4096;
+/// Default coalesce degree (the paper's 16, §6.1).
+pub const DEFAULT_COALESCE: u32 = 16;
+/// Default `pair_limit`: a zig-zag pair heavier than a quarter of the mean rank load is
+/// assigned as two blocks (measured in `tests/fcp_imbalance.rs`; see `docs/schemes/fcp.md`).
+pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
+
+/// The FCP planner and its switches (`fcp:block=2048,coalesce=8,pipeline=false,...`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fcp {
+    /// Block size in tokens (`block`, ≥ 1).
+    pub block: u64,
+    /// Zig-zag pairs weighing more than this fraction of the mean rank load are assigned as
+    /// two separate blocks (`pair_limit`, ≥ 0; 0 never pairs, `inf` always pairs): a pair keeps
+    /// a causal block's compute and communication in step, but a unit near a rank's whole
+    /// share leaves LPT too coarse to balance.
+    pub pair_limit: f64,
+    /// Sub-stages per stage (`coalesce`, ≥ 1).
+    pub coalesce: u32,
+    /// Coalescer on (`coalescer`); off is the same as `coalesce=1` (`--no-coalesce`).
+    pub coalescer: bool,
+    /// Block-level pipelining on (`pipeline`; off is `--no-pipeline`).
+    pub pipeline: bool,
+    /// Congestion-free solver on (`solver`; off is `--no-solver`).
+    pub solver: bool,
+}
+
+impl Default for Fcp {
+    fn default() -> Self {
+        Fcp {
+            block: DEFAULT_BLOCK,
+            pair_limit: DEFAULT_PAIR_LIMIT,
+            coalesce: DEFAULT_COALESCE,
+            coalescer: true,
+            pipeline: true,
+            solver: true,
+        }
+    }
+}
+
+/// What the block distributor decided, for reports and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Distribution {
+    /// Per-rank token cap applied.
+    pub cap: u64,
+    /// Zig-zag pairs heavier than `pair_limit` × the mean rank load, assigned as two blocks.
+    pub broken_pairs: usize,
+    /// Units (blocks or zig-zag pairs) distributed.
+    pub units: usize,
+    /// f of the heaviest unit (seconds, forward + backward): no rank can carry less, so
+    /// `(max(heaviest, mean) − mean) / max(heaviest, mean)` bounds the achievable imbalance.
+    pub heaviest_unit: f64,
+    /// Where every chunk went and the resulting f-loads.
+    pub assignment: Assignment,
+}
+
+impl Fcp {
+    /// Parse `key=value` parameters of a scheme entry.
+    pub fn from_spec(spec: &SchemeSpec) -> Result<Fcp, SchemeError> {
+        let bad = |message: String| SchemeError::BadParam {
+            scheme: spec.name.clone(),
+            message,
+        };
+        let boolean = |k: &str, v: &str| match v {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(bad(format!("`{k}` must be true or false, not `{v}`"))),
+        };
+        let positive = |k: &str, v: &str| match v.parse::<u64>() {
+            Ok(x) if x >= 1 => Ok(x),
+            _ => Err(bad(format!("`{k}` must be an integer ≥ 1, not `{v}`"))),
+        };
+        let mut f = Fcp::default();
+        for (k, v) in &spec.params {
+            match k.as_str() {
+                "block" => f.block = positive(k, v)?,
+                "coalesce" => {
+                    f.coalesce = u32::try_from(positive(k, v)?)
+                        .map_err(|_| bad(format!("`coalesce` {v} is too large")))?
+                }
+                "coalescer" => f.coalescer = boolean(k, v)?,
+                "pair_limit" => {
+                    f.pair_limit = match v.parse::<f64>() {
+                        Ok(x) if x >= 0.0 => x,
+                        _ => return Err(bad(format!("`pair_limit` must be a number ≥ 0, not `{v}`"))),
+                    }
+                }
+                "pipeline" => f.pipeline = boolean(k, v)?,
+                "solver" => f.solver = boolean(k, v)?,
+                _ => {
+                    return Err(bad(format!(
+                        "takes no parameter `{k}` (known: block, coalesce, coalescer, pair_limit, pipeline, solver)"
+                    )))
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// Sub-stages merged per stage, after the `coalescer` switch.
+    pub fn coalesce_degree(&self) -> u32 {
+        if self.coalescer {
+            self.coalesce
+        } else {
+            1
+        }
+    }
+
+    /// The per-rank token cap for `batch`: `ctx.tokens_per_rank`, which every batch packed for
+    /// this group (`--pack budget`: at most N × T tokens) fits. A batch larger than N × T (not
+    /// packed for the group) gets the tightest even cap ⌈tokens / N⌉ instead of an error.
+    pub fn cap(batch: &Batch, ctx: &PlanContext<'_>) -> u64 {
+        ctx.tokens_per_rank
+            .max(batch.tokens().div_ceil(u64::from(ctx.ranks.max(1))))
+    }
+
+    /// The block distributor alone (§4.1): blocks, units, f weights and LPT under the cap.
+    pub fn distribute(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+    ) -> Result<Distribution, PlanError> {
+        if ctx.ranks == 0 {
+            return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
+        }
+        let mut units = blocks::make_units(batch, self.block, ctx.mask);
+        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
+        weigher.weigh(&mut units, &batch.doc_lens)?;
+        let total: f64 = units.iter().map(|u| u.weight).sum();
+        let mean = total / f64::from(ctx.ranks);
+        let broken_pairs = blocks::break_heavy_pairs(
+            &mut units,
+            mean * self.pair_limit,
+            &mut weigher,
+            &batch.doc_lens,
+        )?;
+        let cap = Fcp::cap(batch, ctx);
+        let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
+        let assignment = lpt::assign(&units, ctx.ranks, cap);
+        Ok(Distribution {
+            cap,
+            broken_pairs,
+            units: units.len(),
+            heaviest_unit,
+            assignment,
+        })
+    }
+}
+
+impl Planner for Fcp {
+    fn name(&self) -> &'static str {
+        "fcp"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        BTreeMap::from([
+            ("block".to_string(), self.block.into()),
+            ("coalesce".to_string(), self.coalesce.into()),
+            ("coalescer".to_string(), self.coalescer.into()),
+            (
+                "pair_limit".to_string(),
+                serde_json::Number::from_f64(self.pair_limit)
+                    .map_or_else(|| "inf".into(), serde_json::Value::Number),
+            ),
+            ("pipeline".to_string(), self.pipeline.into()),
+            ("solver".to_string(), self.solver.into()),
+        ])
+    }
+
+    fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        let dist = self.distribute(batch, ctx)?;
+        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        b.memory_cap(dist.cap);
+        schedule::schedule(
+            &mut b,
+            &dist.assignment.owned,
+            batch.doc_lens.len(),
+            ctx.mask,
+            schedule::Options {
+                pipeline: self.pipeline,
+                solver: self.solver,
+                coalesce: self.coalesce_degree(),
+            },
+        );
+        Ok(b.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+use super::*;
+use crate::hardware::Hardware;
+use crate::model::Model;
+use crate::plan::{check_numeric, verify, Mask, NumericOptions};
+use crate::planners::testing::assert_valid;
+use crate::trace::{generate, pack, PackMode, PackOptions, Source};
+
+fn llama70() -> Model {
+    Model {
+        name: "llama3-70b".into(),
+        q_heads: 64,
+        kv_heads: 8,
+        head_dim: 128,
+        dtype_bytes: 2,
+    }
+}
+
+/// Run `f` with `ranks` ranks of `tokens_per_rank` tokens on h100 / llama3-70b.
+fn with<R>(ranks: u32, tpr: u64, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
+    let model = llama70();
+    let hardware = Hardware::load("h100").expect("bundled profile");
+    let ctx = PlanContext {
+        ranks,
+        tokens_per_rank: tpr,
+        mask,
+        model: &model,
+        hardware: &hardware,
+    };
+    f(&ctx)
+}
+
+fn fcp(spec: &str) -> Fcp {
+    Fcp::from_spec(&SchemeSpec::parse(spec).unwrap()).unwrap()
+}
+
+/// Sends and receives of the busiest rank, and the number of distinct rounds.
+fn degree_and_rounds(plan: &Plan) -> (u32, u32) {
+    let n = plan.num_ranks as usize;
+    let (mut s, mut r) = (vec![0u32; n], vec![0u32; n]);
+    let mut rounds = std::collections::BTreeSet::new();
+    for t in &plan.transfers {
+        s[t.src as usize] += 1;
+        r[t.dst as usize] += 1;
+        rounds.insert(t.round());
+    }
+    let delta = s.iter().chain(&r).copied().max().unwrap_or(0);
+    (delta, rounds.len() as u32)
+}
+
+fn owned_tokens(plan: &Plan) -> Vec<u64> {
+    plan.ranks
+        .iter()
+        .map(|r| r.owned.iter().map(|c| c.len()).sum())
+        .collect()
+}
+
+#[test]
+fn params_parse_and_are_recorded() {
+    let f = fcp("fcp:block=2048,coalesce=4,pipeline=false,solver=false,coalescer=false");
+    assert_eq!(f.block, 2048);
+    assert_eq!(f.coalesce_degree(), 1);
+    assert!(!f.pipeline && !f.solver);
+    let p = f.params();
+    assert_eq!(p["block"], 2048);
+    assert_eq!(p["solver"], false);
+    for bad in [
+        "fcp:block=0",
+        "fcp:coalesce=x",
+        "fcp:pipeline=maybe",
+        "fcp:nope=1",
+    ] {
+        let spec = SchemeSpec::parse(bad).unwrap();
+        assert!(Fcp::from_spec(&spec).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn one_causal_document_by_hand() {
+    // 16 tokens, blocks of 4, 2 ranks of 8: pairs (b0, b3) and (b1, b2). The pair holding b3
+    // needs b1 and b2 (two edges from the other rank); the other needs b0 (one edge). Δ = 2.
+    let plan = with(2, 8, Mask::Causal, |ctx| {
+        fcp("fcp:block=4,coalesce=1").plan(&Batch::new(0, vec![16]), ctx)
+    })
+    .unwrap();
+    assert_valid(&plan);
+    assert_eq!(plan.memory_cap_tokens, Some(8));
+    assert!(plan.congestion_free);
+    assert_eq!(owned_tokens(&plan), vec![8, 8]);
+    let mut owned0: Vec<_> = plan.ranks[0]
+        .owned
+        .iter()
+        .map(|c| (c.start, c.end))
+        .collect();
+    owned0.sort();
+    // The pairs weigh almost the same; rank 0 takes the heavier one first, and either way the
+    // plan moves three blocks in two rounds.
+    assert!(owned0 == vec![(0, 4), (12, 16)] || owned0 == vec![(4, 8), (8, 12)]);
+    assert_eq!(plan.transfers.len(), 3);
+    assert_eq!(degree_and_rounds(&plan), (2, 2));
+    // Step 0 local, then one step per sub-stage (coalesce 1).
+    assert_eq!(plan.ranks[0].steps.len(), 3);
+    for t in &plan.transfers {
+        assert_eq!(t.arrive_by, t.issue_at + 1);
+        assert_eq!(t.round, Some(t.issue_at));
+    }
+}
+
+#[test]
+fn short_documents_never_move() {
+    let batch = Batch::new(0, vec![100, 3, 50, 7, 200, 1, 99]);
+    let plan = with(3, 256, Mask::Causal, |ctx| {
+        fcp("fcp:block=256").plan(&batch, ctx)
+    })
+    .unwrap();
+    assert_valid(&plan);
+    assert!(plan.transfers.is_empty());
+    assert!(owned_tokens(&plan).iter().all(|&t| t <= 256));
+}
+
+#[test]
+fn switches_shape_the_schedule() {
+    let batch = Batch::new(0, vec![64, 40, 9, 30, 3]);
+    for mask in [Mask::Causal, Mask::Full] {
+        let plan = |spec: &str| with(4, 40, mask, |ctx| fcp(spec).plan(&batch, ctx)).unwrap();
+        let full = plan("fcp:block=8,coalesce=2");
+        assert_valid(&full);
+        let (delta, rounds) = degree_and_rounds(&full);
+        assert_eq!(rounds, delta);
+        assert!(full
+            .transfers
+            .iter()
+            .all(|t| t.issue_at == t.round.unwrap() / 2));
+        assert_eq!(full.ranks[0].steps.len() as u32, 1 + delta.div_ceil(2));
+
+        let no_pipe = plan("fcp:block=8,pipeline=false");
+        assert_valid(&no_pipe);
+        assert!(no_pipe
+            .transfers
+            .iter()
+            .all(|t| (t.issue_at, t.arrive_by) == (0, 1)));
+        assert!(no_pipe.ranks.iter().all(|r| r.steps.len() <= 2));
+
+        let no_solver = plan("fcp:block=8,solver=false,coalesce=1");
+        assert_valid(&no_solver);
+        assert!(!no_solver.congestion_free);
+        // Same blocks move either way.
+        assert_eq!(no_solver.transfers.len(), full.transfers.len());
+    }
+}
+
+#[test]
+fn planning_is_deterministic() {
+    let trace = generate(&Source::WlbLlm, 300, 7).unwrap();
+    let batch = Batch::new(0, trace.lens());
+    let ranks = 16;
+    let tpr = batch.tokens().div_ceil(ranks as u64);
+    let a = with(ranks, tpr, Mask::Causal, |ctx| {
+        fcp("fcp:block=1024").plan(&batch, ctx)
+    })
+    .unwrap();
+    let b = with(ranks, tpr, Mask::Causal, |ctx| {
+        fcp("fcp:block=1024").plan(&batch, ctx)
+    })
+    .unwrap();
+    assert_eq!(a.to_json(), b.to_json());
+}
+
+/// Every trace source, N from 1 to 256, blocks 512 to 16K: plans verify structurally and
+/// numerically, respect the cap, and use exactly Δ congestion-free rounds.
+#[test]
+fn plans_verify_for_all_sources_ranks_and_blocks() {
+    let opts = NumericOptions {
+        max_rows_per_doc: 24,
+        ..NumericOptions::default()
+    };
+    let cases: &[(u32, u64)] = &[
+        (1, 512),
+        (2, 16384),
+        (3, 1024),
+        (8, 2048),
+        (16, 512),
+        (64, 4096),
+        (256, 512),
+    ];
+    for (si, name) in Source::NAMES.iter().enumerate() {
+        let source = Source::from_name(name).unwrap();
+        let trace = generate(&source, 3000, 11 + si as u64).unwrap();
+        for &(ranks, block) in cases {
+            // Small ranks keep the test fast; a big source document is cut to the batch.
+            let tpr = if ranks >= 64 { 1024 } else { 2048 };
+            let packed = pack(
+                &trace,
+                &PackOptions {
+                    mode: PackMode::Budget,
+                    ranks,
+                    tokens_per_rank: tpr,
+                    context: None,
+                },
+            )
+            .unwrap();
+            let batch = &packed.batches[0];
+            for mask in [Mask::Causal, Mask::Full] {
+                let plan = with(ranks, tpr, mask, |ctx| {
+                    fcp(&format!("fcp:block={block}")).plan(batch, ctx)
+                })
+                .unwrap();
+                let v = verify(&plan);
+                assert!(v.is_empty(), "{name} N={ranks} B={block} {mask}: {v:#?}");
+                let r = check_numeric(&plan, &opts);
+                assert!(r.max_abs_error < 1e-9, "{name} N={ranks} B={block}: {r:?}");
+                assert!(owned_tokens(&plan).iter().all(|&t| t <= tpr));
+                let (delta, rounds) = degree_and_rounds(&plan);
+                assert_eq!(rounds, delta, "{name} N={ranks} B={block}");
+            }
+        }
+    }
+}
+
+#[test]
+fn overfull_batch_gets_the_tightest_even_cap() {
+    let batch = Batch::new(0, vec![1000, 700, 300]);
+    let plan = with(2, 100, Mask::Causal, |ctx| {
+        fcp("fcp:block=128").plan(&batch, ctx)
+    })
+    .unwrap();
+    assert_eq!(plan.memory_cap_tokens, Some(1000));
+    assert_valid(&plan);
+}
+
+#[test]
+fn lpt_balances_a_long_document_exactly() {
+    // One document of 16 blocks on 4 ranks of 4 blocks: 8 pairs of equal FLOPs, 2 per rank.
+    let batch = Batch::new(0, vec![16 * 512]);
+    let plan = with(4, 4 * 512, Mask::Causal, |ctx| {
+        fcp("fcp:block=512").plan(&batch, ctx)
+    })
+    .unwrap();
+    let s = crate::plan::summarize(&plan, &llama70());
+    assert!(s.flops_imbalance < 1e-9, "{}", s.flops_imbalance);
+    assert_eq!(owned_tokens(&plan), vec![2048; 4]);
+}

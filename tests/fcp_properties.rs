@@ -1,0 +1,71 @@
+//! Property tests of the `fcp` planner on random batches with small blocks (so documents are
+//! cut and blocks move): plans verify structurally and numerically, every rank stays within
+//! the token cap, and the solver uses exactly Δ congestion-free rounds.
+
+use fcp::hardware::Hardware;
+use fcp::plan::{check_numeric, verify, Mask, NumericOptions};
+use fcp::planners::{planner_for, PlanContext};
+use fcp::trace::Batch;
+use fcp::Model;
+use proptest::prelude::*;
+
+fn config() -> ProptestConfig {
+    let ci = std::env::var_os("CI").is_some();
+    ProptestConfig {
+        cases: if ci { 48 } else { 128 },
+        max_shrink_iters: if ci { 0 } else { 512 },
+        ..ProptestConfig::default()
+    }
+}
+
+fn doc_len() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => 1u64..16, 4 => 16u64..120, 2 => 120u64..600]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn fcp_plans_verify_within_cap_in_delta_rounds(
+        lens in prop::collection::vec(doc_len(), 1..14),
+        ranks in 1u32..12,
+        block in 4u64..96,
+        coalesce in 1u32..5,
+        causal in any::<bool>(),
+        slack in 0u64..40,
+        pipeline in any::<bool>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        // Packed for the group: N × T ≥ tokens, often exactly tight.
+        let tpr = batch.tokens().div_ceil(ranks as u64) + slack;
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline}");
+        let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
+        let v = verify(&plan);
+        prop_assert!(v.is_empty(), "{:?}", v);
+        let opts = NumericOptions { max_rows_per_doc: 48, ..NumericOptions::default() };
+        let r = check_numeric(&plan, &opts);
+        prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
+        prop_assert_eq!(plan.memory_cap_tokens, Some(tpr));
+        for rp in &plan.ranks {
+            let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
+            prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
+        }
+        // Δ from the transfers themselves; rounds used are exactly 0..Δ.
+        let n = ranks as usize;
+        let (mut s, mut d) = (vec![0u32; n], vec![0u32; n]);
+        let mut rounds = std::collections::BTreeSet::new();
+        for t in &plan.transfers {
+            s[t.src as usize] += 1;
+            d[t.dst as usize] += 1;
+            rounds.insert(t.round());
+        }
+        let delta = s.iter().chain(&d).copied().max().unwrap_or(0);
+        prop_assert_eq!(rounds.len() as u32, delta);
+        prop_assert_eq!(rounds.iter().next_back().map_or(0, |r| r + 1), delta);
+        prop_assert!(plan.congestion_free);
+    }
+}
