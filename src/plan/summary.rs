@@ -83,7 +83,8 @@ pub fn imbalance(values: &[f64]) -> f64 {
         return 0.0;
     }
     let mean = values.iter().sum::<f64>() / values.len() as f64;
-    (max - mean) / max
+    // Rounding can put the mean a hair above an equal max; imbalance is never negative.
+    ((max - mean) / max).max(0.0)
 }
 
 /// max / mean; 1 for an all-zero load.
