@@ -183,6 +183,23 @@ fn bad_plan_inputs_exit_2_and_leave_no_file() {
             .stderr(predicate::str::contains(*needle));
         assert!(!out.exists(), "{args:?} left {out:?} behind");
     }
+    // Bad traces: a zero length, a malformed row, an empty trace.
+    for (body, needle) in [
+        ("doc_len\n10\n0\n", "line 3"),
+        ("doc_len\n10\nabc\n", "line 3"),
+        ("doc_len\n", "empty"),
+    ] {
+        std::fs::write(&trace, body).unwrap();
+        fcp()
+            .args(["plan", "--scheme", "zigzag", "--ranks", "2", "--trace"])
+            .arg(&trace)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle));
+        assert!(!out.exists(), "{body:?} left {out:?} behind");
+    }
     let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "only the trace remains");
 }
