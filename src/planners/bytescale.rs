@@ -22,7 +22,7 @@
 use crate::plan::{Mask, Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
-use super::shard::{cross_tasks, ring_pass_group, split_even};
+use super::shard::{contiguous_pieces, cross_tasks, ring_pass_group, zigzag_pieces};
 use super::{PlanContext, Planner};
 
 /// Length-grouped sharding with ring attention inside each long-document group.
@@ -91,16 +91,8 @@ impl Planner for ByteScale {
             next += k;
             let len = batch.doc_lens[doc as usize];
             let pieces: Vec<Vec<(u64, u64)>> = match ctx.mask {
-                Mask::Causal => {
-                    let p = split_even(len, 2 * k as u64);
-                    (0..k as usize)
-                        .map(|j| vec![p[j], p[2 * k as usize - 1 - j]])
-                        .collect()
-                }
-                Mask::Full => split_even(len, k as u64)
-                    .into_iter()
-                    .map(|p| vec![p])
-                    .collect(),
+                Mask::Causal => zigzag_pieces(len, k),
+                Mask::Full => contiguous_pieces(len, k),
             };
             for (&r, mine) in group.iter().zip(pieces) {
                 for (s, e) in mine {

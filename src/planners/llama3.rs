@@ -19,7 +19,7 @@ use crate::plan::{HeadRange, Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    all_gather_heads, gather_attend, needed_kv, own_all, packed_ranges, split_even,
+    all_gather_heads, gather_attend, needed_kv, own_all, packed_ranges, split_even, zigzag_pieces,
 };
 use super::{PlanContext, Planner};
 
@@ -44,12 +44,15 @@ impl Planner for Llama3 {
         let total = batch.tokens();
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         b.param("pad_tokens", pad_to_multiple(total, 2 * n as u64).into());
-        let chunks = split_even(total, 2 * n as u64);
-        let shards: Vec<Vec<TokenRange>> = (0..n)
-            .map(|r| {
-                let (a, z) = (chunks[r], chunks[2 * n - 1 - r]);
-                let mut mine = packed_ranges(&batch.doc_lens, a.0, a.1);
-                mine.extend(packed_ranges(&batch.doc_lens, z.0, z.1));
+        // The zigzag layout of the whole packed sequence, mapped back onto documents.
+        let shards: Vec<Vec<TokenRange>> = zigzag_pieces(total, ctx.ranks)
+            .into_iter()
+            .enumerate()
+            .map(|(r, pieces)| {
+                let mine: Vec<TokenRange> = pieces
+                    .iter()
+                    .flat_map(|&(s, e)| packed_ranges(&batch.doc_lens, s, e))
+                    .collect();
                 own_all(&mut b, r as u32, &mine)
             })
             .collect();

@@ -11,7 +11,7 @@ use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
 use super::llama3::pad_to_multiple;
-use super::shard::{assign_pieces, gather_attend, split_even};
+use super::shard::{assign_pieces, gather_attend, zigzag_pieces};
 use super::{PlanContext, Planner};
 
 /// Per-document 2N-chunk sharding with a K/V all-gather.
@@ -35,10 +35,7 @@ impl Planner for PerDoc {
             .sum();
         b.param("pad_tokens", pad.into());
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
-            let pieces = split_even(len, 2 * n as u64);
-            (0..n)
-                .map(|r| vec![pieces[r], pieces[2 * n - 1 - r]])
-                .collect()
+            zigzag_pieces(len, ctx.ranks)
         });
         gather_attend(&mut b, &shards);
         Ok(b.finish())

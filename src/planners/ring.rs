@@ -10,7 +10,7 @@ use crate::trace::Batch;
 
 use std::collections::BTreeMap;
 
-use super::shard::{assign_pieces, ring_flash_params, ring_pass, split_even};
+use super::shard::{assign_pieces, contiguous_pieces, ring_flash_params, ring_pass};
 use super::{PlanContext, Planner};
 
 /// Contiguous per-document ring attention.
@@ -29,12 +29,7 @@ impl Planner for Ring {
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        let shards = assign_pieces(&mut b, batch, n, |len| {
-            split_even(len, n as u64)
-                .into_iter()
-                .map(|piece| vec![piece])
-                .collect()
-        });
+        let shards = assign_pieces(&mut b, batch, n, |len| contiguous_pieces(len, n));
         ring_pass(&mut b, &shards);
         Ok(b.finish())
     }

@@ -17,6 +17,27 @@ pub fn split_even(len: u64, parts: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The contiguous layout of a document over `n` ranks: rank `r` holds piece `r` of
+/// [`split_even`] (ring-flash-attention's varlen ring).
+pub fn contiguous_pieces(len: u64, n: u32) -> Vec<Vec<(u64, u64)>> {
+    split_even(len, n as u64)
+        .into_iter()
+        .map(|piece| vec![piece])
+        .collect()
+}
+
+/// The zigzag layout of a document over `n` ranks: cut into 2N even pieces
+/// ([`split_even`]), rank `r` holds pieces `r` and `2N − 1 − r` — one early and one late piece,
+/// so under a causal mask every rank has the same work (ring-flash-attention's zigzag,
+/// Megatron/TE's load-balanced CP, WLB-LLM's per-document CP).
+pub fn zigzag_pieces(len: u64, n: u32) -> Vec<Vec<(u64, u64)>> {
+    let n = n as usize;
+    let pieces = split_even(len, 2 * n as u64);
+    (0..n)
+        .map(|r| vec![pieces[r], pieces[2 * n - 1 - r]])
+        .collect()
+}
+
 /// Give every rank its pieces of every document: `pieces(len)` returns, for each rank, the
 /// `(start, end)` pieces of a document of that length it owns. Empty pieces are skipped.
 /// Registers ownership with the builder and returns each rank's shard in order.

@@ -10,7 +10,7 @@ use crate::trace::Batch;
 
 use std::collections::BTreeMap;
 
-use super::shard::{assign_pieces, ring_flash_params, ring_pass, split_even};
+use super::shard::{assign_pieces, ring_flash_params, ring_pass, zigzag_pieces};
 use super::{PlanContext, Planner};
 
 /// Zigzag (2N-piece, mirrored) ring attention.
@@ -27,13 +27,9 @@ impl Planner for Zigzag {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let n = ctx.ranks as usize;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
-            let pieces = split_even(len, 2 * n as u64);
-            (0..n)
-                .map(|r| vec![pieces[r], pieces[2 * n - 1 - r]])
-                .collect()
+            zigzag_pieces(len, ctx.ranks)
         });
         ring_pass(&mut b, &shards);
         Ok(b.finish())
