@@ -29,7 +29,11 @@ impl PlanBuilder {
             .doc_lens
             .iter()
             .enumerate()
-            .map(|(i, &len)| Document { id: i as u32, len })
+            .map(|(i, &len)| Document {
+                id: i as u32,
+                len,
+                pad: 0,
+            })
             .collect();
         let ranks = (0..ctx.ranks)
             .map(|rank| RankPlan {
@@ -76,6 +80,22 @@ impl PlanBuilder {
     /// it was made.
     pub fn param(&mut self, key: &str, value: serde_json::Value) -> &mut Self {
         self.plan.scheme.params.insert(key.to_string(), value);
+        self
+    }
+
+    /// Record that the batch was planned with `pads[i]` padding tokens appended to document
+    /// `i` (see `planners::shard::pad_batch`): documents keep their real length and carry the
+    /// padding separately, and `scheme.params.pad_tokens` states the total.
+    pub fn mark_padding(&mut self, pads: &[u64]) -> &mut Self {
+        for (d, &p) in self.plan.documents.iter_mut().zip(pads) {
+            d.len -= p.min(d.len.saturating_sub(1));
+            d.pad = p;
+        }
+        let total: u64 = pads.iter().sum();
+        self.plan
+            .scheme
+            .params
+            .insert("pad_tokens".to_string(), serde_json::json!(total));
         self
     }
 

@@ -112,6 +112,23 @@ pub struct Document {
     pub id: u32,
     /// Length in tokens (≥ 1).
     pub len: u64,
+    /// Padding tokens appended to the document by schemes whose implementations need
+    /// divisible lengths (TransformerEngine's per-document 2N rule, Llama3 CP, Ulysses). Plans
+    /// cover `len + pad` tokens, so padding costs the compute, memory and bytes it costs on a
+    /// GPU; absent = 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+impl Document {
+    /// Tokens the plan covers: the document plus its padding.
+    pub fn extent(&self) -> u64 {
+        self.len + self.pad
+    }
 }
 
 /// Scheme that produced the plan and the parameters it ran with.
@@ -289,9 +306,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Total tokens of the batch.
+    /// Total tokens of the batch (without padding).
     pub fn total_tokens(&self) -> u64 {
         self.documents.iter().map(|d| d.len).sum()
+    }
+
+    /// Padding tokens the scheme added.
+    pub fn pad_tokens(&self) -> u64 {
+        self.documents.iter().map(|d| d.pad).sum()
     }
 
     /// Number of tasks over all ranks and steps.

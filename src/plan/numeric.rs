@@ -141,7 +141,7 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
     let mut report = NumericReport {
         max_abs_error: 0.0,
         rows_checked: 0,
-        rows_total: plan.total_tokens(),
+        rows_total: plan.total_tokens() + plan.pad_tokens(),
         rows_uncovered: 0,
     };
     // Tasks of each document, for its rows.
@@ -157,7 +157,7 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
         }
     }
     for (doc, tasks) in by_doc.iter().enumerate() {
-        let len = plan.documents[doc].len;
+        let len = plan.documents[doc].extent();
         let mut bounds: Vec<u64> = Vec::new();
         for t in tasks {
             bounds.extend([t.q.start, t.q.end.saturating_sub(1), t.q.end]);

@@ -19,16 +19,10 @@ use crate::plan::{HeadRange, Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    all_gather_heads, gather_attend, needed_kv, own_all, packed_ranges, split_even, zigzag_pieces,
+    all_gather_heads, gather_attend, needed_kv, own_all, packed_ranges, pad_batch, split_even,
+    zigzag_pieces, Padding,
 };
 use super::{PlanContext, Planner};
-
-/// Tokens the authors' implementation pads the packed sequence with so it divides into `parts`
-/// equal chunks. Our plan splits without padding ([`split_even`]); the figure is recorded in the
-/// plan's `scheme.params.pad_tokens` so that padding is counted, not hidden.
-pub(crate) fn pad_to_multiple(total: u64, parts: u64) -> u64 {
-    total.div_ceil(parts.max(1)) * parts.max(1) - total
-}
 
 /// Llama 3 CP: 2N-chunk zigzag of the packed sequence, K/V all-gather.
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,9 +35,12 @@ impl Planner for Llama3 {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks as usize;
+        // Llama3 CP cuts the packed sequence into 2N equal chunks: it pads to a multiple of 2N.
+        let (padded, pads) = pad_batch(batch, Padding::Total(2 * n as u64));
+        let batch = &padded;
         let total = batch.tokens();
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        b.param("pad_tokens", pad_to_multiple(total, 2 * n as u64).into());
+        b.mark_padding(&pads);
         // The zigzag layout of the whole packed sequence, mapped back onto documents.
         let shards: Vec<Vec<TokenRange>> = zigzag_pieces(total, ctx.ranks)
             .into_iter()
@@ -99,9 +96,12 @@ impl Planner for Llama3Contig {
         }
         let group = hq / hk;
         let n = ctx.ranks;
+        // An even contiguous split: the packed length is padded to a multiple of N.
+        let (padded, pads) = pad_batch(batch, Padding::Total(n as u64));
+        let batch = &padded;
         let total = batch.tokens();
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        b.param("pad_tokens", pad_to_multiple(total, n as u64).into());
+        b.mark_padding(&pads);
         let shards: Vec<Vec<TokenRange>> = split_even(total, n as u64)
             .into_iter()
             .enumerate()

@@ -10,8 +10,7 @@
 use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::llama3::pad_to_multiple;
-use super::shard::{assign_pieces, gather_attend, zigzag_pieces};
+use super::shard::{assign_pieces, gather_attend, pad_batch, zigzag_pieces, Padding};
 use super::{PlanContext, Planner};
 
 /// Per-document 2N-chunk sharding with a K/V all-gather.
@@ -25,15 +24,12 @@ impl Planner for PerDoc {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks as usize;
-        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         // Implementations that need every document divisible by 2N (TransformerEngine THD,
-        // torch `_PerDocumentHeadTailLoadBalancer`) pad each one; recorded, not hidden.
-        let pad: u64 = batch
-            .doc_lens
-            .iter()
-            .map(|&l| pad_to_multiple(l, 2 * n as u64))
-            .sum();
-        b.param("pad_tokens", pad.into());
+        // torch `_PerDocumentHeadTailLoadBalancer`) pad each one: planned and charged here.
+        let (padded, pads) = pad_batch(batch, Padding::PerDocument(2 * n as u64));
+        let batch = &padded;
+        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        b.mark_padding(&pads);
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
             zigzag_pieces(len, ctx.ranks)
         });
@@ -103,5 +99,37 @@ mod tests {
             sum.per_rank[1].bytes_recv,
             own0 * model.kv_bytes_per_token()
         );
+    }
+
+    #[test]
+    fn padding_is_planned_and_charged_not_hidden() {
+        // 10 tokens on 2 ranks: TransformerEngine pads to 12 (a multiple of 2N = 4).
+        let batch = Batch::new(0, vec![10]);
+        let plan = with_ctx(2, Mask::Causal, |ctx| PerDoc.plan(&batch, ctx)).unwrap();
+        assert_eq!(plan.documents[0].len, 10);
+        assert_eq!(plan.documents[0].pad, 2);
+        assert_valid(&plan);
+        let owned: u64 = plan
+            .ranks
+            .iter()
+            .flat_map(|r| &r.owned)
+            .map(TokenRange::len)
+            .sum();
+        assert_eq!(owned, 12, "padding occupies memory");
+        let pairs: u128 = plan
+            .ranks
+            .iter()
+            .flat_map(|r| &r.steps)
+            .flat_map(|s| &s.tasks)
+            .map(|t| allowed_pairs(Mask::Causal, t.q.start, t.q.end, t.kv.start, t.kv.end))
+            .sum();
+        assert_eq!(pairs, 12 * 13 / 2, "padding is computed");
+        let sim = crate::sim::Simulator::new(
+            crate::hardware::Hardware::load("h100").unwrap(),
+            crate::Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        let r = sim.simulate(&plan, crate::sim::PassSel::Fwd).unwrap();
+        assert_eq!(r.metrics.pad_tokens, 2);
     }
 }

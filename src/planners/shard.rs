@@ -17,6 +17,42 @@ pub fn split_even(len: u64, parts: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// How a scheme's implementation pads a batch to the lengths it can shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// Every document to a multiple of this (TransformerEngine's per-document 2N rule).
+    PerDocument(u64),
+    /// The packed sequence to a multiple of this, padding appended to the last document.
+    Total(u64),
+}
+
+/// The batch as the scheme's implementation pads it, and the padding added to each document.
+/// Plan the padded batch, then call [`PlanBuilder::mark_padding`] with the padding so the plan
+/// records real lengths and charges the padding.
+pub fn pad_batch(batch: &Batch, rule: Padding) -> (Batch, Vec<u64>) {
+    let up = |x: u64, m: u64| if m <= 1 { 0 } else { (m - x % m) % m };
+    let mut pads = vec![0u64; batch.doc_lens.len()];
+    match rule {
+        Padding::PerDocument(m) => {
+            for (p, &l) in pads.iter_mut().zip(&batch.doc_lens) {
+                *p = up(l, m);
+            }
+        }
+        Padding::Total(m) => {
+            if let Some(last) = pads.last_mut() {
+                *last = up(batch.tokens(), m);
+            }
+        }
+    }
+    let lens = batch
+        .doc_lens
+        .iter()
+        .zip(&pads)
+        .map(|(l, p)| l + p)
+        .collect();
+    (Batch::new(batch.index, lens), pads)
+}
+
 /// The contiguous layout of a document over `n` ranks: rank `r` holds piece `r` of
 /// [`split_even`] (ring-flash-attention's varlen ring).
 pub fn contiguous_pieces(len: u64, n: u32) -> Vec<Vec<(u64, u64)>> {
@@ -248,7 +284,7 @@ pub fn all_gather_heads(
 pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
     let n = shards.len() as u32;
     let mask = b.mask();
-    let lens: Vec<u64> = b.documents().iter().map(|d| d.len).collect();
+    let lens: Vec<u64> = b.documents().iter().map(|d| d.extent()).collect();
     for r in 0..n {
         let own = &shards[r as usize];
         cross_tasks(b, r, 0, own, own);

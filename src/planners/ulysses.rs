@@ -14,8 +14,7 @@ use crate::plan::{
 };
 use crate::trace::Batch;
 
-use super::llama3::pad_to_multiple;
-use super::shard::{own_all, packed_ranges, split_even};
+use super::shard::{own_all, packed_ranges, pad_batch, split_even, Padding};
 use super::{PlanContext, Planner};
 
 /// Head-parallel attention behind two all-to-alls.
@@ -60,10 +59,13 @@ impl Planner for Ulysses {
             )));
         }
         let group = hq / hk;
+        // DeepSpeed splits the sequence dimension evenly: the packed length is padded to a
+        // multiple of N.
+        let (padded, pads) = pad_batch(batch, Padding::Total(n as u64));
+        let batch = &padded;
         let total = batch.tokens();
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        // DeepSpeed splits the sequence dimension evenly: the packed length must divide by N.
-        b.param("pad_tokens", pad_to_multiple(total, n as u64).into());
+        b.mark_padding(&pads);
         let shards: Vec<Vec<TokenRange>> = split_even(total, n as u64)
             .into_iter()
             .enumerate()

@@ -85,6 +85,7 @@ fn aggregate(all: &[PlanMetrics], f: impl Fn(&[f64]) -> f64) -> PlanMetrics {
         mfu: col(&|m| m.mfu),
         lower_bound_ms: col(&|m| m.lower_bound_ms),
         vs_lower_bound: col(&|m| m.vs_lower_bound),
+        pad_tokens: col(&|m| m.pad_tokens as f64).round() as u64,
     }
 }
 

@@ -59,6 +59,9 @@ pub struct PlanMetrics {
     pub lower_bound_ms: f64,
     /// attention_time_ms / lower_bound_ms.
     pub vs_lower_bound: f64,
+    /// Padding tokens the scheme computes, stores and moves as if they were data (counted in
+    /// every figure above; the lower bound excludes them).
+    pub pad_tokens: u64,
 }
 
 /// The simulator's report for one plan.
@@ -173,6 +176,7 @@ pub(super) fn report(
             } else {
                 1.0
             },
+            pad_tokens: plan.pad_tokens(),
         },
         ranks,
     }

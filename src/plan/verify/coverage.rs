@@ -60,7 +60,7 @@ pub(super) fn check_coverage(plan: &Plan, out: &mut Vec<Violation>) {
     const MAX_REPORTS_PER_DOC: usize = 4;
     let segments = head_segments(plan);
     for (doc, tasks) in tasks_by_doc(plan).iter().enumerate() {
-        let len = plan.documents[doc].len;
+        let len = plan.documents[doc].extent();
         for &seg in &segments {
             let mut rects: Vec<(u64, u64, u64, u64)> = tasks
                 .iter()

@@ -157,7 +157,7 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
     let docs = &plan.documents;
     let bad_range = |r: &TokenRange| -> bool {
         docs.get(r.doc as usize)
-            .is_none_or(|d| r.start >= r.end || r.end > d.len)
+            .is_none_or(|d| r.start >= r.end || r.end > d.extent())
     };
     let bad_heads = |h: &Option<HeadRange>| -> bool {
         h.is_some_and(|h| h.start >= h.end || h.end > plan.q_heads)
@@ -210,7 +210,7 @@ pub(super) fn owner_map(plan: &Plan) -> OwnerMap {
 
 fn check_ownership(plan: &Plan, out: &mut Vec<Violation>) {
     for (doc, runs) in owner_map(plan).iter().enumerate() {
-        let len = plan.documents[doc].len;
+        let len = plan.documents[doc].extent();
         let mut pos = 0u64;
         for &(s, e, rank) in runs {
             if s < pos {

@@ -173,3 +173,24 @@ fn remote_queries_need_their_output_returned() {
     p.transfers.push(back);
     assert_eq!(verify(&p), vec![]);
 }
+
+#[test]
+fn padding_extends_the_document_and_nothing_beyond() {
+    let mut p = plan();
+    // Doc 3 has one token; pretend the scheme padded it by 3 and owns them on rank 0.
+    p.documents[3].pad = 3;
+    assert!(kinds(&p).contains(&K::NotOwned), "padding must be owned");
+    p.ranks[0].owned.push(TokenRange::new(3, 1, 4));
+    assert!(
+        kinds(&p).contains(&K::MissingPairs),
+        "padding must be computed"
+    );
+    p.ranks[0].steps[0].tasks.push(crate::plan::Task {
+        q: TokenRange::new(3, 1, 4),
+        kv: TokenRange::new(3, 0, 4),
+        heads: None,
+    });
+    assert_eq!(verify(&p), vec![]);
+    p.ranks[0].owned.push(TokenRange::new(3, 4, 5));
+    assert!(kinds(&p).contains(&K::BadRange), "nothing beyond len + pad");
+}
