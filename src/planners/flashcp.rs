@@ -594,7 +594,14 @@ impl Planner for FlashCp {
             );
         }
         let total: u64 = lens.iter().sum();
-        b.memory_cap(total.div_ceil(n as u64));
+        let (lo, hi) = (total / n as u64, total.div_ceil(n as u64));
+        if let Some(t) = s.tokens.iter().find(|&&t| t < lo || t > hi) {
+            // Eq. 2 is the scheme's promise; never emit a plan that breaks it.
+            return Err(PlanError::Planning(format!(
+                "flashcp: a rank would hold {t} tokens, outside {lo}..={hi} (Eq. 2)"
+            )));
+        }
+        b.memory_cap(hi);
         // Local buffer order: Whole-Doc shards, then Per-Doc chunks, each by (doc, start).
         let mut owned = vec![Vec::new(); n as usize];
         for pass_per_doc in [false, true] {
