@@ -92,7 +92,7 @@ proptest! {
         let per_token = 2 * model.kv_bytes_per_token() * (ranks as u64 - 1);
         prop_assert!(e5 <= per_token * hi, "{e5} > {per_token} · {hi}");
         if e4 > 0 {
-            prop_assert!((saving - (1.0 - e5 as f64 / e4 as f64)).abs() < 1e-12);
+            prop_assert!((saving - (1.0 - e5 as f64 / e4 as f64)).abs() < 1e-9);
         }
     }
 }

@@ -563,7 +563,7 @@ impl Planner for FlashCp {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        if !(self.target_imbalance >= 1.0) {
+        if self.target_imbalance.is_nan() || self.target_imbalance < 1.0 {
             return Err(PlanError::Planning(format!(
                 "flashcp needs target_imbalance ≥ 1, got {}",
                 self.target_imbalance
@@ -581,10 +581,14 @@ impl Planner for FlashCp {
             *counts.entry(x.doc).or_default() += 1;
         }
         let split_whole = counts.values().filter(|&&c| c > 1).count();
-        b.param("imbalance", serde_json::json!(s.imbalance));
+        // Ratios are rounded to 12 decimals: short decimals parse back to the same f64, so the
+        // plan file round-trips byte for byte (serde_json's default float parser is not
+        // correctly rounded for 17-digit values).
+        let round12 = |x: f64| (x * 1e12).round() / 1e12;
+        b.param("imbalance", serde_json::json!(round12(s.imbalance)));
         b.param("per_doc_docs", s.per_doc.len().into());
         b.param("whole_doc_split_docs", split_whole.into());
-        b.param("comm_saving", serde_json::json!(vol.saving()));
+        b.param("comm_saving", serde_json::json!(round12(vol.saving())));
         b.param("eq4_bytes", vol.eq4_bytes.into());
         b.param("eq5_bytes", vol.eq5_bytes.into());
         if !s.reached {
