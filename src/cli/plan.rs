@@ -97,8 +97,17 @@ pub fn run(a: PlanArgs) -> Result<()> {
             p.save(&a.output)?;
         }
         let s = summarize(p, &model);
+        // Schemes that record the K/V they avoid sending (FlashCP's 1 − Eq5/Eq4) say so.
+        let saving = p
+            .scheme
+            .params
+            .get("comm_saving")
+            .and_then(|v| v.as_f64())
+            .map_or(String::new(), |x| {
+                format!(" · comm_saving {:.1}%", 100.0 * x)
+            });
         eprintln!(
-            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}",
+            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}{}",
             a.output.display(),
             p.batch_index.unwrap_or(0),
             s.docs,
@@ -108,7 +117,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
             s.tasks,
             s.transfers,
             bytes(s.comm_bytes_total),
-            s.max_over_mean
+            s.max_over_mean,
+            saving
         );
     }
     Ok(())

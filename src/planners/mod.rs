@@ -10,6 +10,7 @@ use crate::trace::Batch;
 
 mod bytescale;
 pub mod fcp;
+mod flashcp;
 mod llama3;
 mod magi;
 mod per_doc;
@@ -21,6 +22,7 @@ mod zigzag;
 
 pub use bytescale::ByteScale;
 pub use fcp::Fcp;
+pub use flashcp::FlashCp;
 pub use llama3::{Llama3, Llama3Contig};
 pub use magi::Magi;
 pub use per_doc::PerDoc;
@@ -71,6 +73,7 @@ pub const SCHEMES: &[&str] = &[
     "wlb-llm",
     "magi",
     "fcp",
+    "flashcp",
 ];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
@@ -177,6 +180,21 @@ impl Params {
             },
         }
     }
+
+    /// A ratio parameter that must be a finite number ≥ 1 (an imbalance target such as
+    /// FlashCP's R), `default` when absent.
+    fn ratio_at_least_one(&mut self, key: &str, default: f64) -> Result<f64, SchemeError> {
+        match self.values.remove(key) {
+            None => Ok(default),
+            Some(text) => match text.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 1.0 => Ok(v),
+                _ => Err(SchemeError::BadParam {
+                    scheme: self.scheme.clone(),
+                    message: format!("`{key}` must be a number ≥ 1, got `{text}`"),
+                }),
+            },
+        }
+    }
 }
 
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
@@ -249,6 +267,7 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
             }))
         }
         "fcp" => Ok(Box::new(Fcp::from_spec(&spec)?)),
+        "flashcp" => Ok(Box::new(FlashCp::from_spec(&spec)?)),
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
             known: SCHEMES.join(", "),

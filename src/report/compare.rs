@@ -35,6 +35,11 @@ pub struct CompareRow {
     pub p95: Option<PlanMetrics>,
     /// Baseline mean attention time / this scheme's mean attention time.
     pub speedup: Option<f64>,
+    /// Mean over batches of the plans' `comm_saving` parameter (FlashCP's `1 − Eq5/Eq4`), for
+    /// schemes that record one; absent otherwise. Read from the plan, not the simulation, so any
+    /// scheme can report the K/V it avoids sending.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_saving: Option<f64>,
     /// Why the scheme produced no result.
     pub error: Option<String>,
 }
@@ -100,7 +105,7 @@ pub fn compare(
         .schemes
         .iter()
         .map(|entry| {
-            let run = || -> Result<Vec<PlanMetrics>, String> {
+            let run = || -> Result<Vec<(PlanMetrics, Option<f64>)>, String> {
                 let planner = planner_for(entry).map_err(|e| e.to_string())?;
                 batches
                     .iter()
@@ -108,27 +113,38 @@ pub fn compare(
                         let plan = planner
                             .plan(b, ctx)
                             .map_err(|e| format!("batch {}: {e}", b.index))?;
+                        let saving = plan
+                            .scheme
+                            .params
+                            .get("comm_saving")
+                            .and_then(|v| v.as_f64());
                         sim.simulate(&plan, opts.pass)
-                            .map(|r| r.metrics)
+                            .map(|r| (r.metrics, saving))
                             .map_err(|e| format!("batch {}: {e}", b.index))
                     })
                     .collect()
             };
             match run() {
-                Ok(all) => CompareRow {
-                    scheme: entry.clone(),
-                    batches: all.len(),
-                    mean: Some(aggregate(&all, mean)),
-                    p95: Some(aggregate(&all, |v| percentile(v, 95.0))),
-                    speedup: None,
-                    error: None,
-                },
+                Ok(results) => {
+                    let all: Vec<PlanMetrics> = results.iter().map(|(m, _)| m.clone()).collect();
+                    let savings: Vec<f64> = results.iter().filter_map(|(_, s)| *s).collect();
+                    CompareRow {
+                        scheme: entry.clone(),
+                        batches: all.len(),
+                        mean: Some(aggregate(&all, mean)),
+                        p95: Some(aggregate(&all, |v| percentile(v, 95.0))),
+                        speedup: None,
+                        comm_saving: (!savings.is_empty()).then(|| mean(&savings)),
+                        error: None,
+                    }
+                }
                 Err(e) => CompareRow {
                     scheme: entry.clone(),
                     batches: 0,
                     mean: None,
                     p95: None,
                     speedup: None,
+                    comm_saving: None,
                     error: Some(e),
                 },
             }

@@ -21,7 +21,7 @@ pub fn human_bytes(b: u64) -> String {
 /// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
 pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     let mut s = format!(
-        "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9}\n",
+        "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>9}\n",
         "scheme",
         "time_ms",
         "p95_ms",
@@ -32,12 +32,13 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
         "vs_LB",
         "comm/batch",
         "peak_mem",
-        "max/mean"
+        "max/mean",
+        "comm_save"
     );
     for r in rows {
         match (&r.mean, &r.p95) {
             (Some(m), Some(p)) => s.push_str(&format!(
-                "{:<24} {:>10.3} {:>10.3} {:>7.2}× {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3}\n",
+                "{:<24} {:>10.3} {:>10.3} {:>7.2}× {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3} {:>9}\n",
                 r.scheme,
                 m.attention_time_ms,
                 p.attention_time_ms,
@@ -48,7 +49,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                 m.vs_lower_bound,
                 human_bytes(m.comm_bytes_total),
                 human_bytes(m.mem_max_bytes),
-                m.max_over_mean
+                m.max_over_mean,
+                r.comm_saving
+                    .map_or("-".to_string(), |x| format!("{:.1}%", 100.0 * x))
             )),
             _ => s.push_str(&format!(
                 "{:<24} cannot run: {}\n",
@@ -67,13 +70,13 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// and the error (empty when the scheme ran).
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let mut s = String::from(
-        "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,error\n",
+        "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error\n",
     );
     for r in rows {
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         match (&r.mean, &r.p95) {
             (Some(m), Some(p)) => s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},\n",
                 q(&r.scheme),
                 r.batches,
                 m.attention_time_ms,
@@ -86,10 +89,11 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 m.comm_bytes_total,
                 m.mem_max_bytes,
                 m.lower_bound_ms,
-                m.vs_lower_bound
+                m.vs_lower_bound,
+                r.comm_saving.map_or(String::new(), |x| x.to_string())
             )),
             _ => s.push_str(&format!(
-                "{},0,,,,,,,,,,,,{}\n",
+                "{},0,,,,,,,,,,,,,{}\n",
                 q(&r.scheme),
                 q(r.error.as_deref().unwrap_or(""))
             )),
