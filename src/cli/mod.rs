@@ -29,7 +29,9 @@ mod compare;
 mod demo;
 mod hw;
 mod plan;
+mod regress;
 mod simulate;
+mod sweep;
 mod trace;
 mod verify;
 
@@ -57,6 +59,10 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Inspect hardware and model profiles.
     Hw(hw::HwArgs),
+    /// Run a study grid (traces × schemes × ranks × ...) in parallel, resumably.
+    Sweep(sweep::SweepArgs),
+    /// Regression gate: evaluate fixed cells and compare with a committed baseline.
+    Regress(regress::RegressArgs),
 }
 
 /// An error that should exit with a specific code (1: a check failed).
@@ -91,6 +97,8 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Regress(a) => regress::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
