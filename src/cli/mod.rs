@@ -27,8 +27,10 @@ macro_rules! out {
 mod common;
 mod compare;
 mod demo;
+mod dpcp;
 mod hw;
 mod plan;
+mod plot;
 mod regress;
 mod simulate;
 mod sweep;
@@ -63,6 +65,10 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Regression gate: evaluate fixed cells and compare with a committed baseline.
     Regress(regress::RegressArgs),
+    /// Draw Gantt charts, sweep charts, trace CDFs, DP×CP curves (PNG or SVG).
+    Plot(plot::PlotArgs),
+    /// DP×CP: straggler effect across data-parallel groups as CP grows, with a balancer.
+    Dpcp(dpcp::DpcpArgs),
 }
 
 /// An error that should exit with a specific code (1: a check failed).
@@ -99,6 +105,8 @@ pub fn main() -> ExitCode {
         Command::Hw(a) => hw::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Regress(a) => regress::run(a),
+        Command::Plot(a) => plot::run(a),
+        Command::Dpcp(a) => dpcp::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
