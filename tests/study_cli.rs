@@ -240,3 +240,96 @@ fn bad_sweep_configs_exit_2_with_a_reason() {
         .assert()
         .code(2);
 }
+
+#[test]
+fn plots_are_written_as_png_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tiny.toml");
+    std::fs::write(&cfg, TINY).unwrap();
+    let out = dir.path().join("out");
+    sweep(&cfg, &out, "2");
+    let results = out.join("results.json");
+    let png = |name: &str| {
+        let p = dir.path().join(name);
+        let b = std::fs::read(&p).unwrap();
+        assert!(b.starts_with(b"\x89PNG") && b.len() > 5000, "{name}");
+    };
+    for (kind, name) in [("imbalance", "imb.png"), ("scaling", "mfu.png")] {
+        fcp()
+            .args(["plot", kind])
+            .arg(&results)
+            .args(["--filter", "trace=default", "-o"])
+            .arg(dir.path().join(name))
+            .assert()
+            .success();
+        png(name);
+    }
+    fcp()
+        .args(["plot", "lines"])
+        .arg(&results)
+        .args(["--x", "ranks", "--speedup-vs", "zigzag", "-o"])
+        .arg(dir.path().join("speedup.svg"))
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(dir.path().join("speedup.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("speedup over zigzag"));
+    fcp()
+        .args(["plot", "cdf", "default", "-o"])
+        .arg(dir.path().join("cdf.png"))
+        .assert()
+        .success();
+    png("cdf.png");
+    let plan = dir.path().join("plan.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "4"])
+        .args(["--tokens-per-rank", "8192", "-o"])
+        .arg(&plan)
+        .assert()
+        .success();
+    fcp()
+        .args(["plot", "gantt"])
+        .arg(&plan)
+        .args(["-o"])
+        .arg(dir.path().join("gantt.png"))
+        .assert()
+        .success();
+    png("gantt.png");
+    fcp()
+        .args(["plot", "gantt"])
+        .arg(&plan)
+        .args(["-o"])
+        .arg(dir.path().join("gantt.pdf"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(".png or .svg"));
+}
+
+#[test]
+fn dpcp_reports_the_straggler_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("dpcp.toml");
+    std::fs::write(
+        &cfg,
+        "gpus = 16\ncp = [1, 4]\ntokens_per_gpu = 8192\nsteps = 3\ntrace = \"gen:exponential:mean=1024,max=8192\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("o");
+    fcp()
+        .arg("dpcp")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("max/min"));
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(out.join("dpcp.json")).unwrap()).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 4);
+    fcp()
+        .args(["plot", "dpcp"])
+        .arg(out.join("dpcp.json"))
+        .arg("-o")
+        .arg(dir.path().join("d.png"))
+        .assert()
+        .success();
+}

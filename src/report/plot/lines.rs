@@ -61,7 +61,28 @@ pub fn line_chart(path: &Path, chart: &LineChart) -> Result<(), PlotError> {
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Result<(), PlotError> {
-    let tx = |x: f64| if c.x_log2 { x.max(1e-9).log2() } else { x };
+    // The distinct x values of the data (ranks 16, 32, ... are what was run).
+    let mut xs: Vec<f64> = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    // A small grid on a log axis is drawn evenly spaced, one tick per value that ran (its
+    // index is its position): ranks and block sizes are powers of two, so this is the log
+    // scale, and 64K/96K/128K contexts still get one labelled tick each. Dense data (CDFs)
+    // get a true log₂ axis.
+    let categorical = c.x_log2 && xs.len() <= 16;
+    let tx = |x: f64| {
+        if categorical {
+            xs.iter().position(|&v| v == x).unwrap_or(0) as f64
+        } else if c.x_log2 {
+            x.max(1e-9).log2()
+        } else {
+            x
+        }
+    };
     let pts = c.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in pts {
@@ -87,15 +108,12 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
         },
         y1 + ypad,
     );
-    // Ticks at the distinct x values of the data (ranks 16, 32, ... are what was run).
-    let mut xs: Vec<f64> = c
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    xs.sort_by(f64::total_cmp);
-    xs.dedup();
-    let x_ticks = xs.len().clamp(2, 16);
+    let x_ticks = if categorical {
+        // Integer ticks only (plotters picks a step of 1 for this many labels).
+        xs.len() + 1
+    } else {
+        12
+    };
     let mut ch = ChartBuilder::on(root)
         .caption(&c.title, (FAMILY, 26))
         .margin(18)
@@ -104,16 +122,17 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
         .build_cartesian_2d((x0 - xpad)..(x1 + xpad), ylo..yhi)
         .map_err(draw_err)?;
     let x_fmt = |v: &f64| {
-        let x = if c.x_log2 { 2f64.powf(*v) } else { *v };
-        // On a small grid, snap to the nearest data value so log ticks read as the values
-        // that ran.
-        let x = xs
-            .iter()
-            .copied()
-            .filter(|_| xs.len() <= 16)
-            .min_by(|a, b| (a - x).abs().total_cmp(&(b - x).abs()))
-            .filter(|d| (d - x).abs() <= 0.02 * d.abs().max(1.0))
-            .unwrap_or(x);
+        let x = if categorical {
+            let k = v.round();
+            if (v - k).abs() > 1e-6 || k < 0.0 || k as usize >= xs.len() {
+                return String::new();
+            }
+            xs[k as usize]
+        } else if c.x_log2 {
+            2f64.powf(*v)
+        } else {
+            *v
+        };
         if c.x_tokens {
             tokens_label(x)
         } else if x.fract().abs() < 1e-9 {
@@ -136,8 +155,6 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
         .axis_desc_style((FAMILY, 20))
         .light_line_style(RGBColor(235, 235, 235));
     if c.x_log2 {
-        // One tick per data value: ticks land on log2 of the values when they are powers of
-        // two, which is what ranks and block sizes are.
         mesh.x_labels(x_ticks);
     }
     mesh.draw().map_err(draw_err)?;
@@ -155,11 +172,35 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
                 .map_err(draw_err)?;
         }
     }
+    // The legend goes to the corner with the fewest points under it.
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, false, true),
+        (SeriesLabelPosition::UpperRight, true, true),
+        (SeriesLabelPosition::LowerRight, true, false),
+        (SeriesLabelPosition::LowerLeft, false, false),
+    ];
+    let (xr, yr) = ((x1 + xpad) - (x0 - xpad), yhi - ylo);
+    let crowd = |right: bool, top: bool| {
+        c.series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|&&(x, y)| {
+                let fx = (tx(x) - (x0 - xpad)) / xr;
+                let fy = (y - ylo) / yr;
+                (if right { fx > 0.55 } else { fx < 0.45 })
+                    && (if top { fy > 0.6 } else { fy < 0.4 })
+            })
+            .count()
+    };
+    let pos = corners
+        .into_iter()
+        .min_by_key(|&(_, right, top)| crowd(right, top))
+        .map_or(SeriesLabelPosition::UpperLeft, |c| c.0);
     ch.configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FAMILY, 17))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(pos)
         .draw()
         .map_err(draw_err)?;
     Ok(())
@@ -244,7 +285,8 @@ pub fn sweep_chart(
         if axis != SweepAxis::Ranks {
             f.push(format!("{} ranks", k.ranks));
         }
-        if axis != SweepAxis::TokensPerRank {
+        // In window packing tokens per rank follow the context: not a separate line.
+        if axis != SweepAxis::TokensPerRank && axis != SweepAxis::Context {
             f.push(format!(
                 "{} tok/GPU",
                 tokens_label(k.tokens_per_rank as f64)
