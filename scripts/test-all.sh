@@ -6,5 +6,8 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --doc --locked
+# Regression gate: fixed small cells against the committed baseline (debug build, seconds).
+# A deliberate change refreshes it: cargo run -- regress --baseline tests/regress/baseline.json --update
+cargo run --locked --quiet -- regress --baseline tests/regress/baseline.json --quiet
 # Unit, property and end-to-end tests last, so the run closes on their summary.
 cargo test --all-targets --locked

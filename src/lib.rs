@@ -11,6 +11,7 @@
 //! * [`hardware`] and [`model`] describe the GPUs, the network and the attention shape.
 //! * [`plan`] is the IR every planner emits and the verifier, simulator and executor read.
 //! * [`planners`] holds one file per scheme behind the [`planners::Planner`] trait.
+//! * [`study`] runs sweeps, the regression gate and the DP×CP study over planners + simulator.
 
 pub mod comm;
 pub mod hardware;
@@ -20,6 +21,7 @@ pub mod plan;
 pub mod planners;
 pub mod report;
 pub mod sim;
+pub mod study;
 pub mod trace;
 
 pub use model::Model;

@@ -27,9 +27,13 @@ macro_rules! out {
 mod common;
 mod compare;
 mod demo;
+mod dpcp;
 mod hw;
 mod plan;
+mod plot;
+mod regress;
 mod simulate;
+mod sweep;
 mod trace;
 mod verify;
 
@@ -57,6 +61,14 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Inspect hardware and model profiles.
     Hw(hw::HwArgs),
+    /// Run a study grid (traces × schemes × ranks × ...) in parallel, resumably.
+    Sweep(sweep::SweepArgs),
+    /// Regression gate: evaluate fixed cells and compare with a committed baseline.
+    Regress(regress::RegressArgs),
+    /// Draw Gantt charts, sweep charts, trace CDFs, DP×CP curves (PNG or SVG).
+    Plot(plot::PlotArgs),
+    /// DP×CP: straggler effect across data-parallel groups as CP grows, with a balancer.
+    Dpcp(dpcp::DpcpArgs),
 }
 
 /// An error that should exit with a specific code (1: a check failed).
@@ -91,6 +103,10 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Regress(a) => regress::run(a),
+        Command::Plot(a) => plot::run(a),
+        Command::Dpcp(a) => dpcp::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
-//! Comparing schemes and rendering results for people (tables) and programs (JSON, CSV).
+//! Comparing schemes and rendering results for people (tables, plots) and programs (JSON, CSV).
 
 mod compare;
+pub mod plot;
 mod stats;
 mod table;
 

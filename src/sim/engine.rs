@@ -47,6 +47,19 @@ pub struct PassOutcome {
     pub ranks: Vec<RankOutcome>,
     /// When the last rank finished.
     pub end_ns: u64,
+    /// Per rank: when each step ran and when its transfers were in flight (for Gantt charts).
+    pub timeline: Vec<RankTimeline>,
+}
+
+/// What one rank did when, in nanoseconds from the start of the pass: intervals `(start, end)`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RankTimeline {
+    /// Steps on the compute stream, in order.
+    pub compute: Vec<(u64, u64)>,
+    /// Messages it sent and collectives it took part in, from issue to arrival.
+    pub send: Vec<(u64, u64)>,
+    /// Messages it received and collectives it took part in, from issue to arrival.
+    pub recv: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +171,7 @@ pub fn run(
         })
         .collect();
     let mut out: Vec<RankOutcome> = vec![RankOutcome::default(); n];
+    let mut timeline: Vec<RankTimeline> = vec![RankTimeline::default(); n];
     let mut heap: BinaryHeap<Reverse<(u64, Ev)>> = BinaryHeap::new();
     let mut active: Vec<usize> = Vec::new();
     let mut last_rate_update = 0u64;
@@ -206,6 +220,7 @@ pub fn run(
                 let cost = p.steps[ru][su];
                 out[ru].compute_ns += cost.ns;
                 out[ru].flops += cost.flops;
+                timeline[ru].compute.push((now, now + cost.ns));
                 ranks[ru].running = true;
                 heap.push(Reverse((now + cost.ns, Ev::StepEnd(r))));
             }
@@ -303,6 +318,8 @@ pub fn run(
         let rt = &flows[i];
         out[f.src as usize].bytes_sent += f.bytes;
         out[f.dst as usize].bytes_recv += f.bytes;
+        timeline[f.src as usize].send.push((rt.issued, rt.done));
+        timeline[f.dst as usize].recv.push((rt.issued, rt.done));
         for r in [f.src, f.dst] {
             spans[r as usize].push((rt.issued, rt.done));
         }
@@ -312,6 +329,8 @@ pub fn run(
             out[r as usize].bytes_sent += op.sent[m];
             out[r as usize].bytes_recv += op.recv[m];
             spans[r as usize].push(coll_span[c]);
+            timeline[r as usize].send.push(coll_span[c]);
+            timeline[r as usize].recv.push(coll_span[c]);
         }
     }
     let mut end = 0;
@@ -325,6 +344,7 @@ pub fn run(
     Ok(PassOutcome {
         ranks: out,
         end_ns: end,
+        timeline,
     })
 }
 

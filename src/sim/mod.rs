@@ -14,7 +14,7 @@ mod network;
 mod program;
 
 pub use compute::{ComputeModel, TileCost};
-pub use engine::{PassOutcome, RankOutcome};
+pub use engine::{PassOutcome, RankOutcome, RankTimeline};
 pub use metrics::{lower_bound_ms, PlanMetrics, RankMetrics, SimReport};
 pub use network::{max_min_rates, CollectiveModel, Network};
 pub use program::{grad_bytes, CollectiveKind, CollectiveOp, Flow, Program, StepCost};
@@ -110,6 +110,16 @@ impl Simulator {
 
     /// Simulate `plan` for the selected passes.
     pub fn simulate(&self, plan: &Plan, passes: PassSel) -> Result<SimReport, SimError> {
+        self.simulate_traced(plan, passes).map(|(r, _)| r)
+    }
+
+    /// [`Simulator::simulate`], also returning each pass's outcome with its per-rank timeline
+    /// (what Gantt charts draw).
+    pub fn simulate_traced(
+        &self,
+        plan: &Plan,
+        passes: PassSel,
+    ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
         if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
             return Err(SimError::Mismatch(format!(
                 "the plan was made for {} q / {} kv heads but model {} has {} / {}; plan again with --model {}",
@@ -133,15 +143,8 @@ impl Simulator {
             outcomes.push(engine::run(&program, &self.net, &coll)?);
         }
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
-        Ok(metrics::report(
-            plan,
-            &idx,
-            &self.hw,
-            &self.model,
-            passes,
-            &outcomes,
-            lower,
-        ))
+        let report = metrics::report(plan, &idx, &self.hw, &self.model, passes, &outcomes, lower);
+        Ok((report, outcomes))
     }
 }
 

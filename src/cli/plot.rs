@@ -1,0 +1,379 @@
+//! `fcp plot`: Gantt charts, sweep charts, trace CDFs and DP×CP curves (PNG or SVG).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+
+use fcp::plan::Plan;
+use fcp::report::plot::{
+    gantt, length_cdf, line_chart, sweep_chart, GanttOptions, LineChart, SweepAxis, YFormat,
+};
+use fcp::sim::Simulator;
+use fcp::study::dpcp::DpcpRow;
+use fcp::study::traces::TraceSpec;
+use fcp::study::{load_results, CellResult};
+
+use super::common::{PassArg, ProfileArgs};
+
+/// Arguments of `fcp plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    #[command(subcommand)]
+    kind: Kind,
+}
+
+#[derive(Debug, Subcommand)]
+enum Kind {
+    /// Per-rank timeline of one simulated plan: compute, send, receive, waiting, idle.
+    Gantt(GanttArgs),
+    /// Imbalance vs ranks, one line per scheme (FCP Fig. 9), from a sweep's results.json.
+    Imbalance(ResultsArgs),
+    /// Attention MFU vs ranks at fixed tokens per GPU (weak scaling, FCP Fig. 11).
+    Scaling(ResultsArgs),
+    /// A metric vs block size (FCP Fig. 12).
+    Block(ResultsArgs),
+    /// Any metric of a sweep against any axis.
+    Lines(LinesArgs),
+    /// Document-length CDF with cumulative shares of tokens and Σlen² (FCP Fig. 2).
+    Cdf(CdfArgs),
+    /// Straggler effect across DP groups vs CP, from `fcp dpcp`'s dpcp.json.
+    Dpcp(DpcpPlotArgs),
+}
+
+#[derive(Debug, Args)]
+struct GanttArgs {
+    /// Plan file.
+    plan: PathBuf,
+    #[command(flatten)]
+    profile: ProfileArgs,
+    /// Passes: fwd, bwd, or both (training).
+    #[arg(long, value_enum, default_value_t = PassArg::Both)]
+    pass: PassArg,
+    /// Output (.png or .svg).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Caption (default: scheme, ranks, profiles).
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct ResultsArgs {
+    /// A sweep's results.json.
+    results: PathBuf,
+    /// Output (.png or .svg).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Metric (default: compute_imbalance for `imbalance`, mfu otherwise).
+    #[arg(long)]
+    metric: Option<String>,
+    /// Statistic over each cell's batches.
+    #[arg(long, value_enum, default_value_t = Stat::Mean)]
+    stat: Stat,
+    /// Keep only rows whose key field has this value (`trace=default`, `model=mha-16`);
+    /// repeatable.
+    #[arg(long)]
+    filter: Vec<String>,
+    /// Plot speedup (this scheme's attention time / the row's) instead of the metric.
+    #[arg(long)]
+    speedup_vs: Option<String>,
+    /// Caption.
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct LinesArgs {
+    #[command(flatten)]
+    common: ResultsArgs,
+    /// X axis.
+    #[arg(long, value_enum)]
+    x: AxisArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum AxisArg {
+    Ranks,
+    Block,
+    TokensPerRank,
+    Context,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Stat {
+    Mean,
+    P50,
+    P95,
+    Max,
+}
+
+#[derive(Debug, Args)]
+struct CdfArgs {
+    /// Trace: a file, `default`, or `gen:SOURCE[:k=v,...]` (as in study configs).
+    #[arg(default_value = "default")]
+    trace: String,
+    /// For generated traces without `docs=`: generate at least this many tokens.
+    #[arg(long, default_value_t = 50_000_000)]
+    tokens: u64,
+    /// Output (.png or .svg).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Caption.
+    #[arg(long)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct DpcpPlotArgs {
+    /// dpcp.json written by `fcp dpcp -o DIR`.
+    results: PathBuf,
+    /// Output (.png or .svg).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// What to plot: max_over_min, cv, spread, or step_time_ms.
+    #[arg(long, default_value = "max_over_min")]
+    metric: String,
+    /// Caption.
+    #[arg(long)]
+    title: Option<String>,
+}
+
+pub fn run(a: PlotArgs) -> Result<()> {
+    match a.kind {
+        Kind::Gantt(g) => run_gantt(g),
+        Kind::Imbalance(r) => run_results(r, SweepAxis::Ranks, "compute_imbalance"),
+        Kind::Scaling(r) => run_results(r, SweepAxis::Ranks, "mfu"),
+        Kind::Block(r) => run_results(r, SweepAxis::Block, "mfu"),
+        Kind::Lines(l) => {
+            let axis = match l.x {
+                AxisArg::Ranks => SweepAxis::Ranks,
+                AxisArg::Block => SweepAxis::Block,
+                AxisArg::TokensPerRank => SweepAxis::TokensPerRank,
+                AxisArg::Context => SweepAxis::Context,
+            };
+            run_results(l.common, axis, "mfu")
+        }
+        Kind::Cdf(c) => run_cdf(c),
+        Kind::Dpcp(d) => run_dpcp(d),
+    }
+}
+
+fn run_gantt(a: GanttArgs) -> Result<()> {
+    let plan = Plan::load(&a.plan)?;
+    let (hw, model) = a.profile.load()?;
+    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let pass: fcp::sim::PassSel = a.pass.into();
+    let (report, outcomes) = sim.simulate_traced(&plan, pass)?;
+    let title = a.title.unwrap_or_else(|| {
+        format!(
+            "{} · {} ranks · {} docs · {} / {} · attention {:.2} ms",
+            plan.scheme.name,
+            plan.num_ranks,
+            plan.documents.len(),
+            hw.name,
+            model.name,
+            report.metrics.attention_time_ms
+        )
+    });
+    let opts = GanttOptions {
+        title,
+        pass_names: pass.passes().iter().map(|p| p.to_string()).collect(),
+    };
+    gantt(&a.output, &outcomes, &opts)?;
+    outln!("wrote {}", a.output.display());
+    Ok(())
+}
+
+/// Metric names a sweep row carries, with their axis text and format.
+fn metric_meta(metric: &str) -> (String, YFormat, bool) {
+    match metric {
+        "compute_imbalance" => (
+            "compute imbalance (max − mean)/max".into(),
+            YFormat::Percent,
+            true,
+        ),
+        "comm_imbalance" => (
+            "communication imbalance (max − mean)/max".into(),
+            YFormat::Percent,
+            true,
+        ),
+        "mfu" => ("attention MFU".into(), YFormat::Percent, true),
+        "max_over_mean" => ("max / mean FLOPs per GPU".into(), YFormat::Times, false),
+        "vs_lower_bound" => ("attention time / lower bound".into(), YFormat::Times, false),
+        "attention_time_ms" => ("attention time (ms)".into(), YFormat::Plain, true),
+        "lower_bound_ms" => ("lower bound (ms)".into(), YFormat::Plain, true),
+        "comm_bytes_total" => ("bytes moved".into(), YFormat::Plain, true),
+        "mem_max_bytes" => ("peak attention memory (bytes)".into(), YFormat::Plain, true),
+        other => (other.to_string(), YFormat::Plain, false),
+    }
+}
+
+fn keep(row: &CellResult, filters: &[(String, String)]) -> Result<bool> {
+    let v = serde_json::to_value(&row.key)?;
+    for (k, want) in filters {
+        let got = match v.get(k) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        if &got != want {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<()> {
+    let rows = load_results(&a.results)?;
+    let filters: Vec<(String, String)> = a
+        .filter
+        .iter()
+        .map(|f| {
+            f.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .with_context(|| format!("--filter `{f}` is not key=value"))
+        })
+        .collect::<Result<_>>()?;
+    let mut kept = Vec::new();
+    for r in rows {
+        if keep(&r, &filters)? {
+            kept.push(r);
+        }
+    }
+    let metric = a.metric.clone().unwrap_or_else(|| default_metric.into());
+    if !fcp::study::METRICS.iter().any(|(m, _)| *m == metric) {
+        bail!(
+            "unknown metric `{metric}` (known: {})",
+            fcp::study::METRICS
+                .iter()
+                .map(|(m, _)| *m)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let pick = |r: &CellResult, m: &str| {
+        r.metrics.get(m).map(|g| match a.stat {
+            Stat::Mean => g.mean,
+            Stat::P50 => g.p50,
+            Stat::P95 => g.p95,
+            Stat::Max => g.max,
+        })
+    };
+    let (y_label, y_format, from_zero, series) = match &a.speedup_vs {
+        Some(base) => {
+            let same_cell = |x: &CellResult, r: &CellResult| {
+                let (p, q) = (&x.key, &r.key);
+                p.trace == q.trace
+                    && p.ranks == q.ranks
+                    && p.tokens_per_rank == q.tokens_per_rank
+                    && p.context == q.context
+                    && p.hardware == q.hardware
+                    && p.model == q.model
+            };
+            let value = |r: &CellResult| {
+                let b = kept
+                    .iter()
+                    .find(|x| &x.key.scheme == base && same_cell(x, r))?;
+                Some(pick(b, "attention_time_ms")? / pick(r, "attention_time_ms")?)
+            };
+            (
+                format!("speedup over {base} (attention time)"),
+                YFormat::Times,
+                true,
+                sweep_chart(&kept, axis, &value),
+            )
+        }
+        None => {
+            let (label, fmt, zero) = metric_meta(&metric);
+            let value = |r: &CellResult| pick(r, &metric);
+            (label, fmt, zero, sweep_chart(&kept, axis, &value))
+        }
+    };
+    if series.is_empty() {
+        bail!(
+            "no row of {} has both a {:?} value and {metric}",
+            a.results.display(),
+            axis
+        );
+    }
+    let stat = match a.stat {
+        Stat::Mean => "mean",
+        Stat::P50 => "p50",
+        Stat::P95 => "p95",
+        Stat::Max => "max",
+    };
+    let title = a.title.unwrap_or_else(|| {
+        format!(
+            "{} vs {} ({stat} over batches)",
+            y_label,
+            axis.label().split(" (").next().unwrap_or("x")
+        )
+    });
+    let chart = LineChart {
+        title,
+        x_label: axis.label().into(),
+        y_label,
+        x_log2: true,
+        x_tokens: matches!(
+            axis,
+            SweepAxis::Block | SweepAxis::Context | SweepAxis::TokensPerRank
+        ),
+        y_format,
+        y_from_zero: from_zero,
+        markers: true,
+        series,
+    };
+    line_chart(&a.output, &chart)?;
+    outln!("wrote {}", a.output.display());
+    Ok(())
+}
+
+fn run_cdf(a: CdfArgs) -> Result<()> {
+    let spec = TraceSpec::parse(&a.trace)?;
+    let trace = spec.load(a.tokens)?;
+    let lens = trace.lens();
+    let title = a.title.unwrap_or_else(|| {
+        format!(
+            "{} · {} documents · {:.1}M tokens",
+            a.trace,
+            lens.len(),
+            trace.tokens() as f64 / 1e6
+        )
+    });
+    length_cdf(&a.output, &lens, &title)?;
+    outln!("wrote {}", a.output.display());
+    Ok(())
+}
+
+fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.results)
+        .with_context(|| format!("reading {}", a.results.display()))?;
+    let rows: Vec<DpcpRow> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a dpcp.json", a.results.display()))?;
+    let (label, fmt): (&str, YFormat) = match a.metric.as_str() {
+        "max_over_min" => ("max / min attention time across DP groups", YFormat::Times),
+        "cv" => ("CV of attention time across DP groups", YFormat::Percent),
+        "spread" => ("(max − min) / mean across DP groups", YFormat::Percent),
+        "step_time_ms" => ("step attention time: slowest group (ms)", YFormat::Plain),
+        o => bail!("unknown metric `{o}` (max_over_min, cv, spread, step_time_ms)"),
+    };
+    let series = fcp::study::dpcp::series(&rows, &a.metric);
+    let title = a
+        .title
+        .unwrap_or_else(|| format!("{label} vs CP (fixed global batch)"));
+    let chart = LineChart {
+        title,
+        x_label: "CP degree (ranks per DP group)".into(),
+        y_label: label.into(),
+        x_log2: true,
+        x_tokens: false,
+        y_format: fmt,
+        y_from_zero: a.metric != "max_over_min",
+        markers: true,
+        series,
+    };
+    line_chart(&a.output, &chart)?;
+    outln!("wrote {}", a.output.display());
+    Ok(())
+}

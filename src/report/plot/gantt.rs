@@ -1,0 +1,250 @@
+//! Per-rank Gantt chart of one simulated plan.
+//!
+//! Each rank is a row with three lanes: sends on top, the compute stream in the middle,
+//! receives at the bottom. On the compute lane, kernels are solid; **waiting** (the stream had
+//! work left but its data had not arrived: exposed communication) is light red; **idle** (the
+//! rank was done while slower ranks still ran) is grey. Training shows the forward pass, then
+//! the backward pass after a dashed line.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::sim::{PassOutcome, RankTimeline};
+
+use super::{draw_err, render, PlotError, FAMILY};
+
+/// What to write on the chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GanttOptions {
+    /// Caption.
+    pub title: String,
+    /// Names of the passes in `outcomes` (`fwd`, `bwd`).
+    pub pass_names: Vec<String>,
+}
+
+const COMPUTE: RGBColor = RGBColor(31, 119, 180);
+const SEND: RGBColor = RGBColor(255, 127, 14);
+const RECV: RGBColor = RGBColor(44, 160, 44);
+const WAIT: RGBColor = RGBColor(244, 160, 160);
+const IDLE: RGBColor = RGBColor(200, 200, 200);
+
+/// Union of intervals, sorted.
+fn union(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.retain(|s| s.1 > s.0);
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Gaps of `busy` inside `[0, end)`.
+fn gaps(busy: &[(u64, u64)], end: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut t = 0;
+    for &(a, b) in busy {
+        if a > t {
+            out.push((t, a));
+        }
+        t = t.max(b);
+    }
+    if end > t {
+        out.push((t, end));
+    }
+    out
+}
+
+/// Bars `(start_ms, end_ms, row)`.
+type Bar = (f64, f64, f64);
+
+struct Bars {
+    compute: Vec<(f64, f64, f64)>,
+    send: Vec<(f64, f64, f64)>,
+    recv: Vec<(f64, f64, f64)>,
+    wait: Vec<(f64, f64, f64)>,
+    idle: Vec<(f64, f64, f64)>,
+}
+
+/// Draw the passes' timelines to `path` (`.png` or `.svg`).
+pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Result<(), PlotError> {
+    let n = outcomes.first().map_or(0, |o| o.timeline.len());
+    if n == 0 {
+        return Err(PlotError::Empty("the plan has no rank".into()));
+    }
+    let ms = |ns: u64| ns as f64 * 1e-6;
+    let mut bars = Bars {
+        compute: vec![],
+        send: vec![],
+        recv: vec![],
+        wait: vec![],
+        idle: vec![],
+    };
+    let mut offset = 0u64;
+    let mut boundaries = Vec::new();
+    for o in outcomes {
+        for (r, tl) in o.timeline.iter().enumerate() {
+            let RankTimeline {
+                compute,
+                send,
+                recv,
+            } = tl;
+            // Row centre: rank 0 on top.
+            let y = (n - 1 - r) as f64;
+            let c = union(compute.clone());
+            let finish = o.ranks[r].finish_ns;
+            let compute_end = c.last().map_or(0, |s| s.1);
+            for &(a, b) in &c {
+                bars.compute.push((ms(offset + a), ms(offset + b), y));
+            }
+            for (a, b) in gaps(&c, compute_end) {
+                bars.wait.push((ms(offset + a), ms(offset + b), y));
+            }
+            if finish > compute_end {
+                bars.wait
+                    .push((ms(offset + compute_end), ms(offset + finish), y));
+            }
+            if o.end_ns > finish {
+                bars.idle
+                    .push((ms(offset + finish), ms(offset + o.end_ns), y));
+            }
+            for (a, b) in union(send.clone()) {
+                bars.send.push((ms(offset + a), ms(offset + b), y));
+            }
+            for (a, b) in union(recv.clone()) {
+                bars.recv.push((ms(offset + a), ms(offset + b), y));
+            }
+        }
+        offset += o.end_ns;
+        boundaries.push(ms(offset));
+    }
+    let total = ms(offset).max(1e-6);
+    let height = (160 + 34 * n as u32).clamp(420, 1800);
+    render!(path, (1200, height), |root| draw(
+        root,
+        &bars,
+        n,
+        total,
+        &boundaries,
+        opts
+    ))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    bars: &Bars,
+    n: usize,
+    total: f64,
+    boundaries: &[f64],
+    opts: &GanttOptions,
+) -> Result<(), PlotError> {
+    let mut ch = ChartBuilder::on(root)
+        .caption(&opts.title, (FAMILY, 24))
+        .margin(16)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        // Room on the right for the legend, so it never hides a bar.
+        .build_cartesian_2d(0f64..total * 1.45, -0.5f64..(n as f64 - 0.5))
+        .map_err(draw_err)?;
+    let rank_fmt = |v: &f64| {
+        let k = v.round();
+        if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < n {
+            format!("rank {}", n - 1 - k as usize)
+        } else {
+            String::new()
+        }
+    };
+    ch.configure_mesh()
+        .x_desc("time (ms)")
+        .y_desc("")
+        .y_labels(n.min(32) + 1)
+        .y_label_formatter(&rank_fmt)
+        .x_label_formatter(&|v| format!("{v:.1}"))
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 18))
+        .disable_y_mesh()
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(draw_err)?;
+    // Lanes inside a row of height 1 centred on y: send on top, compute mid, receive bottom.
+    let lanes: [(&str, &Vec<Bar>, RGBColor, f64, f64); 5] = [
+        (
+            "idle (done, others still running)",
+            &bars.idle,
+            IDLE,
+            -0.28,
+            0.28,
+        ),
+        (
+            "exposed comm (waiting on transfers)",
+            &bars.wait,
+            WAIT,
+            -0.28,
+            0.28,
+        ),
+        (
+            "compute (attention kernels)",
+            &bars.compute,
+            COMPUTE,
+            -0.28,
+            0.28,
+        ),
+        ("send", &bars.send, SEND, 0.31, 0.45),
+        ("receive", &bars.recv, RECV, -0.45, -0.31),
+    ];
+    for (label, items, color, lo, hi) in lanes {
+        ch.draw_series(
+            items
+                .iter()
+                .map(move |&(a, b, y)| Rectangle::new([(a, y + lo), (b, y + hi)], color.filled())),
+        )
+        .map_err(draw_err)?
+        .label(label)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], color.filled()));
+    }
+    let names = &opts.pass_names;
+    for (i, &t) in boundaries.iter().enumerate() {
+        if i + 1 < boundaries.len() {
+            ch.draw_series(DashedLineSeries::new(
+                vec![(t, -0.5), (t, n as f64 - 0.5)],
+                8,
+                5,
+                BLACK.stroke_width(2),
+            ))
+            .map_err(draw_err)?;
+        }
+        let start = if i == 0 { 0.0 } else { boundaries[i - 1] };
+        if let Some(name) = names.get(i) {
+            ch.draw_series(std::iter::once(Text::new(
+                format!("{name} pass"),
+                (start + (t - start) * 0.02, n as f64 - 0.5),
+                (FAMILY, 16),
+            )))
+            .map_err(draw_err)?;
+        }
+    }
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .label_font((FAMILY, 15))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(draw_err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unions_and_gaps() {
+        assert_eq!(union(vec![(5, 7), (0, 2), (1, 3)]), vec![(0, 3), (5, 7)]);
+        assert_eq!(gaps(&[(1, 3), (5, 7)], 9), vec![(0, 1), (3, 5), (7, 9)]);
+    }
+}

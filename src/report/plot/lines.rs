@@ -1,0 +1,380 @@
+//! Line charts: a metric against one axis, one line (with markers) per series.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::study::{CellKey, CellResult};
+
+use super::{draw_err, render, tokens_label, PlotError, COLORS, FAMILY};
+
+/// How y values are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YFormat {
+    /// Plain numbers.
+    Plain,
+    /// Fractions shown as percentages.
+    Percent,
+    /// A multiple (`1.5×`).
+    Times,
+}
+
+/// One line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend text.
+    pub label: String,
+    /// Points, sorted by x.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineChart {
+    /// Caption.
+    pub title: String,
+    /// X axis description (with unit).
+    pub x_label: String,
+    /// Y axis description (with unit).
+    pub y_label: String,
+    /// Log₂ x axis, ticks at the data's x values (ranks, block sizes, context lengths).
+    pub x_log2: bool,
+    /// Print x ticks as token counts (4K, 128K).
+    pub x_tokens: bool,
+    /// Y tick format.
+    pub y_format: YFormat,
+    /// Start the y axis at zero.
+    pub y_from_zero: bool,
+    /// Draw a marker at every point (off for dense curves such as CDFs).
+    pub markers: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// Draw `chart` to `path` (`.png` or `.svg`).
+pub fn line_chart(path: &Path, chart: &LineChart) -> Result<(), PlotError> {
+    if chart.series.iter().all(|s| s.points.is_empty()) {
+        return Err(PlotError::Empty(chart.title.clone()));
+    }
+    render!(path, (1100, 650), |root| draw(root, chart))
+}
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Result<(), PlotError> {
+    // The distinct x values of the data (ranks 16, 32, ... are what was run).
+    let mut xs: Vec<f64> = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    // A small grid on a log axis is drawn evenly spaced, one tick per value that ran (its
+    // index is its position): ranks and block sizes are powers of two, so this is the log
+    // scale, and 64K/96K/128K contexts still get one labelled tick each. Dense data (CDFs)
+    // get a true log₂ axis.
+    let categorical = c.x_log2 && xs.len() <= 16;
+    let tx = |x: f64| {
+        if categorical {
+            xs.iter().position(|&v| v == x).unwrap_or(0) as f64
+        } else if c.x_log2 {
+            x.max(1e-9).log2()
+        } else {
+            x
+        }
+    };
+    let pts = c.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in pts {
+        x0 = x0.min(tx(x));
+        x1 = x1.max(tx(x));
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if c.y_from_zero {
+        y0 = y0.min(0.0);
+    }
+    let xpad = ((x1 - x0) * 0.05).max(0.25);
+    let ypad = ((y1 - y0) * 0.08).max(if y1.abs() > 0.0 {
+        y1.abs() * 0.05
+    } else {
+        0.05
+    });
+    let (ylo, yhi) = (
+        if c.y_from_zero && y0 >= 0.0 {
+            0.0
+        } else {
+            y0 - ypad
+        },
+        y1 + ypad,
+    );
+    let x_ticks = if categorical {
+        // Integer ticks only (plotters picks a step of 1 for this many labels).
+        xs.len() + 1
+    } else {
+        12
+    };
+    let mut ch = ChartBuilder::on(root)
+        .caption(&c.title, (FAMILY, 26))
+        .margin(18)
+        .x_label_area_size(60)
+        .y_label_area_size(90)
+        .build_cartesian_2d((x0 - xpad)..(x1 + xpad), ylo..yhi)
+        .map_err(draw_err)?;
+    let x_fmt = |v: &f64| {
+        let x = if categorical {
+            let k = v.round();
+            if (v - k).abs() > 1e-6 || k < 0.0 || k as usize >= xs.len() {
+                return String::new();
+            }
+            xs[k as usize]
+        } else if c.x_log2 {
+            2f64.powf(*v)
+        } else {
+            *v
+        };
+        if c.x_tokens {
+            tokens_label(x)
+        } else if x.fract().abs() < 1e-9 {
+            format!("{}", x.round())
+        } else {
+            format!("{x:.2}")
+        }
+    };
+    let y_fmt = |v: &f64| match c.y_format {
+        YFormat::Plain => trim_num(*v),
+        YFormat::Percent => format!("{:.0}%", v * 100.0),
+        YFormat::Times => format!("{}×", trim_num(*v)),
+    };
+    let mut mesh = ch.configure_mesh();
+    mesh.x_desc(&c.x_label)
+        .y_desc(&c.y_label)
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&y_fmt)
+        .label_style((FAMILY, 17))
+        .axis_desc_style((FAMILY, 20))
+        .light_line_style(RGBColor(235, 235, 235));
+    if c.x_log2 {
+        mesh.x_labels(x_ticks);
+    }
+    mesh.draw().map_err(draw_err)?;
+    for (i, s) in c.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
+            .map_err(draw_err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
+        if c.markers {
+            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
+                .map_err(draw_err)?;
+        }
+    }
+    // The legend goes to the corner with the fewest points under it.
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, false, true),
+        (SeriesLabelPosition::UpperRight, true, true),
+        (SeriesLabelPosition::LowerRight, true, false),
+        (SeriesLabelPosition::LowerLeft, false, false),
+    ];
+    let (xr, yr) = ((x1 + xpad) - (x0 - xpad), yhi - ylo);
+    let crowd = |right: bool, top: bool| {
+        c.series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|&&(x, y)| {
+                let fx = (tx(x) - (x0 - xpad)) / xr;
+                let fy = (y - ylo) / yr;
+                (if right { fx > 0.55 } else { fx < 0.45 })
+                    && (if top { fy > 0.6 } else { fy < 0.4 })
+            })
+            .count()
+    };
+    let pos = corners
+        .into_iter()
+        .min_by_key(|&(_, right, top)| crowd(right, top))
+        .map_or(SeriesLabelPosition::UpperLeft, |c| c.0);
+    ch.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FAMILY, 17))
+        .position(pos)
+        .draw()
+        .map_err(draw_err)?;
+    Ok(())
+}
+
+fn trim_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// The axis of sweep results a chart puts on x.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepAxis {
+    /// CP group size.
+    Ranks,
+    /// Block size (the scheme's `block=` is dropped from the series name).
+    Block,
+    /// Tokens per rank.
+    TokensPerRank,
+    /// Context window.
+    Context,
+}
+
+impl SweepAxis {
+    fn value(self, k: &CellKey) -> Option<f64> {
+        match self {
+            SweepAxis::Ranks => Some(f64::from(k.ranks)),
+            SweepAxis::Block => k.block.map(|b| b as f64),
+            SweepAxis::TokensPerRank => Some(k.tokens_per_rank as f64),
+            SweepAxis::Context => k.context.map(|c| c as f64),
+        }
+    }
+
+    /// Axis description with its unit.
+    pub fn label(self) -> &'static str {
+        match self {
+            SweepAxis::Ranks => "GPUs in the CP group (ranks)",
+            SweepAxis::Block => "block size (tokens)",
+            SweepAxis::TokensPerRank => "tokens per GPU",
+            SweepAxis::Context => "context window (tokens)",
+        }
+    }
+}
+
+/// The scheme entry without a `block=` parameter.
+fn scheme_sans_block(s: &str) -> String {
+    let Some((name, params)) = s.split_once(':') else {
+        return s.to_string();
+    };
+    let kept: Vec<&str> = params
+        .split(',')
+        .filter(|kv| !kv.trim_start().starts_with("block="))
+        .collect();
+    if kept.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}:{}", kept.join(","))
+    }
+}
+
+/// Lines from sweep rows: x from `axis`, y from `value(row)`; one line per combination of
+/// the key fields that vary across the rows (besides x), named by them — usually the scheme.
+/// Rows with errors or without a value are skipped.
+pub fn sweep_chart(
+    rows: &[CellResult],
+    axis: SweepAxis,
+    value: &dyn Fn(&CellResult) -> Option<f64>,
+) -> Vec<Series> {
+    let fields = |k: &CellKey| -> Vec<String> {
+        let scheme = if axis == SweepAxis::Block {
+            scheme_sans_block(&k.scheme)
+        } else {
+            k.scheme.clone()
+        };
+        let mut f = vec![k.trace.clone(), scheme];
+        if axis != SweepAxis::Ranks {
+            f.push(format!("{} ranks", k.ranks));
+        }
+        // In window packing tokens per rank follow the context: not a separate line.
+        if axis != SweepAxis::TokensPerRank && axis != SweepAxis::Context {
+            f.push(format!(
+                "{} tok/GPU",
+                tokens_label(k.tokens_per_rank as f64)
+            ));
+        }
+        if axis != SweepAxis::Context {
+            f.push(
+                k.context
+                    .map(|c| format!("ctx {}", tokens_label(c as f64)))
+                    .unwrap_or_default(),
+            );
+        }
+        f.push(k.hardware.clone());
+        f.push(k.model.clone());
+        f
+    };
+    let ok: Vec<&CellResult> = rows.iter().filter(|r| r.error.is_none()).collect();
+    let all: Vec<Vec<String>> = ok.iter().map(|r| fields(&r.key)).collect();
+    // Which fields vary? Those make the legend; the scheme always does.
+    let n = all.first().map_or(0, Vec::len);
+    let varies: Vec<bool> = (0..n)
+        .map(|i| i == 1 || all.iter().any(|f| f[i] != all[0][i]))
+        .collect();
+    let mut series: Vec<Series> = Vec::new();
+    for (r, f) in ok.iter().zip(&all) {
+        let label = f
+            .iter()
+            .zip(&varies)
+            .filter(|(s, v)| **v && !s.is_empty())
+            .map(|(s, _)| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" · ");
+        let (Some(x), Some(y)) = (axis.value(&r.key), value(r)) else {
+            continue;
+        };
+        match series.iter_mut().find(|s| s.label == label) {
+            Some(s) => s.points.push((x, y)),
+            None => series.push(Series {
+                label,
+                points: vec![(x, y)],
+            }),
+        }
+    }
+    for s in &mut series {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    series
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_is_dropped_from_names() {
+        assert_eq!(scheme_sans_block("fcp:block=4096"), "fcp");
+        assert_eq!(
+            scheme_sans_block("fcp:coalesce=8,block=4096"),
+            "fcp:coalesce=8"
+        );
+        assert_eq!(scheme_sans_block("ring"), "ring");
+    }
+
+    #[test]
+    fn writes_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let chart = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            x_log2: true,
+            x_tokens: false,
+            y_format: YFormat::Percent,
+            y_from_zero: true,
+            markers: true,
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![(16.0, 0.1), (32.0, 0.2)],
+            }],
+        };
+        for f in ["a.png", "a.svg"] {
+            let p = dir.path().join(f);
+            line_chart(&p, &chart).unwrap();
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(bytes.len() > 1000, "{f}");
+        }
+        assert!(std::fs::read(dir.path().join("a.png"))
+            .unwrap()
+            .starts_with(b"\x89PNG"));
+    }
+}

@@ -1,0 +1,388 @@
+//! The sweep config: one TOML file describing a grid of cells.
+//!
+//! ```toml
+//! name = "fcp-fig9"
+//! batches = 4              # K batches per cell
+//! pass = "both"            # fwd | bwd | both
+//! mask = "causal"          # causal | full
+//! pack = "budget"          # budget | window | carry
+//!
+//! [grid]
+//! traces = ["gen:wlb-llm:seed=1"]
+//! schemes = ["ring", "zigzag", "fcp"]
+//! ranks = [16, 32, 64]
+//! tokens_per_rank = [32768]
+//! block = [4096]           # optional: passed as `block=` to schemes that take it
+//! context = [131072]       # window packing only
+//! hardware = ["h100"]
+//! model = ["llama3-70b"]
+//! ```
+//!
+//! A cell is one point of the grid; its [`CellKey`] names it in results and baselines.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Mask;
+use crate::planners::planner_for;
+use crate::sim::PassSel;
+use crate::trace::PackMode;
+
+use super::StudyError;
+
+fn default_batches() -> usize {
+    4
+}
+fn default_pass() -> String {
+    "both".into()
+}
+fn default_mask() -> String {
+    "causal".into()
+}
+fn default_pack() -> String {
+    "budget".into()
+}
+fn default_hardware() -> Vec<String> {
+    vec!["h100".into()]
+}
+fn default_model() -> Vec<String> {
+    vec!["llama3-70b".into()]
+}
+
+/// A sweep: shared settings and the grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    /// Name shown in outputs.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Free text: what the study reproduces.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// K: batches per cell (the first K batches of the packed trace).
+    #[serde(default = "default_batches")]
+    pub batches: usize,
+    /// Passes: fwd, bwd or both.
+    #[serde(default = "default_pass")]
+    pub pass: String,
+    /// Mask inside each document: causal or full.
+    #[serde(default = "default_mask")]
+    pub mask: String,
+    /// Packing: budget (FCP), window (FlashCP) or carry.
+    #[serde(default = "default_pack")]
+    pub pack: String,
+    /// The axes.
+    pub grid: Grid,
+}
+
+/// The axes of a sweep; the cells are their Cartesian product.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grid {
+    /// Trace specs (see [`super::traces`]).
+    pub traces: Vec<String>,
+    /// Scheme entries (`ring`, `fcp:coalesce=8`). Unknown schemes are kept and produce error
+    /// rows, so a study can list a scheme before it lands.
+    pub schemes: Vec<String>,
+    /// CP group sizes.
+    pub ranks: Vec<u32>,
+    /// Tokens per rank. Empty: 32768, or in window packing the window split over the ranks.
+    #[serde(default)]
+    pub tokens_per_rank: Vec<u64>,
+    /// Block sizes, given as `block=` to the schemes that take such a parameter (FCP); schemes
+    /// without one run once, with no block.
+    #[serde(default)]
+    pub block: Vec<u64>,
+    /// Context windows (window packing only).
+    #[serde(default)]
+    pub context: Vec<u64>,
+    /// Hardware profiles (names or TOML files).
+    #[serde(default = "default_hardware")]
+    pub hardware: Vec<String>,
+    /// Models (presets or TOML files).
+    #[serde(default = "default_model")]
+    pub model: Vec<String>,
+}
+
+/// Names one cell of a grid. Field order is the column order of the results.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CellKey {
+    /// Trace spec.
+    pub trace: String,
+    /// Scheme entry, with `block=` added when the block axis applies.
+    pub scheme: String,
+    /// CP group size.
+    pub ranks: u32,
+    /// Tokens per rank.
+    pub tokens_per_rank: u64,
+    /// Block size of the block axis, when it applied to the scheme.
+    pub block: Option<u64>,
+    /// Context window (window packing).
+    pub context: Option<u64>,
+    /// Hardware profile.
+    pub hardware: String,
+    /// Model.
+    pub model: String,
+}
+
+impl CellKey {
+    /// A short human label: `trace · scheme · N ranks × T tok · hw · model`.
+    pub fn label(&self) -> String {
+        let mut s = format!(
+            "{} · {} · {} ranks × {} tok",
+            self.trace, self.scheme, self.ranks, self.tokens_per_rank
+        );
+        if let Some(c) = self.context {
+            s.push_str(&format!(" · context {c}"));
+        }
+        s.push_str(&format!(" · {} · {}", self.hardware, self.model));
+        s
+    }
+}
+
+impl SweepConfig {
+    /// Read and validate a config file.
+    pub fn load(path: &Path) -> Result<SweepConfig, StudyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        Self::parse(&text).map_err(|e| match e {
+            StudyError::Config(m) => StudyError::Config(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Parse and validate TOML text.
+    pub fn parse(text: &str) -> Result<SweepConfig, StudyError> {
+        let cfg: SweepConfig =
+            toml::from_str(text).map_err(|e| StudyError::Config(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check every axis and setting; say what to fix.
+    pub fn validate(&self) -> Result<(), StudyError> {
+        let bad = |m: String| Err(StudyError::Config(m));
+        if self.batches == 0 {
+            return bad("`batches` must be at least 1".into());
+        }
+        self.pass_sel()?;
+        self.mask_kind()?;
+        let mode = self.pack_mode()?;
+        let g = &self.grid;
+        for (name, empty) in [
+            ("traces", g.traces.is_empty()),
+            ("schemes", g.schemes.is_empty()),
+            ("ranks", g.ranks.is_empty()),
+            ("hardware", g.hardware.is_empty()),
+            ("model", g.model.is_empty()),
+        ] {
+            if empty {
+                return bad(format!("grid.{name} must list at least one value"));
+            }
+        }
+        if g.ranks.contains(&0) {
+            return bad("grid.ranks must be ≥ 1".into());
+        }
+        if g.tokens_per_rank.contains(&0) || g.block.contains(&0) || g.context.contains(&0) {
+            return bad("grid.tokens_per_rank, grid.block and grid.context must be ≥ 1".into());
+        }
+        match (mode, g.context.is_empty()) {
+            (PackMode::Window, true) => {
+                return bad("pack = \"window\" needs grid.context (the window sizes)".into())
+            }
+            (PackMode::Budget | PackMode::Carry, false) => {
+                return bad("grid.context applies only to pack = \"window\"".into())
+            }
+            _ => {}
+        }
+        for t in &g.traces {
+            super::traces::TraceSpec::parse(t)?;
+        }
+        Ok(())
+    }
+
+    /// Passes to simulate.
+    pub fn pass_sel(&self) -> Result<PassSel, StudyError> {
+        match self.pass.as_str() {
+            "fwd" => Ok(PassSel::Fwd),
+            "bwd" => Ok(PassSel::Bwd),
+            "both" => Ok(PassSel::Both),
+            o => Err(StudyError::Config(format!(
+                "pass `{o}`: expected fwd, bwd or both"
+            ))),
+        }
+    }
+
+    /// Mask inside documents.
+    pub fn mask_kind(&self) -> Result<Mask, StudyError> {
+        match self.mask.as_str() {
+            "causal" => Ok(Mask::Causal),
+            "full" => Ok(Mask::Full),
+            o => Err(StudyError::Config(format!(
+                "mask `{o}`: expected causal or full"
+            ))),
+        }
+    }
+
+    /// Packing mode.
+    pub fn pack_mode(&self) -> Result<PackMode, StudyError> {
+        match self.pack.as_str() {
+            "budget" => Ok(PackMode::Budget),
+            "window" => Ok(PackMode::Window),
+            "carry" => Ok(PackMode::Carry),
+            o => Err(StudyError::Config(format!(
+                "pack `{o}`: expected budget, window or carry"
+            ))),
+        }
+    }
+
+    /// The settings outside the key that change a cell's numbers; part of every cell file so
+    /// a resumed sweep never reuses a cell computed under other settings.
+    pub fn settings_tag(&self) -> String {
+        format!(
+            "batches={};pass={};mask={};pack={}",
+            self.batches, self.pass, self.mask, self.pack
+        )
+    }
+
+    /// Every cell, in grid order (traces outermost, models innermost).
+    pub fn cells(&self) -> Vec<CellKey> {
+        let g = &self.grid;
+        let window = matches!(self.pack_mode(), Ok(PackMode::Window));
+        let contexts: Vec<Option<u64>> = if window {
+            g.context.iter().map(|&c| Some(c)).collect()
+        } else {
+            vec![None]
+        };
+        let mut out = Vec::new();
+        for trace in &g.traces {
+            for scheme in &g.schemes {
+                let blocks: Vec<Option<u64>> = if g.block.is_empty() || !takes_block(scheme) {
+                    vec![None]
+                } else {
+                    g.block.iter().map(|&b| Some(b)).collect()
+                };
+                for &ranks in &g.ranks {
+                    for &context in &contexts {
+                        let tprs: Vec<u64> = match (g.tokens_per_rank.is_empty(), context) {
+                            (false, _) => g.tokens_per_rank.clone(),
+                            (true, Some(c)) => vec![c.div_ceil(u64::from(ranks))],
+                            (true, None) => vec![32768],
+                        };
+                        for &tokens_per_rank in &tprs {
+                            for &block in &blocks {
+                                for hardware in &g.hardware {
+                                    for model in &g.model {
+                                        out.push(CellKey {
+                                            trace: trace.clone(),
+                                            scheme: with_block(scheme, block),
+                                            ranks,
+                                            tokens_per_rank,
+                                            block,
+                                            context,
+                                            hardware: hardware.clone(),
+                                            model: model.clone(),
+                                        });
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether the scheme entry accepts a `block` parameter it does not already set.
+fn takes_block(scheme: &str) -> bool {
+    if scheme.split_once(':').is_some_and(|(_, p)| {
+        p.split(',')
+            .any(|kv| kv.split_once('=').is_some_and(|(k, _)| k.trim() == "block"))
+    }) {
+        return false;
+    }
+    planner_for(&with_block(scheme, Some(1))).is_ok()
+}
+
+/// The scheme entry with `block=` appended.
+fn with_block(scheme: &str, block: Option<u64>) -> String {
+    match block {
+        None => scheme.to_string(),
+        Some(b) if scheme.contains(':') => format!("{scheme},block={b}"),
+        Some(b) => format!("{scheme}:block={b}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: &str = r#"
+        batches = 2
+        [grid]
+        traces = ["default"]
+        schemes = ["ring", "fcp", "flashcp"]
+        ranks = [4, 8]
+        block = [2048, 4096]
+    "#;
+
+    #[test]
+    fn block_axis_applies_only_to_schemes_that_take_it() {
+        let cfg = SweepConfig::parse(CFG).unwrap();
+        let cells = cfg.cells();
+        let names: Vec<_> = cells.iter().map(|c| c.scheme.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ring",
+                "ring",
+                "fcp:block=2048",
+                "fcp:block=4096",
+                "fcp:block=2048",
+                "fcp:block=4096",
+                "flashcp",
+                "flashcp"
+            ]
+        );
+        assert!(cells.iter().all(|c| c.tokens_per_rank == 32768));
+    }
+
+    #[test]
+    fn window_packing_derives_tokens_per_rank() {
+        let cfg = SweepConfig::parse(
+            r#"
+            pack = "window"
+            [grid]
+            traces = ["default"]
+            schemes = ["zigzag"]
+            ranks = [8]
+            context = [65536, 131072]
+        "#,
+        )
+        .unwrap();
+        let tprs: Vec<_> = cfg.cells().iter().map(|c| c.tokens_per_rank).collect();
+        assert_eq!(tprs, [8192, 16384]);
+    }
+
+    #[test]
+    fn bad_configs_say_what_to_fix() {
+        let e = SweepConfig::parse("[grid]\ntraces=[]\nschemes=[\"ring\"]\nranks=[2]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("grid.traces"), "{e}");
+        let e = SweepConfig::parse(
+            "pack=\"window\"\n[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("grid.context"), "{e}");
+        let e = SweepConfig::parse(
+            "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\nrank=[3]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field"), "{e}");
+    }
+}

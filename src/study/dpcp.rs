@@ -1,0 +1,446 @@
+//! DP×CP: a cluster of G GPUs as G/CP data-parallel groups of CP ranks each, under a fixed
+//! global token batch (G × tokens per GPU), as in the "balancing compute" note (seeds/003).
+//!
+//! Every step packs the trace (carry packing: a document crossing a boundary continues in the
+//! next batch, as the note's simulation does) into G/CP group batches of CP × S tokens. Data
+//! parallelism waits for the slowest group at the gradient all-reduce, so what matters is the
+//! spread of per-group attention time. We report, per CP degree and averaged over steps:
+//! max/min, the coefficient of variation (population std / mean; the note predicts CV ∝
+//! 1/√CP), (max − min)/mean (the note's "imbalance"), and the step's attention time (the
+//! slowest group).
+//!
+//! Balancers (`balance`):
+//! * `none` — groups take consecutive batches of the stream (the note's setting).
+//! * `lpt` — before planning, the step's documents are re-dealt across the groups: longest
+//!   processing time first by whole-document attention cost (the shared cost model), each to
+//!   the least-loaded group with room for it under the CP × S token cap; a document that fits
+//!   nowhere is split over the groups with the most room. This is the spirit of WLB-LLM's
+//!   workload-aware packing and of Megatron's dynamic CP, which both even out attention work
+//!   across data-parallel micro-batches before CP runs (anchors-cp.md §3–4).
+//!
+//! Cost models (`cost`):
+//! * `ideal` — a group's time is the sum of its documents' whole-document kernel times over
+//!   CP (perfect intra-group balance, no communication: the note's Ulysses model, with
+//!   profiled kernel efficiency instead of Σlen²).
+//! * `sim` — every group batch is planned with `scheme` on CP ranks and simulated.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::hardware::{Hardware, Pass};
+use crate::model::Model;
+use crate::planners::{planner_for, PlanContext};
+use crate::report::mean;
+use crate::sim::{PassSel, Simulator};
+use crate::trace::{pack, Batch, PackMode, PackOptions};
+
+use super::traces::TraceSpec;
+use super::StudyError;
+
+fn default_steps() -> usize {
+    20
+}
+fn default_balance() -> Vec<String> {
+    vec!["none".into(), "lpt".into()]
+}
+fn default_cost() -> String {
+    "ideal".into()
+}
+fn default_scheme() -> String {
+    "ulysses".into()
+}
+fn default_hardware() -> String {
+    "h100".into()
+}
+fn default_model() -> String {
+    "llama3-70b".into()
+}
+fn default_pass() -> String {
+    "both".into()
+}
+
+/// A DP×CP study (TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpcpConfig {
+    /// Name shown in outputs.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// What the study reproduces.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// G: GPUs in the cluster.
+    pub gpus: u32,
+    /// CP degrees to compare (each must divide `gpus`).
+    pub cp: Vec<u32>,
+    /// S: tokens per GPU (the global batch is G × S tokens for every CP).
+    pub tokens_per_gpu: u64,
+    /// Steps (global batches) to average over.
+    #[serde(default = "default_steps")]
+    pub steps: usize,
+    /// Trace spec (see [`super::traces`]).
+    pub trace: String,
+    /// Balancers to compare: `none`, `lpt`.
+    #[serde(default = "default_balance")]
+    pub balance: Vec<String>,
+    /// `ideal` or `sim`.
+    #[serde(default = "default_cost")]
+    pub cost: String,
+    /// Scheme each group is planned with (`cost = "sim"`).
+    #[serde(default = "default_scheme")]
+    pub scheme: String,
+    /// Hardware profile.
+    #[serde(default = "default_hardware")]
+    pub hardware: String,
+    /// Model.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Passes: fwd, bwd or both.
+    #[serde(default = "default_pass")]
+    pub pass: String,
+}
+
+/// One CP degree under one balancer, averaged over steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DpcpRow {
+    /// CP degree.
+    pub cp: u32,
+    /// DP groups (G / CP).
+    pub groups: u32,
+    /// Balancer.
+    pub balance: String,
+    /// Steps averaged.
+    pub steps: usize,
+    /// Mean over steps of max/min per-group attention time.
+    pub max_over_min: f64,
+    /// Mean over steps of the CV of per-group attention time.
+    pub cv: f64,
+    /// CV × √CP (constant if CV ∝ 1/√CP, as the note predicts).
+    pub cv_sqrt_cp: f64,
+    /// Mean over steps of (max − min)/mean.
+    pub spread: f64,
+    /// Mean over steps of the slowest group's attention time (ms).
+    pub step_time_ms: f64,
+    /// Mean over steps and groups of a group's attention time (ms).
+    pub mean_group_ms: f64,
+}
+
+impl DpcpConfig {
+    /// Read and validate.
+    pub fn load(path: &std::path::Path) -> Result<DpcpConfig, StudyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        let cfg: DpcpConfig = toml::from_str(&text)
+            .map_err(|e| StudyError::Config(format!("{}: {e}", path.display())))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check the settings.
+    pub fn validate(&self) -> Result<(), StudyError> {
+        let bad = |m: String| Err(StudyError::Config(m));
+        if self.gpus == 0 || self.tokens_per_gpu == 0 || self.steps == 0 || self.cp.is_empty() {
+            return bad("gpus, tokens_per_gpu, steps must be ≥ 1 and cp must list a degree".into());
+        }
+        for &c in &self.cp {
+            if c == 0 || self.gpus % c != 0 {
+                return bad(format!("cp {c} does not divide gpus {}", self.gpus));
+            }
+        }
+        for b in &self.balance {
+            if b != "none" && b != "lpt" {
+                return bad(format!("balance `{b}`: expected none or lpt"));
+            }
+        }
+        if self.cost != "ideal" && self.cost != "sim" {
+            return bad(format!("cost `{}`: expected ideal or sim", self.cost));
+        }
+        self.pass_sel()?;
+        if self.cost == "sim" {
+            planner_for(&self.scheme).map_err(|e| StudyError::Config(e.to_string()))?;
+        }
+        TraceSpec::parse(&self.trace)?;
+        Ok(())
+    }
+
+    fn pass_sel(&self) -> Result<PassSel, StudyError> {
+        match self.pass.as_str() {
+            "fwd" => Ok(PassSel::Fwd),
+            "bwd" => Ok(PassSel::Bwd),
+            "both" => Ok(PassSel::Both),
+            o => Err(StudyError::Config(format!(
+                "pass `{o}`: expected fwd, bwd or both"
+            ))),
+        }
+    }
+}
+
+/// Whole-document attention time (ms) of one document, summed over the passes.
+fn doc_ms(sim: &Simulator, len: u64, passes: &[Pass]) -> Result<f64, StudyError> {
+    let mut cm = sim.compute_model();
+    let mut s = 0.0;
+    for &p in passes {
+        s += cm
+            .whole_document(crate::plan::Mask::Causal, len, p)
+            .map_err(StudyError::Hardware)?
+            .seconds;
+    }
+    Ok(s * 1e3)
+}
+
+/// Re-deal `docs` over `groups` groups of `cap` tokens, longest work first to the least
+/// loaded group with room; documents that fit nowhere are split over the roomiest groups.
+/// Deterministic: ties go to the lower index.
+pub fn lpt_balance(
+    docs: &[u64],
+    groups: usize,
+    cap: u64,
+    weight: &dyn Fn(u64) -> f64,
+) -> Vec<Vec<u64>> {
+    let mut order: Vec<(f64, u64, usize)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (weight(l), l, i))
+        .collect();
+    order.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    let mut load = vec![0.0f64; groups];
+    let mut room = vec![cap; groups];
+    let mut out: Vec<Vec<u64>> = vec![Vec::new(); groups];
+    for (_, len, _) in order {
+        let mut left = len;
+        while left > 0 {
+            let fit = (0..groups)
+                .filter(|&g| room[g] >= left)
+                .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
+            let (g, take) = match fit {
+                Some(g) => (g, left),
+                None => {
+                    // The roomiest group (least loaded among equals) takes what it can.
+                    let g = (0..groups)
+                        .max_by(|&a, &b| {
+                            room[a]
+                                .cmp(&room[b])
+                                .then(load[b].total_cmp(&load[a]))
+                                .then(b.cmp(&a))
+                        })
+                        .unwrap_or(0);
+                    if room[g] == 0 {
+                        // More tokens than the groups hold (never with carry packing): the
+                        // least loaded group takes the rest over its cap.
+                        let g = (0..groups)
+                            .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)))
+                            .unwrap_or(0);
+                        (g, left)
+                    } else {
+                        (g, room[g])
+                    }
+                }
+            };
+            out[g].push(take);
+            load[g] += weight(take);
+            room[g] = room[g].saturating_sub(take);
+            left -= take;
+        }
+    }
+    out
+}
+
+/// One step's (max/min, cv, spread, max, mean) of per-group times.
+type StepStats = (f64, f64, f64, f64, f64);
+
+/// Statistics of one step's per-group times.
+fn step_stats(t: &[f64]) -> StepStats {
+    let m = mean(t);
+    let max = t.iter().copied().fold(f64::MIN, f64::max);
+    let min = t.iter().copied().fold(f64::MAX, f64::min);
+    let var = t.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / t.len().max(1) as f64;
+    let cv = if m > 0.0 { var.sqrt() / m } else { 0.0 };
+    let mom = if min > 0.0 { max / min } else { f64::INFINITY };
+    let spread = if m > 0.0 { (max - min) / m } else { 0.0 };
+    (mom, cv, spread, max, m)
+}
+
+/// Run the study: one row per (CP, balancer), in config order.
+pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
+    cfg.validate()?;
+    let passes = cfg.pass_sel()?;
+    let hw = Hardware::load(&cfg.hardware)?;
+    let model = Model::load(&cfg.model)?;
+    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let s = cfg.tokens_per_gpu;
+    let global = u64::from(cfg.gpus) * s;
+    let trace = TraceSpec::parse(&cfg.trace)?.load(global.saturating_mul(cfg.steps as u64))?;
+    let weight = |l: u64| doc_ms(&sim, l, passes.passes()).unwrap_or(l as f64 * l as f64);
+    let mut jobs = Vec::new();
+    for &cp in &cfg.cp {
+        for b in &cfg.balance {
+            jobs.push((cp, b.clone()));
+        }
+    }
+    jobs.par_iter()
+        .map(|(cp, balance)| -> Result<DpcpRow, StudyError> {
+            let groups = cfg.gpus / cp;
+            let packed = pack(
+                &trace,
+                &PackOptions {
+                    mode: PackMode::Carry,
+                    ranks: *cp,
+                    tokens_per_rank: s,
+                    context: None,
+                },
+            )?;
+            let need = groups as usize * cfg.steps;
+            if packed.batches.len() < need {
+                return Err(StudyError::Config(format!(
+                    "trace `{}` packs into {} batches of CP {cp}; {need} are needed",
+                    cfg.trace,
+                    packed.batches.len()
+                )));
+            }
+            let per_step: Vec<Result<StepStats, StudyError>> = (0..cfg.steps)
+                .into_par_iter()
+                .map(|step| {
+                    let batches =
+                        &packed.batches[step * groups as usize..(step + 1) * groups as usize];
+                    let group_docs: Vec<Vec<u64>> = if balance == "lpt" {
+                        let all: Vec<u64> = batches
+                            .iter()
+                            .flat_map(|b| b.doc_lens.iter().copied())
+                            .collect();
+                        lpt_balance(&all, groups as usize, u64::from(*cp) * s, &weight)
+                    } else {
+                        batches.iter().map(|b| b.doc_lens.clone()).collect()
+                    };
+                    let times: Vec<f64> = group_docs
+                        .par_iter()
+                        .enumerate()
+                        .map(|(g, docs)| {
+                            group_ms(cfg, &sim, &hw, &model, *cp, s, g, docs, passes, &weight)
+                        })
+                        .collect::<Result<_, _>>()?;
+                    Ok(step_stats(&times))
+                })
+                .collect();
+            let per_step: Vec<_> = per_step.into_iter().collect::<Result<_, _>>()?;
+            let col = |f: fn(&StepStats) -> f64| mean(&per_step.iter().map(f).collect::<Vec<_>>());
+            let cv = col(|x| x.1);
+            Ok(DpcpRow {
+                cp: *cp,
+                groups,
+                balance: balance.clone(),
+                steps: cfg.steps,
+                max_over_min: col(|x| x.0),
+                cv,
+                cv_sqrt_cp: cv * f64::from(*cp).sqrt(),
+                spread: col(|x| x.2),
+                step_time_ms: col(|x| x.3),
+                mean_group_ms: col(|x| x.4),
+            })
+        })
+        .collect()
+}
+
+/// One group's attention time (ms).
+#[allow(clippy::too_many_arguments)]
+fn group_ms(
+    cfg: &DpcpConfig,
+    sim: &Simulator,
+    hw: &Hardware,
+    model: &Model,
+    cp: u32,
+    s: u64,
+    g: usize,
+    docs: &[u64],
+    passes: PassSel,
+    weight: &(dyn Fn(u64) -> f64 + Sync),
+) -> Result<f64, StudyError> {
+    if cfg.cost == "ideal" {
+        return Ok(docs.iter().map(|&l| weight(l)).sum::<f64>() / f64::from(cp));
+    }
+    let planner = planner_for(&cfg.scheme).map_err(|e| StudyError::Config(e.to_string()))?;
+    let ctx = PlanContext {
+        ranks: cp,
+        tokens_per_rank: s,
+        mask: crate::plan::Mask::Causal,
+        model,
+        hardware: hw,
+    };
+    let plan = planner
+        .plan(&Batch::new(g, docs.to_vec()), &ctx)
+        .map_err(|e| StudyError::Config(format!("{}: {e}", cfg.scheme)))?;
+    Ok(sim.simulate(&plan, passes)?.metrics.attention_time_ms)
+}
+
+/// Rows as CSV.
+pub fn dpcp_csv(rows: &[DpcpRow]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for r in rows {
+        let _ = w.serialize(r);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// Lines for a plot: x = CP, one series per balancer, y = `metric`.
+pub fn series(rows: &[DpcpRow], metric: &str) -> Vec<crate::report::plot::Series> {
+    let mut out: Vec<crate::report::plot::Series> = Vec::new();
+    for r in rows {
+        let y = match metric {
+            "max_over_min" => r.max_over_min,
+            "cv" => r.cv,
+            "spread" => r.spread,
+            _ => r.step_time_ms,
+        };
+        let label = match r.balance.as_str() {
+            "lpt" => "LPT balance across DP groups, then CP".to_string(),
+            "none" => "consecutive batches (no balancing)".to_string(),
+            o => o.to_string(),
+        };
+        match out.iter_mut().find(|s| s.label == label) {
+            Some(s) => s.points.push((f64::from(r.cp), y)),
+            None => out.push(crate::report::plot::Series {
+                label,
+                points: vec![(f64::from(r.cp), y)],
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lpt_respects_caps_keeps_tokens_and_balances() {
+        let docs = [8000, 100, 100, 7000, 500, 300, 200, 100, 8000, 8];
+        let total: u64 = docs.iter().sum();
+        let groups = lpt_balance(&docs, 3, total.div_ceil(3), &|l| (l * l) as f64);
+        let sums: Vec<u64> = groups.iter().map(|g| g.iter().sum()).collect();
+        assert_eq!(sums.iter().sum::<u64>(), total);
+        assert!(sums.iter().all(|&s| s <= total.div_ceil(3)));
+    }
+
+    #[test]
+    fn cp_shrinks_the_straggler_effect_and_lpt_shrinks_it_more() {
+        let cfg: DpcpConfig = toml::from_str(
+            r#"
+            gpus = 16
+            cp = [1, 4]
+            tokens_per_gpu = 8192
+            steps = 4
+            trace = "gen:exponential:mean=1024,max=8192,seed=1"
+        "#,
+        )
+        .unwrap();
+        let rows = run_dpcp(&cfg).unwrap();
+        assert_eq!(rows.len(), 4);
+        let get = |cp, b: &str| rows.iter().find(|r| r.cp == cp && r.balance == b).unwrap();
+        assert!(get(4, "none").cv < get(1, "none").cv, "{rows:?}");
+        assert!(get(4, "lpt").max_over_min <= get(4, "none").max_over_min);
+        assert!(get(1, "lpt").cv < get(1, "none").cv);
+        // About the same work per GPU whatever CP: only the documents carry packing cuts at
+        // batch boundaries differ (fewer cuts in larger batches, so slightly more work).
+        let a = get(1, "none").mean_group_ms;
+        let b = get(4, "none").mean_group_ms;
+        assert!((a - b).abs() / a < 0.15, "{a} {b}");
+    }
+}

@@ -1,0 +1,292 @@
+//! The regression gate: evaluate a fixed set of cells and compare them with committed numbers.
+//!
+//! A baseline file holds the grid it was made from (a [`SweepConfig`]), a default tolerance
+//! and, per cell, the mean over its batches of the gated metrics: `compute_imbalance`,
+//! `comm_imbalance` (FCP's (max − mean)/max ratios, in 0..1) and `attention_time_ms`.
+//!
+//! A cell **regresses** when
+//! * an imbalance ratio rose by more than `tolerance` (absolute: the ratios are already
+//!   fractions, and near-zero ratios make relative changes meaningless), or
+//! * its attention time rose by more than `tolerance` relative (`cur > base × (1 + tol)`), or
+//! * it now fails (an error) where the baseline had numbers, or it is missing.
+//!
+//! The simulator is deterministic, so any change is a code change: improvements pass and are
+//! listed so the baseline can be refreshed with `fcp regress --update`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::write_atomic;
+
+use super::config::{CellKey, SweepConfig};
+use super::sweep::{run_cells, CellResult, Progress};
+use super::StudyError;
+
+/// Baseline format version.
+pub const BASELINE_VERSION: u32 = 1;
+
+/// Default tolerance written into new baselines.
+pub const DEFAULT_TOLERANCE: f64 = 0.03;
+
+/// The metrics the gate compares, and whether each is compared absolutely (ratios) or
+/// relatively (times).
+pub const GATED: &[(&str, Cmp)] = &[
+    ("compute_imbalance", Cmp::Absolute),
+    ("comm_imbalance", Cmp::Absolute),
+    ("attention_time_ms", Cmp::Relative),
+];
+
+/// How a gated metric is compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// Worse when `cur > base + tol`.
+    Absolute,
+    /// Worse when `cur > base × (1 + tol)`.
+    Relative,
+}
+
+/// A committed baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// [`BASELINE_VERSION`].
+    pub version: u32,
+    /// Tolerance used when `--tolerance` is not given.
+    pub tolerance: f64,
+    /// The cells to evaluate.
+    pub grid: SweepConfig,
+    /// Recorded numbers, one entry per cell of the grid.
+    pub cells: Vec<BaselineCell>,
+}
+
+/// The recorded numbers of one cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineCell {
+    /// The cell.
+    #[serde(flatten)]
+    pub key: CellKey,
+    /// Recorded error (a cell that failed when the baseline was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Mean over batches of each gated metric.
+    #[serde(default)]
+    pub compute_imbalance: Option<f64>,
+    /// Mean over batches.
+    #[serde(default)]
+    pub comm_imbalance: Option<f64>,
+    /// Mean over batches.
+    #[serde(default)]
+    pub attention_time_ms: Option<f64>,
+}
+
+impl BaselineCell {
+    fn get(&self, metric: &str) -> Option<f64> {
+        match metric {
+            "compute_imbalance" => self.compute_imbalance,
+            "comm_imbalance" => self.comm_imbalance,
+            "attention_time_ms" => self.attention_time_ms,
+            _ => None,
+        }
+    }
+
+    fn from_result(r: &CellResult) -> BaselineCell {
+        BaselineCell {
+            key: r.key.clone(),
+            error: r.error.clone(),
+            compute_imbalance: r.mean("compute_imbalance"),
+            comm_imbalance: r.mean("comm_imbalance"),
+            attention_time_ms: r.mean("attention_time_ms"),
+        }
+    }
+}
+
+/// One difference the gate found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// The cell.
+    pub cell: CellKey,
+    /// The metric (or `error` / `missing`).
+    pub metric: String,
+    /// Recorded value.
+    pub baseline: Option<f64>,
+    /// Value now.
+    pub current: Option<f64>,
+    /// What happened, for people.
+    pub message: String,
+}
+
+/// The gate's verdict.
+#[derive(Debug, Clone, Default)]
+pub struct RegressReport {
+    /// Cells worse beyond tolerance (non-empty: the gate fails).
+    pub regressions: Vec<Finding>,
+    /// Cells better beyond tolerance (informational: refresh with `--update`).
+    pub improvements: Vec<Finding>,
+    /// Cells compared.
+    pub cells: usize,
+}
+
+impl Baseline {
+    /// Read a baseline file.
+    pub fn load(path: &Path) -> Result<Baseline, StudyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        let b: Baseline = serde_json::from_str(&text).map_err(|e| StudyError::Parse {
+            path: path.display().to_string(),
+            message: format!("not a regression baseline: {e}"),
+        })?;
+        if b.version != BASELINE_VERSION {
+            return Err(StudyError::Parse {
+                path: path.display().to_string(),
+                message: format!(
+                    "baseline version {} (this fcp reads {BASELINE_VERSION})",
+                    b.version
+                ),
+            });
+        }
+        b.grid.validate()?;
+        Ok(b)
+    }
+
+    /// A baseline recording `results` for `grid`.
+    pub fn from_results(grid: SweepConfig, tolerance: f64, results: &[CellResult]) -> Baseline {
+        Baseline {
+            version: BASELINE_VERSION,
+            tolerance,
+            grid,
+            cells: results.iter().map(BaselineCell::from_result).collect(),
+        }
+    }
+
+    /// Write atomically as pretty JSON.
+    pub fn save(&self, path: &Path) -> Result<(), StudyError> {
+        let mut text = serde_json::to_string_pretty(self).map_err(|e| StudyError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        text.push('\n');
+        write_atomic(path, text.as_bytes()).map_err(|e| StudyError::io(path, e))
+    }
+}
+
+/// The grid `fcp regress --update` records when no baseline exists yet: the bundled trace,
+/// 4 and 8 ranks of 16K tokens, the main schemes, 2 batches — seconds even in a debug build.
+pub fn default_grid() -> SweepConfig {
+    SweepConfig::parse(
+        r#"
+        name = "regress"
+        description = "CI regression gate: bundled trace, small CP groups, main schemes"
+        batches = 2
+        [grid]
+        traces = ["default"]
+        schemes = ["ring", "zigzag", "llama3", "per-doc", "ulysses", "bytescale", "wlb-llm", "magi", "fcp"]
+        ranks = [4, 8]
+        tokens_per_rank = [16384]
+        "#,
+    )
+    .unwrap_or_else(|e| unreachable!("the built-in regress grid is valid: {e}"))
+}
+
+/// Evaluate the cells of `grid`.
+pub fn evaluate(
+    grid: &SweepConfig,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Vec<CellResult>, StudyError> {
+    run_cells(grid, &grid.cells(), progress)
+}
+
+/// Compare `current` with the baseline's recorded cells.
+pub fn check(baseline: &Baseline, current: &[CellResult], tolerance: f64) -> RegressReport {
+    let mut rep = RegressReport::default();
+    for base in &baseline.cells {
+        rep.cells += 1;
+        let finding = |metric: &str, b: Option<f64>, c: Option<f64>, message: String| Finding {
+            cell: base.key.clone(),
+            metric: metric.to_string(),
+            baseline: b,
+            current: c,
+            message,
+        };
+        let Some(cur) = current.iter().find(|r| r.key == base.key) else {
+            rep.regressions.push(finding(
+                "missing",
+                None,
+                None,
+                "the cell was not evaluated".into(),
+            ));
+            continue;
+        };
+        if let Some(e) = &cur.error {
+            if base.error.is_none() {
+                rep.regressions
+                    .push(finding("error", None, None, format!("now fails: {e}")));
+            }
+            continue;
+        }
+        for &(metric, cmp) in GATED {
+            let (Some(b), Some(c)) = (base.get(metric), cur.mean(metric)) else {
+                continue;
+            };
+            let (worse, better) = match cmp {
+                Cmp::Absolute => (c > b + tolerance, c < b - tolerance),
+                Cmp::Relative => (c > b * (1.0 + tolerance), c < b * (1.0 - tolerance)),
+            };
+            let delta = match cmp {
+                Cmp::Absolute => format!("{:+.4}", c - b),
+                Cmp::Relative if b > 0.0 => format!("{:+.1}%", (c / b - 1.0) * 100.0),
+                Cmp::Relative => "n/a".into(),
+            };
+            let msg = format!("{metric} {b:.4} → {c:.4} ({delta})");
+            if worse {
+                rep.regressions.push(finding(metric, Some(b), Some(c), msg));
+            } else if better {
+                rep.improvements
+                    .push(finding(metric, Some(b), Some(c), msg));
+            }
+        }
+    }
+    rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid() -> SweepConfig {
+        SweepConfig::parse(
+            "batches = 1\n[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\",\"fcp\"]\nranks=[4]\ntokens_per_rank=[8192]",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_worsened_cell_is_named_and_the_baseline_passes() {
+        let g = grid();
+        let cur = evaluate(&g, &|_| {}).unwrap();
+        let base = Baseline::from_results(g, DEFAULT_TOLERANCE, &cur);
+        let ok = check(&base, &cur, DEFAULT_TOLERANCE);
+        assert!(ok.regressions.is_empty() && ok.improvements.is_empty());
+        assert_eq!(ok.cells, 2);
+
+        // Worsen fcp's plan: 10% slower and 0.1 more compute imbalance.
+        let mut worse = cur.clone();
+        let m = worse[1].metrics.get_mut("attention_time_ms").unwrap();
+        m.mean *= 1.10;
+        worse[1].metrics.get_mut("compute_imbalance").unwrap().mean += 0.1;
+        let bad = check(&base, &worse, DEFAULT_TOLERANCE);
+        assert_eq!(bad.regressions.len(), 2, "{:?}", bad.regressions);
+        assert!(bad.regressions.iter().all(|f| f.cell.scheme == "fcp"));
+        // Within a looser tolerance it passes.
+        assert!(check(&base, &worse, 0.2).regressions.is_empty());
+
+        // A cell that now fails is a regression.
+        let mut failing = cur.clone();
+        failing[0].error = Some("boom".into());
+        let r = check(&base, &failing, DEFAULT_TOLERANCE);
+        assert_eq!(r.regressions[0].metric, "error");
+    }
+
+    #[test]
+    fn default_grid_is_small() {
+        assert!(default_grid().cells().len() <= 20);
+    }
+}

@@ -1,0 +1,505 @@
+//! Running a sweep: plan and simulate every cell of a grid over K batches, in parallel.
+//!
+//! Cells and their batches run on rayon's pool; each cell is computed independently and the
+//! results are gathered back in grid order, so the output bytes never depend on the thread
+//! count. With an output directory the sweep is resumable: every finished cell is written
+//! atomically to `DIR/cells/<hash>.json` as soon as it is done, and a rerun skips the cells
+//! whose file is there (and was computed under the same settings). The merged
+//! `DIR/results.csv` and `DIR/results.json` are written atomically at the end, so an
+//! interrupted sweep leaves finished cells intact and never a partial file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::hardware::Hardware;
+use crate::model::Model;
+use crate::output::write_atomic;
+use crate::planners::{planner_for, PlanContext};
+use crate::report::{mean, percentile};
+use crate::sim::{PlanMetrics, Simulator};
+use crate::trace::{pack, PackOptions, Trace};
+
+use super::config::{CellKey, SweepConfig};
+use super::traces::TraceSpec;
+use super::StudyError;
+
+/// Reads one metric of a plan as f64.
+pub type MetricFn = fn(&PlanMetrics) -> f64;
+
+/// The plan metrics a sweep aggregates, in column order, with how to read each.
+pub const METRICS: &[(&str, MetricFn)] = &[
+    ("attention_time_ms", |m| m.attention_time_ms),
+    ("compute_imbalance", |m| m.compute_imbalance),
+    ("comm_imbalance", |m| m.comm_imbalance),
+    ("max_over_mean", |m| m.max_over_mean),
+    ("mfu", |m| m.mfu),
+    ("comm_bytes_total", |m| m.comm_bytes_total as f64),
+    ("mem_max_bytes", |m| m.mem_max_bytes as f64),
+    ("lower_bound_ms", |m| m.lower_bound_ms),
+    ("vs_lower_bound", |m| m.vs_lower_bound),
+];
+
+/// One metric over a cell's batches.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Agg {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// 95th percentile (nearest rank).
+    pub p95: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+impl Agg {
+    fn of(values: &[f64]) -> Agg {
+        Agg {
+            mean: mean(values),
+            p50: percentile(values, 50.0),
+            p95: percentile(values, 95.0),
+            max: percentile(values, 100.0),
+        }
+    }
+}
+
+/// One row of a sweep: the cell, how many batches ran, and every metric's aggregate — or the
+/// reason the cell produced nothing (an unknown scheme, a plan that failed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    /// The cell.
+    #[serde(flatten)]
+    pub key: CellKey,
+    /// Settings outside the key ([`SweepConfig::settings_tag`]).
+    pub settings: String,
+    /// Batches simulated.
+    pub batches: usize,
+    /// Why the cell has no metrics.
+    pub error: Option<String>,
+    /// Metric name → aggregate over batches (names of [`METRICS`]).
+    pub metrics: BTreeMap<String, Agg>,
+}
+
+impl CellResult {
+    /// The mean of a metric, if the cell ran.
+    pub fn mean(&self, metric: &str) -> Option<f64> {
+        self.metrics.get(metric).map(|a| a.mean)
+    }
+}
+
+/// What a sweep reports while it runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress {
+    /// The total number of batches still to compute (sent once, before any work).
+    Start {
+        /// Batches to compute.
+        batches: u64,
+        /// Cells skipped because their file exists.
+        skipped_cells: usize,
+    },
+    /// One batch of one cell is done.
+    Batch,
+}
+
+/// The outcome of [`run_sweep`].
+#[derive(Debug, Clone)]
+pub struct SweepOutcome {
+    /// One row per cell, in grid order.
+    pub rows: Vec<CellResult>,
+    /// Cells computed by this run.
+    pub computed: usize,
+    /// Cells taken from files of an earlier run.
+    pub skipped: usize,
+}
+
+/// The file name of a cell inside `DIR/cells/`: a stable hash of its key and settings.
+pub fn cell_file_name(key: &CellKey, settings: &str) -> String {
+    // FNV-1a, 64 bit: stable across Rust versions and platforms (std's hasher is not).
+    let text = format!(
+        "{}\u{1f}{}",
+        serde_json::to_string(key).unwrap_or_default(),
+        settings
+    );
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}.json")
+}
+
+/// A simulator with the profiles it was built from.
+type Loaded = Arc<(Simulator, Hardware, Model)>;
+
+/// Everything shared by the cells of one sweep: traces and simulators, loaded once.
+struct Inputs {
+    traces: HashMap<String, Arc<Trace>>,
+    sims: HashMap<(String, String), Loaded>,
+}
+
+fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyError> {
+    let mode = cfg.pack_mode()?;
+    let mut need: HashMap<&str, u64> = HashMap::new();
+    for c in cells {
+        let limit = PackOptions {
+            mode,
+            ranks: c.ranks,
+            tokens_per_rank: c.tokens_per_rank,
+            context: c.context,
+        }
+        .batch_limit()?;
+        let n = need.entry(c.trace.as_str()).or_default();
+        *n = (*n).max(limit.saturating_mul(cfg.batches as u64));
+    }
+    let mut traces = HashMap::new();
+    for (spec, tokens) in need {
+        let t = TraceSpec::parse(spec)?.load(tokens)?;
+        traces.insert(spec.to_string(), Arc::new(t));
+    }
+    let mut sims = HashMap::new();
+    for c in cells {
+        let k = (c.hardware.clone(), c.model.clone());
+        if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
+            let hw = Hardware::load(&c.hardware)?;
+            let model = Model::load(&c.model)?;
+            let sim = Simulator::new(hw.clone(), model.clone())?;
+            e.insert(Arc::new((sim, hw, model)));
+        }
+    }
+    Ok(Inputs { traces, sims })
+}
+
+/// Plan and simulate one cell over its batches (batches in parallel).
+fn run_cell(
+    cfg: &SweepConfig,
+    key: &CellKey,
+    inputs: &Inputs,
+    tick: &(dyn Fn() + Sync),
+) -> CellResult {
+    let settings = cfg.settings_tag();
+    let fail = |e: String| CellResult {
+        key: key.clone(),
+        settings: settings.clone(),
+        batches: 0,
+        error: Some(e),
+        metrics: BTreeMap::new(),
+    };
+    let (Some(trace), Some(sim)) = (
+        inputs.traces.get(&key.trace),
+        inputs.sims.get(&(key.hardware.clone(), key.model.clone())),
+    ) else {
+        return fail("inputs not loaded".into());
+    };
+    let (sim, hw, model) = (&sim.0, &sim.1, &sim.2);
+    // Validated by `SweepConfig::validate`.
+    let (Ok(mode), Ok(mask), Ok(pass)) = (cfg.pack_mode(), cfg.mask_kind(), cfg.pass_sel()) else {
+        return fail("invalid settings".into());
+    };
+    if let Err(e) = planner_for(&key.scheme) {
+        // Still count the cell's batches as done for the progress bar.
+        (0..cfg.batches).for_each(|_| tick());
+        return fail(e.to_string());
+    }
+    let opts = PackOptions {
+        mode,
+        ranks: key.ranks,
+        tokens_per_rank: key.tokens_per_rank,
+        context: key.context,
+    };
+    let packed = match pack(trace, &opts) {
+        Ok(p) => p,
+        Err(e) => return fail(e.to_string()),
+    };
+    let batches: Vec<_> = packed.batches.into_iter().take(cfg.batches).collect();
+    // A cell that cannot fill K batches still counts them as done for the progress bar.
+    (batches.len()..cfg.batches).for_each(|_| tick());
+    let ctx = PlanContext {
+        ranks: key.ranks,
+        tokens_per_rank: key.tokens_per_rank,
+        mask,
+        model,
+        hardware: hw,
+    };
+    let results: Vec<Result<PlanMetrics, String>> = batches
+        .par_iter()
+        .map(|b| {
+            let r = planner_for(&key.scheme)
+                .map_err(|e| e.to_string())
+                .and_then(|p| p.plan(b, &ctx).map_err(|e| e.to_string()))
+                .and_then(|plan| sim.simulate(&plan, pass).map_err(|e| e.to_string()))
+                .map(|r| r.metrics)
+                .map_err(|e| format!("batch {}: {e}", b.index));
+            tick();
+            r
+        })
+        .collect();
+    if batches.is_empty() {
+        return fail("the trace packs into no batch".into());
+    }
+    let all: Result<Vec<PlanMetrics>, String> = results.into_iter().collect();
+    match all {
+        Err(e) => fail(e),
+        Ok(all) => CellResult {
+            key: key.clone(),
+            settings,
+            batches: all.len(),
+            error: None,
+            metrics: METRICS
+                .iter()
+                .map(|(name, get)| {
+                    let v: Vec<f64> = all.iter().map(get).collect();
+                    (name.to_string(), Agg::of(&v))
+                })
+                .collect(),
+        },
+    }
+}
+
+/// Compute `cells` (in parallel) and return one row per cell, in the order given. Nothing is
+/// written; [`run_sweep`] adds the resumable files.
+pub fn run_cells(
+    cfg: &SweepConfig,
+    cells: &[CellKey],
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Vec<CellResult>, StudyError> {
+    cfg.validate()?;
+    let inputs = load_inputs(cfg, cells)?;
+    progress(Progress::Start {
+        batches: (cells.len() * cfg.batches) as u64,
+        skipped_cells: 0,
+    });
+    let tick = || progress(Progress::Batch);
+    Ok(cells
+        .par_iter()
+        .map(|k| run_cell(cfg, k, &inputs, &tick))
+        .collect())
+}
+
+/// Run the whole grid of `cfg`, resumably under `dir` when given: `dir/cells/` holds one file
+/// per finished cell, `dir/results.{csv,json}` the merged rows (written last).
+pub fn run_sweep(
+    cfg: &SweepConfig,
+    dir: Option<&Path>,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<SweepOutcome, StudyError> {
+    cfg.validate()?;
+    let cells = cfg.cells();
+    let settings = cfg.settings_tag();
+    let cells_dir = dir.map(|d| d.join("cells"));
+    let mut done: HashMap<usize, CellResult> = HashMap::new();
+    if let Some(cd) = &cells_dir {
+        std::fs::create_dir_all(cd).map_err(|e| StudyError::io(cd, e))?;
+        remove_stale_temps(cd);
+        for (i, k) in cells.iter().enumerate() {
+            let p = cd.join(cell_file_name(k, &settings));
+            if let Ok(text) = std::fs::read_to_string(&p) {
+                // A file from other settings or an unreadable one is simply recomputed.
+                if let Ok(r) = serde_json::from_str::<CellResult>(&text) {
+                    if &r.key == k && r.settings == settings {
+                        done.insert(i, r);
+                    }
+                }
+            }
+        }
+    }
+    let todo: Vec<usize> = (0..cells.len()).filter(|i| !done.contains_key(i)).collect();
+    let todo_keys: Vec<CellKey> = todo.iter().map(|&i| cells[i].clone()).collect();
+    let inputs = load_inputs(cfg, &todo_keys)?;
+    progress(Progress::Start {
+        batches: (todo.len() * cfg.batches) as u64,
+        skipped_cells: done.len(),
+    });
+    let tick = || progress(Progress::Batch);
+    let computed: Vec<Result<(usize, CellResult), StudyError>> = todo
+        .par_iter()
+        .map(|&i| {
+            let r = run_cell(cfg, &cells[i], &inputs, &tick);
+            if let Some(cd) = &cells_dir {
+                let p = cd.join(cell_file_name(&cells[i], &settings));
+                let text = serde_json::to_string_pretty(&r).map_err(|e| StudyError::Parse {
+                    path: p.display().to_string(),
+                    message: e.to_string(),
+                })?;
+                write_atomic(&p, text.as_bytes()).map_err(|e| StudyError::io(&p, e))?;
+            }
+            Ok((i, r))
+        })
+        .collect();
+    let skipped = done.len();
+    let mut n_computed = 0;
+    for r in computed {
+        let (i, row) = r?;
+        done.insert(i, row);
+        n_computed += 1;
+    }
+    let rows: Vec<CellResult> = (0..cells.len()).filter_map(|i| done.remove(&i)).collect();
+    if let Some(d) = dir {
+        write_results(d, &rows)?;
+    }
+    Ok(SweepOutcome {
+        rows,
+        computed: n_computed,
+        skipped,
+    })
+}
+
+/// Temporary files a killed run left in the cells directory (never complete results).
+fn remove_stale_temps(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".fcp-") && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+fn write_results(dir: &Path, rows: &[CellResult]) -> Result<(), StudyError> {
+    let csv_path: PathBuf = dir.join("results.csv");
+    write_atomic(&csv_path, results_csv(rows).as_bytes())
+        .map_err(|e| StudyError::io(&csv_path, e))?;
+    let json_path = dir.join("results.json");
+    write_atomic(&json_path, results_json(rows).as_bytes())
+        .map_err(|e| StudyError::io(&json_path, e))?;
+    Ok(())
+}
+
+/// Rows as pretty JSON (a list), with a final newline.
+pub fn results_json(rows: &[CellResult]) -> String {
+    let mut s = serde_json::to_string_pretty(rows).unwrap_or_else(|_| "[]".into());
+    s.push('\n');
+    s
+}
+
+/// Rows as CSV: the key columns, `batches`, `error`, then `METRIC_{mean,p50,p95,max}` for
+/// every metric of [`METRICS`]. Empty fields for what a row lacks.
+pub fn results_csv(rows: &[CellResult]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = [
+        "trace",
+        "scheme",
+        "ranks",
+        "tokens_per_rank",
+        "block",
+        "context",
+        "hardware",
+        "model",
+        "batches",
+        "error",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (m, _) in METRICS {
+        for s in ["mean", "p50", "p95", "max"] {
+            header.push(format!("{m}_{s}"));
+        }
+    }
+    let _ = w.write_record(&header);
+    let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for r in rows {
+        let k = &r.key;
+        let mut rec = vec![
+            k.trace.clone(),
+            k.scheme.clone(),
+            k.ranks.to_string(),
+            k.tokens_per_rank.to_string(),
+            opt(k.block),
+            opt(k.context),
+            k.hardware.clone(),
+            k.model.clone(),
+            r.batches.to_string(),
+            r.error.clone().unwrap_or_default(),
+        ];
+        for (m, _) in METRICS {
+            match r.metrics.get(*m) {
+                Some(a) => rec.extend([a.mean, a.p50, a.p95, a.max].map(|v| v.to_string())),
+                None => rec.extend(std::iter::repeat_n(String::new(), 4)),
+            }
+        }
+        let _ = w.write_record(&rec);
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// Read a `results.json` written by a sweep.
+pub fn load_results(path: &Path) -> Result<Vec<CellResult>, StudyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| StudyError::Parse {
+        path: path.display().to_string(),
+        message: format!("not a sweep results.json: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> SweepConfig {
+        SweepConfig::parse(
+            r#"
+            batches = 2
+            [grid]
+            traces = ["default"]
+            schemes = ["zigzag", "fcp", "no-such-scheme"]
+            ranks = [2, 4]
+            tokens_per_rank = [8192]
+        "#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn rows_follow_the_grid_and_unknown_schemes_are_error_rows() {
+        let rows = run_cells(&tiny(), &tiny().cells(), &|_| {}).unwrap();
+        assert_eq!(rows.len(), 6);
+        assert_eq!(rows[0].key.scheme, "zigzag");
+        assert_eq!(rows[0].key.ranks, 2);
+        assert_eq!(rows[0].batches, 2);
+        let m = rows[0].metrics["attention_time_ms"];
+        assert!(m.mean > 0.0 && m.p50 <= m.max && m.mean <= m.max);
+        let bad = &rows[5];
+        assert!(bad.error.as_deref().unwrap().contains("unknown scheme"));
+        assert!(bad.metrics.is_empty());
+        let csv = results_csv(&rows);
+        assert!(csv.starts_with("trace,scheme,ranks,tokens_per_rank,block,context"));
+        assert_eq!(csv.lines().count(), 7);
+    }
+
+    #[test]
+    fn resumed_sweep_skips_finished_cells_and_gives_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = tiny();
+        let first = run_sweep(&cfg, Some(dir.path()), &|_| {}).unwrap();
+        assert_eq!((first.computed, first.skipped), (6, 0));
+        let csv1 = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
+        // Lose two cells and the merged files, as an interrupted run would.
+        let cells: Vec<_> = std::fs::read_dir(dir.path().join("cells"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(cells.len(), 6);
+        std::fs::remove_file(&cells[0]).unwrap();
+        std::fs::remove_file(&cells[3]).unwrap();
+        std::fs::remove_file(dir.path().join("results.csv")).unwrap();
+        std::fs::write(dir.path().join("cells/.fcp-abc.tmp"), "{trunc").unwrap();
+        let second = run_sweep(&cfg, Some(dir.path()), &|_| {}).unwrap();
+        assert_eq!((second.computed, second.skipped), (2, 4));
+        assert!(std::fs::read_to_string(dir.path().join("results.csv")).unwrap() == csv1);
+        assert!(!dir.path().join("cells/.fcp-abc.tmp").exists());
+    }
+
+    #[test]
+    fn cell_names_are_stable() {
+        let k = tiny().cells()[0].clone();
+        assert_eq!(cell_file_name(&k, "a"), cell_file_name(&k.clone(), "a"));
+        assert_ne!(cell_file_name(&k, "a"), cell_file_name(&k, "b"));
+    }
+}

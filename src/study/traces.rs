@@ -1,0 +1,196 @@
+//! Trace specs as written in study configs.
+//!
+//! * `default` — the bundled trace (`traces/default.csv`).
+//! * `gen:SOURCE[:key=value,...]` — generated: SOURCE is a `fcp trace gen` source
+//!   (`wlb-llm`, `prolong`, `magi`, `pile`, `redpajama`, `lognormal`) or `exponential`.
+//!   Keys: `seed` (default 1), `docs` (default: as many as the largest cell needs, so every
+//!   cell of a sweep sees a prefix of the same stream), and for `exponential` `mean`
+//!   (required), `max` (cap), for `lognormal` `mean`, `sigma`, `max`.
+//! * anything else — a trace file (CSV or JSONL), relative to the working directory.
+//!
+//! `exponential` is the "balancing compute" note's length model (seeds/003):
+//! `min(floor(Exp(mean)), max)`, raised to 1 token because a document is never empty.
+
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+
+use crate::trace::{default_trace, generate, Lognormal, Source, Trace};
+
+use super::StudyError;
+
+/// A parsed trace spec.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TraceSpec {
+    /// The bundled trace.
+    Default,
+    /// A file.
+    File(String),
+    /// Generated documents.
+    Gen {
+        /// Source name (`exponential` or a [`Source`] name).
+        source: String,
+        /// RNG seed.
+        seed: u64,
+        /// Number of documents; `None`: enough for the sweep.
+        docs: Option<usize>,
+        /// Mean length (exponential, lognormal).
+        mean: Option<f64>,
+        /// Lognormal sigma.
+        sigma: Option<f64>,
+        /// Length cap.
+        max: Option<u64>,
+    },
+}
+
+impl TraceSpec {
+    /// Parse a spec (does not read or generate anything).
+    pub fn parse(text: &str) -> Result<TraceSpec, StudyError> {
+        let bad = |m: String| StudyError::Config(format!("trace `{text}`: {m}"));
+        if text == "default" {
+            return Ok(TraceSpec::Default);
+        }
+        let Some(rest) = text.strip_prefix("gen:") else {
+            return Ok(TraceSpec::File(text.to_string()));
+        };
+        let (source, params) = match rest.split_once(':') {
+            Some((s, p)) => (s, p),
+            None => (rest, ""),
+        };
+        if source != "exponential" {
+            Source::from_name(source).map_err(|e| bad(format!("{e}, or exponential")))?;
+        }
+        let (mut seed, mut docs, mut mean, mut sigma, mut max) = (1, None, None, None, None);
+        for kv in params.split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{kv}` is not key=value")))?;
+            let int = || {
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|&x| x >= 1)
+                    .ok_or_else(|| bad(format!("`{k}` must be an integer ≥ 1, not `{v}`")))
+            };
+            let real = || {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| bad(format!("`{k}` must be a positive number, not `{v}`")))
+            };
+            match k {
+                "seed" => seed = v.parse().map_err(|_| bad(format!("bad seed `{v}`")))?,
+                "docs" => docs = Some(int()? as usize),
+                "mean" => mean = Some(real()?),
+                "sigma" => sigma = Some(real()?),
+                "max" => max = Some(int()?),
+                _ => {
+                    return Err(bad(format!(
+                        "unknown key `{k}` (seed, docs, mean, sigma, max)"
+                    )))
+                }
+            }
+        }
+        match source {
+            "exponential" if mean.is_none() => return Err(bad("exponential needs mean=".into())),
+            "exponential" | "lognormal" => {}
+            _ if mean.is_some() || sigma.is_some() || max.is_some() => {
+                return Err(bad(format!(
+                    "{source} is a fixed distribution; mean/sigma/max apply to exponential and lognormal"
+                )))
+            }
+            _ => {}
+        }
+        Ok(TraceSpec::Gen {
+            source: source.to_string(),
+            seed,
+            docs,
+            mean,
+            sigma,
+            max,
+        })
+    }
+
+    /// Load or generate the trace; a generated one without `docs` grows until it holds at
+    /// least `need_tokens` tokens (doubling, so every size is a prefix of the same stream).
+    pub fn load(&self, need_tokens: u64) -> Result<Trace, StudyError> {
+        match self {
+            TraceSpec::Default => Ok(default_trace()),
+            TraceSpec::File(p) => Ok(Trace::load(Path::new(p))?),
+            TraceSpec::Gen { docs: Some(n), .. } => self.generate(*n),
+            TraceSpec::Gen { docs: None, .. } => {
+                let mut n = 1024usize;
+                loop {
+                    let t = self.generate(n)?;
+                    if t.tokens() >= need_tokens || n >= 1 << 24 {
+                        return Ok(t);
+                    }
+                    n *= 2;
+                }
+            }
+        }
+    }
+
+    fn generate(&self, docs: usize) -> Result<Trace, StudyError> {
+        let TraceSpec::Gen {
+            source,
+            seed,
+            mean,
+            sigma,
+            max,
+            ..
+        } = self
+        else {
+            return Err(StudyError::Config("not a generated trace".into()));
+        };
+        match source.as_str() {
+            "exponential" => {
+                let mean = mean.unwrap_or(1024.0);
+                let cap = max.unwrap_or(u64::MAX);
+                let exp = Exp::new(1.0 / mean)
+                    .map_err(|e| StudyError::Config(format!("exponential: {e}")))?;
+                let mut rng = ChaCha8Rng::seed_from_u64(*seed);
+                let lens: Vec<u64> = (0..docs)
+                    .map(|_| (exp.sample(&mut rng).floor() as u64).clamp(1, cap))
+                    .collect();
+                Ok(Trace::from_lens(&lens))
+            }
+            "lognormal" if mean.is_some() || sigma.is_some() || max.is_some() => {
+                let d = Lognormal::megatron_default();
+                let sigma = sigma.unwrap_or(d.sigma);
+                let mean = mean.unwrap_or_else(|| (d.mu + d.sigma * d.sigma / 2.0).exp());
+                let p = Lognormal::from_mean(mean, sigma, d.min, max.unwrap_or(d.max))?;
+                Ok(generate(&Source::Lognormal(p), docs, *seed)?)
+            }
+            name => Ok(generate(&Source::from_name(name)?, docs, *seed)?),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_generate_prefix_consistently() {
+        assert_eq!(TraceSpec::parse("default").unwrap(), TraceSpec::Default);
+        assert!(matches!(
+            TraceSpec::parse("traces/x.csv").unwrap(),
+            TraceSpec::File(_)
+        ));
+        let s = TraceSpec::parse("gen:exponential:mean=1024,max=8192,seed=3").unwrap();
+        let small = s.generate(100).unwrap().lens();
+        let big = s.load(1_000_000).unwrap().lens();
+        assert_eq!(&big[..100], &small[..]);
+        assert!(big.iter().all(|&l| (1..=8192).contains(&l)));
+        let mean = big.iter().sum::<u64>() as f64 / big.len() as f64;
+        assert!((mean - 1024.0).abs() < 80.0, "{mean}");
+        assert!(TraceSpec::parse("gen:nope").is_err());
+        assert!(TraceSpec::parse("gen:exponential").is_err());
+        assert!(TraceSpec::parse("gen:wlb-llm:mean=3").is_err());
+        assert!(TraceSpec::parse("gen:wlb-llm:docs=0").is_err());
+        let w = TraceSpec::parse("gen:wlb-llm:docs=50").unwrap();
+        assert_eq!(w.load(u64::MAX).unwrap().docs.len(), 50);
+    }
+}

@@ -1,0 +1,335 @@
+//! End-to-end: `fcp sweep` (determinism, resumability after SIGINT) and `fcp regress`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn fcp() -> Command {
+    Command::cargo_bin("fcp").expect("binary built")
+}
+
+const TINY: &str = r#"
+name = "tiny"
+batches = 3
+[grid]
+traces = ["default", "gen:exponential:mean=2048,max=16384,seed=7"]
+schemes = ["zigzag", "fcp", "magi", "flashcp-not-yet"]
+ranks = [2, 4]
+tokens_per_rank = [8192]
+"#;
+
+fn sweep(cfg: &Path, out: &Path, threads: &str) {
+    fcp()
+        .arg("sweep")
+        .arg(cfg)
+        .arg("-o")
+        .arg(out)
+        .env("RAYON_NUM_THREADS", threads)
+        .assert()
+        .success();
+}
+
+#[test]
+fn sweep_results_are_identical_whatever_the_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tiny.toml");
+    std::fs::write(&cfg, TINY).unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    sweep(&cfg, &a, "1");
+    sweep(&cfg, &b, "2");
+    for f in ["results.csv", "results.json"] {
+        let x = std::fs::read(a.join(f)).unwrap();
+        assert_eq!(x, std::fs::read(b.join(f)).unwrap(), "{f} differs");
+    }
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(a.join("results.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 16);
+    // The scheme that has not landed keeps its rows, with the reason.
+    let missing: Vec<_> = rows
+        .iter()
+        .filter(|r| r["scheme"] == "flashcp-not-yet")
+        .collect();
+    assert_eq!(missing.len(), 4);
+    assert!(missing[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("unknown scheme"));
+    let ok = &rows[0]["metrics"]["compute_imbalance"];
+    for s in ["mean", "p50", "p95", "max"] {
+        assert!(ok[s].is_number(), "{ok}");
+    }
+    let csv = std::fs::read_to_string(a.join("results.csv")).unwrap();
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .contains("attention_time_ms_mean,attention_time_ms_p50,attention_time_ms_p95"));
+}
+
+#[test]
+fn interrupted_sweep_keeps_finished_cells_and_a_rerun_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("slow.toml");
+    // Fast cells first, then one that takes seconds on one thread (zigzag on 32 ranks),
+    // during which the sweep is interrupted.
+    std::fs::write(
+        &cfg,
+        r#"
+batches = 2
+[grid]
+traces = ["default"]
+schemes = ["magi", "fcp", "zigzag"]
+ranks = [8, 32]
+tokens_per_rank = [32768]
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let bin = assert_cmd::cargo::cargo_bin("fcp");
+    let mut child = std::process::Command::new(&bin)
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .args(["--threads", "1", "--quiet"])
+        .spawn()
+        .unwrap();
+    let cells = out.join("cells");
+    let count = |d: &Path| {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while count(&cells) < 4 && t0.elapsed() < Duration::from_secs(120) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let interrupted = child.try_wait().unwrap().is_none();
+    if interrupted {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let _ = child.wait();
+    // Every file left is complete JSON; the merged results are absent or complete.
+    let mut finished = 0;
+    for e in std::fs::read_dir(&cells).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.ends_with(".json") {
+            let v: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap())
+                .unwrap_or_else(|err| panic!("{name} is corrupt: {err}"));
+            assert!(v["scheme"].is_string());
+            finished += 1;
+        }
+    }
+    eprintln!("interrupted: {interrupted}, finished cells: {finished}");
+    if interrupted {
+        assert!(finished < 6, "the sweep was interrupted before its end");
+        assert!(!out.join("results.json").exists());
+    }
+    // The rerun reuses the finished cells and completes the sweep.
+    let o = fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .stderr
+        .clone();
+    let msg = String::from_utf8_lossy(&o);
+    assert!(msg.contains(&format!("{} reused", finished)), "{msg}");
+    assert_eq!(count(&cells), 6);
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn regress_passes_on_its_baseline_and_names_a_worsened_cell() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("baseline.json");
+    // Record a baseline with zigzag and fcp.
+    let grid = r#"{"version":1,"tolerance":0.03,"grid":{"batches":2,"grid":{"traces":["default"],
+        "schemes":["zigzag","fcp"],"ranks":[4],"tokens_per_rank":[8192]}},"cells":[]}"#;
+    std::fs::write(&base, grid).unwrap();
+    fcp()
+        .args(["regress", "--update", "--baseline"])
+        .arg(&base)
+        .assert()
+        .success();
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(&base)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("2 cells within tolerance"));
+
+    // A deliberately worsened plan: the zigzag cell is now planned by ring (no load balance),
+    // against zigzag's recorded numbers.
+    let mut b: Value = serde_json::from_slice(&std::fs::read(&base).unwrap()).unwrap();
+    b["grid"]["grid"]["schemes"] = serde_json::json!(["ring", "fcp"]);
+    b["cells"][0]["scheme"] = "ring".into();
+    let worse = dir.path().join("worse.json");
+    std::fs::write(&worse, serde_json::to_vec_pretty(&b).unwrap()).unwrap();
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(&worse)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "REGRESSED default · ring · 4 ranks",
+        ))
+        .stdout(predicate::str::contains("compute_imbalance"))
+        .stdout(predicate::str::contains("fcp").not());
+
+    // A recorded attention time 20% better than today's is a regression too, unless the
+    // tolerance allows it.
+    let mut b: Value = serde_json::from_slice(&std::fs::read(&base).unwrap()).unwrap();
+    let t = b["cells"][1]["attention_time_ms"].as_f64().unwrap();
+    b["cells"][1]["attention_time_ms"] = (t / 1.2).into();
+    std::fs::write(&worse, serde_json::to_vec_pretty(&b).unwrap()).unwrap();
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(&worse)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("REGRESSED default · fcp"))
+        .stdout(predicate::str::contains("attention_time_ms"));
+    fcp()
+        .args(["regress", "--tolerance", "0.25", "--baseline"])
+        .arg(&worse)
+        .assert()
+        .success();
+}
+
+#[test]
+fn bad_sweep_configs_exit_2_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[0]\n",
+    )
+    .unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .args(["-o"])
+        .arg(dir.path().join("o"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("grid.ranks"));
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(dir.path().join("none.json"))
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn plots_are_written_as_png_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tiny.toml");
+    std::fs::write(&cfg, TINY).unwrap();
+    let out = dir.path().join("out");
+    sweep(&cfg, &out, "2");
+    let results = out.join("results.json");
+    let png = |name: &str| {
+        let p = dir.path().join(name);
+        let b = std::fs::read(&p).unwrap();
+        assert!(b.starts_with(b"\x89PNG") && b.len() > 5000, "{name}");
+    };
+    for (kind, name) in [("imbalance", "imb.png"), ("scaling", "mfu.png")] {
+        fcp()
+            .args(["plot", kind])
+            .arg(&results)
+            .args(["--filter", "trace=default", "-o"])
+            .arg(dir.path().join(name))
+            .assert()
+            .success();
+        png(name);
+    }
+    fcp()
+        .args(["plot", "lines"])
+        .arg(&results)
+        .args(["--x", "ranks", "--speedup-vs", "zigzag", "-o"])
+        .arg(dir.path().join("speedup.svg"))
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(dir.path().join("speedup.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("speedup over zigzag"));
+    fcp()
+        .args(["plot", "cdf", "default", "-o"])
+        .arg(dir.path().join("cdf.png"))
+        .assert()
+        .success();
+    png("cdf.png");
+    let plan = dir.path().join("plan.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "4"])
+        .args(["--tokens-per-rank", "8192", "-o"])
+        .arg(&plan)
+        .assert()
+        .success();
+    fcp()
+        .args(["plot", "gantt"])
+        .arg(&plan)
+        .args(["-o"])
+        .arg(dir.path().join("gantt.png"))
+        .assert()
+        .success();
+    png("gantt.png");
+    fcp()
+        .args(["plot", "gantt"])
+        .arg(&plan)
+        .args(["-o"])
+        .arg(dir.path().join("gantt.pdf"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(".png or .svg"));
+}
+
+#[test]
+fn dpcp_reports_the_straggler_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("dpcp.toml");
+    std::fs::write(
+        &cfg,
+        "gpus = 16\ncp = [1, 4]\ntokens_per_gpu = 8192\nsteps = 3\ntrace = \"gen:exponential:mean=1024,max=8192\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("o");
+    fcp()
+        .arg("dpcp")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("max/min"));
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(out.join("dpcp.json")).unwrap()).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 4);
+    fcp()
+        .args(["plot", "dpcp"])
+        .arg(out.join("dpcp.json"))
+        .arg("-o")
+        .arg(dir.path().join("d.png"))
+        .assert()
+        .success();
+}
