@@ -40,6 +40,7 @@ impl PlanBuilder {
                 rank,
                 owned: Vec::new(),
                 steps: Vec::new(),
+                pad_slots: 0,
             })
             .collect();
         PlanBuilder {
@@ -96,6 +97,12 @@ impl PlanBuilder {
             .scheme
             .params
             .insert("pad_tokens".to_string(), serde_json::json!(total));
+        self
+    }
+
+    /// Give `rank` `tokens` slots of masked padding (memory, no attention).
+    pub fn pad_slots(&mut self, rank: u32, tokens: u64) -> &mut Self {
+        self.plan.ranks[rank as usize].pad_slots += tokens;
         self
     }
 

@@ -172,6 +172,11 @@ pub struct RankPlan {
     /// Compute steps in order; step `s` may start once every transfer with `arrive_by <= s`
     /// to this rank has landed.
     pub steps: Vec<Step>,
+    /// Buffer slots this rank allocates for masked padding that holds no attention (MagiAttention
+    /// pads the packed sequence to whole chunks per rank): memory without compute. Absent = 0.
+    /// Padding that is attended like data is `Document::pad` instead.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad_slots: u64,
 }
 
 /// How a transfer is carried out, so the simulator can cost it with the right algorithm.
@@ -311,9 +316,11 @@ impl Plan {
         self.documents.iter().map(|d| d.len).sum()
     }
 
-    /// Padding tokens the scheme added.
+    /// Padding tokens the scheme added: attended padding on documents plus masked buffer slots
+    /// on ranks.
     pub fn pad_tokens(&self) -> u64 {
-        self.documents.iter().map(|d| d.pad).sum()
+        self.documents.iter().map(|d| d.pad).sum::<u64>()
+            + self.ranks.iter().map(|r| r.pad_slots).sum::<u64>()
     }
 
     /// Number of tasks over all ranks and steps.

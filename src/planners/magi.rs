@@ -140,6 +140,9 @@ impl Planner for Magi {
             .enumerate()
             .map(|(r, ids)| {
                 let mine: Vec<TokenRange> = ids.iter().flat_map(|&k| chunks[k].clone()).collect();
+                // The padded part of each chunk is a buffer slot on this rank with no attention.
+                let real: u64 = mine.iter().map(TokenRange::len).sum();
+                b.pad_slots(r as u32, ids.len() as u64 * self.chunk - real);
                 own_all(&mut b, r as u32, &mine)
             })
             .collect();
@@ -247,6 +250,9 @@ mod tests {
             .map(|r| r.owned.iter().map(TokenRange::len).sum())
             .collect();
         assert_eq!(owned.iter().sum::<u64>(), 40);
+        // The empty padding chunk is rank 1's memory, not hidden.
+        assert_eq!(plan.ranks[1].pad_slots, 8);
+        assert_eq!(plan.pad_tokens(), 8);
         assert_valid(&plan);
     }
 

@@ -36,7 +36,8 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
         .iter()
         .enumerate()
         .map(|(r, rp)| {
-            let tokens: u64 = rp.owned.iter().map(TokenRange::len).sum();
+            // Masked padding slots occupy Q/K/V/O buffers like owned tokens.
+            let tokens: u64 = rp.owned.iter().map(TokenRange::len).sum::<u64>() + rp.pad_slots;
             let q = model.q_bytes_per_token();
             let kv = model.kv_bytes_per_token();
             let recv = live[r].iter().copied().max().unwrap_or(0);
