@@ -14,6 +14,7 @@
 
 pub mod comm;
 pub mod hardware;
+pub mod ilp;
 pub mod model;
 pub mod output;
 pub mod plan;

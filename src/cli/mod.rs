@@ -28,6 +28,7 @@ mod common;
 mod compare;
 mod demo;
 mod hw;
+mod ilp;
 mod plan;
 mod simulate;
 mod trace;
@@ -57,6 +58,8 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Inspect hardware and model profiles.
     Hw(hw::HwArgs),
+    /// Cross-check a scheme's heuristic against its exact ILP on one batch.
+    Ilp(ilp::IlpArgs),
 }
 
 /// An error that should exit with a specific code (1: a check failed).
@@ -91,6 +94,7 @@ pub fn main() -> ExitCode {
         Command::Verify(a) => verify::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),
+        Command::Ilp(a) => ilp::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
