@@ -68,7 +68,7 @@ pub struct IlpArgs {
 }
 
 pub fn run(a: IlpArgs) -> Result<()> {
-    if !(a.time_limit >= 0.0) || !a.lambda.is_finite() || a.lambda < 0.0 {
+    if a.time_limit.is_nan() || a.time_limit < 0.0 || !a.lambda.is_finite() || a.lambda < 0.0 {
         bail!("--time-limit and --lambda must be numbers ≥ 0");
     }
     if a.target_imbalance.is_nan() || a.target_imbalance < 1.0 {

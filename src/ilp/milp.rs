@@ -21,6 +21,9 @@
 //! proves anything, so [`super::search`] is the solver `fcp ilp` uses; this model is the
 //! cross-check (tests on small instances) and the measurement in `docs/ilp.md`.
 
+// Index loops mirror the model's subscripts (x[i][r], y[k][r]); iterators would hide them.
+#![allow(clippy::needless_range_loop)]
+
 use std::time::Instant;
 
 use good_lp::{

@@ -8,8 +8,8 @@
 //! on another rank reads (Eq. 5's `Ŝ`: every shard but the last of a split document).
 //!
 //! Why not hand the MILP (see [`super::milp`]) to a solver: the only solver `good_lp` offers
-//! without system packages is microlp, which reports no lower bound, returns nothing when its
-//! time limit strikes first, and did not finish our 128K instances (`docs/ilp.md`). This search
+//! without system packages is microlp, which reports no lower bound and returns nothing when
+//! its time limit strikes first (`docs/ilp.md`). This search
 //! is exact on the same model, always holds an incumbent (the heuristic's plan), and proves a
 //! bound:
 //!
@@ -75,8 +75,8 @@ pub struct Problem {
 pub enum Status {
     /// The search finished: the incumbent is optimal.
     Optimal,
-    /// The search finished early because the incumbent met the root bound (also optimal, but
-    /// reported as such only through `Optimal`); kept for solvers that stop with a gap.
+    /// A solution without a proof of optimality from a solver that stopped on its own
+    /// (reserved for MILP back ends; the search itself ends optimal or timed out).
     Feasible,
     /// The time limit struck; the incumbent is returned with its gap.
     TimedOut,

@@ -642,7 +642,7 @@ impl FlashCp {
         if !s.reached {
             b.param(
                 "note",
-                why_unreachable(&s, lens, mask, n, self.target_imbalance).into(),
+                why_unreachable(s, lens, mask, n, self.target_imbalance).into(),
             );
         }
         let total: u64 = lens.iter().sum();
