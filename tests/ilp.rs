@@ -131,6 +131,7 @@ fn flashcp_ilp_equals_brute_force_on_a_small_batch() {
                 lambda: 0.5,
                 target_imbalance: 1.1,
                 time_limit: 10.0,
+                ..Options::default()
             };
             let inst = ilp::flashcp::instance(&batch, ctx, &opts).unwrap();
             assert!(

@@ -59,6 +59,10 @@ pub struct IlpArgs {
     /// FCP: block size in tokens.
     #[arg(long, default_value_t = fcp::planners::fcp::DEFAULT_BLOCK)]
     block: u64,
+    /// Solve with good_lp's microlp MILP instead of the branch and bound (measurement only:
+    /// microlp reports no bound; a time-out keeps the heuristic's plan).
+    #[arg(long)]
+    microlp: bool,
     /// Write the ILP's plan here.
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -99,6 +103,7 @@ pub fn run(a: IlpArgs) -> Result<()> {
         },
         target_imbalance: a.target_imbalance,
         time_limit: a.time_limit,
+        microlp: a.microlp,
     };
     let r: Report = match a.scheme {
         IlpScheme::Flashcp => ilp::flashcp::solve(batch, &ctx, &opts)?,

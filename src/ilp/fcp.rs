@@ -108,7 +108,10 @@ pub fn solve(
 ) -> Result<Report, PlanError> {
     let inst = instance(f, batch, ctx, opts)?;
     let p = &inst.problem;
-    let o = search::solve(p, inst.warm.as_deref(), opts.time_limit);
+    let o = match (&inst.warm, opts.microlp) {
+        (Some(w), true) => super::milp_outcome(p, w, opts.time_limit),
+        _ => search::solve(p, inst.warm.as_deref(), opts.time_limit),
+    };
     let heuristic = side(p, inst.warm.as_deref().unwrap_or(&o.assign));
     let heuristic = if inst.warm.is_some() {
         heuristic

@@ -164,7 +164,11 @@ pub fn solve(batch: &Batch, ctx: &PlanContext<'_>, opts: &Options) -> Result<Rep
     let inst = instance(batch, ctx, opts)?;
     let p = &inst.problem;
     let heuristic = side(p, &inst.warm);
-    let o = search::solve(p, Some(&inst.warm), opts.time_limit);
+    let o = if opts.microlp {
+        super::milp_outcome(p, &inst.warm, opts.time_limit)
+    } else {
+        search::solve(p, Some(&inst.warm), opts.time_limit)
+    };
     let ilp = ilp_side(p, &o);
     let planner = FlashCp {
         target_imbalance: opts.target_imbalance,
