@@ -15,6 +15,7 @@
 
 pub mod comm;
 pub mod hardware;
+pub mod ilp;
 pub mod model;
 pub mod output;
 pub mod plan;

@@ -29,6 +29,7 @@ mod compare;
 mod demo;
 mod dpcp;
 mod hw;
+mod ilp;
 mod plan;
 mod plot;
 mod regress;
@@ -69,6 +70,8 @@ enum Command {
     Plot(plot::PlotArgs),
     /// DP×CP: straggler effect across data-parallel groups as CP grows, with a balancer.
     Dpcp(dpcp::DpcpArgs),
+    /// Cross-check a scheme's heuristic against its exact ILP on one batch.
+    Ilp(ilp::IlpArgs),
 }
 
 /// An error that should exit with a specific code (1: a check failed).
@@ -107,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Regress(a) => regress::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Dpcp(a) => dpcp::run(a),
+        Command::Ilp(a) => ilp::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

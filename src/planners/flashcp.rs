@@ -63,7 +63,7 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.end - self.start
     }
 }
@@ -83,6 +83,36 @@ pub(crate) struct Sharding {
     pub imbalance: f64,
     /// Whether `imbalance ≤ R`.
     pub reached: bool,
+}
+
+impl Sharding {
+    /// A sharding from its shards (`per_doc` lists the Per-Doc documents, if any): loads,
+    /// tokens and imbalance recomputed, `reached` judged against `target_r`.
+    pub(crate) fn from_shards(
+        lens: &[u64],
+        mask: Mask,
+        n: u32,
+        mut shards: Vec<Shard>,
+        per_doc: Vec<u32>,
+        target_r: f64,
+    ) -> Sharding {
+        let mut loads = vec![0u128; n as usize];
+        let mut tokens = vec![0u64; n as usize];
+        for x in &shards {
+            loads[x.rank as usize] += shard_work(mask, lens[x.doc as usize], x.start, x.end);
+            tokens[x.rank as usize] += x.len();
+        }
+        shards.sort_unstable();
+        let imbalance = ratio(&loads);
+        Sharding {
+            per_doc,
+            shards,
+            loads,
+            tokens,
+            imbalance,
+            reached: imbalance <= target_r,
+        }
+    }
 }
 
 /// Workload of the queries `[s, e)` of a document of `len` tokens: the (q, k) pairs they attend
@@ -569,11 +599,29 @@ impl Planner for FlashCp {
                 self.target_imbalance
             )));
         }
+        let s = algorithm1(&batch.doc_lens, ctx.mask, ctx.ranks, self.target_imbalance);
+        self.plan_from(batch, ctx, &s, Vec::new())
+    }
+}
+
+impl FlashCp {
+    /// The plan for a given sharding: Algorithm 1's, or an exact solver's (`fcp ilp`), so
+    /// both are built, recorded and exchanged the same way. `extra` goes into
+    /// `scheme.params` after the scheme's own keys.
+    pub(crate) fn plan_from(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+        s: &Sharding,
+        extra: Vec<(String, serde_json::Value)>,
+    ) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
         let lens = &batch.doc_lens;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         let mask = b.mask();
-        let s = algorithm1(lens, mask, n, self.target_imbalance);
+        for (k, v) in extra {
+            b.param(&k, v);
+        }
         let vol = volumes(lens, &s.shards, mask, n, ctx.model.kv_bytes_per_token());
         // Whole-Doc documents held in more than one shard.
         let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
@@ -594,7 +642,7 @@ impl Planner for FlashCp {
         if !s.reached {
             b.param(
                 "note",
-                why_unreachable(&s, lens, mask, n, self.target_imbalance).into(),
+                why_unreachable(s, lens, mask, n, self.target_imbalance).into(),
             );
         }
         let total: u64 = lens.iter().sum();

@@ -10,7 +10,7 @@ use crate::trace::Batch;
 
 mod bytescale;
 pub mod fcp;
-mod flashcp;
+pub(crate) mod flashcp;
 mod llama3;
 mod magi;
 mod per_doc;

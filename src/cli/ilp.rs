@@ -1,0 +1,165 @@
+//! `fcp ilp`: a scheme's heuristic next to its exact ILP on one batch (issue 7).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+
+use fcp::ilp::{self, Mode, Options, Report};
+use fcp::planners::{Fcp, PlanContext};
+
+use super::common::{BatchArgs, ProfileArgs};
+
+/// Schemes with an ILP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IlpScheme {
+    /// FlashCP's §3.4 ILP over document pieces.
+    Flashcp,
+    /// FCP's block assignment.
+    Fcp,
+}
+
+/// What the ILP minimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// imbalance + λ · comm.
+    Objective,
+    /// comm subject to imbalance ≤ --target-imbalance.
+    MinComm,
+}
+
+/// Arguments of `fcp ilp`.
+#[derive(Debug, Args)]
+pub struct IlpArgs {
+    /// Scheme whose heuristic is cross-checked.
+    #[arg(long, value_enum)]
+    scheme: IlpScheme,
+    #[command(flatten)]
+    batch: BatchArgs,
+    #[command(flatten)]
+    profile: ProfileArgs,
+    /// Batch to solve (index into the packed trace).
+    #[arg(long = "batch", default_value_t = 0)]
+    batch_index: usize,
+    /// FlashCP: cut documents at multiples of this many tokens (plus the heuristic's cuts).
+    #[arg(long, default_value_t = 1024)]
+    granularity: u64,
+    /// Weight of the comm term (max exchanged K/V per rank over ⌊C/N⌋ tokens).
+    #[arg(long, default_value_t = 0.1)]
+    lambda: f64,
+    /// `objective`: imbalance + λ·comm; `min-comm`: comm s.t. imbalance ≤ R.
+    #[arg(long, value_enum, default_value_t = ModeArg::Objective)]
+    mode: ModeArg,
+    /// R: FlashCP's heuristic target and min-comm's constraint.
+    #[arg(long, default_value_t = 1.05)]
+    target_imbalance: f64,
+    /// Seconds before the search returns its best plan with its gap.
+    #[arg(long, default_value_t = 10.0)]
+    time_limit: f64,
+    /// FCP: block size in tokens.
+    #[arg(long, default_value_t = fcp::planners::fcp::DEFAULT_BLOCK)]
+    block: u64,
+    /// Solve with good_lp's microlp MILP instead of the branch and bound (measurement only:
+    /// microlp reports no bound; a time-out keeps the heuristic's plan).
+    #[arg(long)]
+    microlp: bool,
+    /// Write the ILP's plan here.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: IlpArgs) -> Result<()> {
+    if a.time_limit.is_nan() || a.time_limit < 0.0 || !a.lambda.is_finite() || a.lambda < 0.0 {
+        bail!("--time-limit and --lambda must be numbers ≥ 0");
+    }
+    if a.target_imbalance.is_nan() || a.target_imbalance < 1.0 {
+        bail!("--target-imbalance must be ≥ 1");
+    }
+    let (hw, model) = a.profile.load()?;
+    let packed = a.batch.load()?;
+    let Some(batch) = packed.batches.get(a.batch_index) else {
+        bail!(
+            "--batch {} is out of range: the trace packs into {} batches",
+            a.batch_index,
+            packed.batches.len()
+        );
+    };
+    let ctx = PlanContext {
+        ranks: a.batch.ranks,
+        tokens_per_rank: a.batch.tokens_per_rank,
+        mask: a.batch.mask.into(),
+        model: &model,
+        hardware: &hw,
+    };
+    let opts = Options {
+        granularity: a.granularity,
+        lambda: a.lambda,
+        mode: match a.mode {
+            ModeArg::Objective => Mode::Objective,
+            ModeArg::MinComm => Mode::MinComm,
+        },
+        target_imbalance: a.target_imbalance,
+        time_limit: a.time_limit,
+        microlp: a.microlp,
+    };
+    let r: Report = match a.scheme {
+        IlpScheme::Flashcp => ilp::flashcp::solve(batch, &ctx, &opts)?,
+        IlpScheme::Fcp => {
+            let f = Fcp {
+                block: a.block,
+                ..Fcp::default()
+            };
+            ilp::fcp::solve(&f, batch, &ctx, &opts)?
+        }
+    };
+    if let Some(path) = &a.output {
+        r.plan.save(path)?;
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
+    let (h, i) = (&r.heuristic, &r.ilp);
+    outln!(
+        "batch {} · {} docs · {} items · mode {:?} · λ {} · R {}",
+        a.batch_index,
+        batch.doc_lens.len(),
+        i.items,
+        r.mode,
+        r.lambda,
+        r.target_imbalance
+    );
+    outln!("{:<12} {:>10} {:>10}", "", "heuristic", "ilp");
+    outln!(
+        "{:<12} {:>10.4} {:>10.4}",
+        "imbalance",
+        h.imbalance,
+        i.imbalance
+    );
+    outln!(
+        "{:<12} {:>9.1}% {:>9.1}%",
+        "comm saving",
+        100.0 * h.comm_saving,
+        100.0 * i.comm_saving
+    );
+    outln!(
+        "{:<12} {:>10} {:>10}",
+        "objective",
+        num(h.objective),
+        num(i.objective)
+    );
+    outln!("{:<12} {:>10} {:>10.4}", "best bound", "", i.bound);
+    outln!(
+        "{:<12} {:>10} {:>10}",
+        "gap",
+        "",
+        num(i.gap.map(|g| 100.0 * g)) + "%"
+    );
+    outln!("{:<12} {:>10} {:>10}", "status", "", i.status.label());
+    outln!("{:<12} {:>10} {:>10.3}", "solve s", "", i.solve_s);
+    Ok(())
+}
