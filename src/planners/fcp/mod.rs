@@ -33,6 +33,18 @@ pub const DEFAULT_COALESCE: u32 = 16;
 /// assigned as two blocks (measured in `tests/fcp_imbalance.rs`; see `docs/schemes/fcp.md`).
 pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 
+/// Parameter names `fcp:key=value` accepts.
+pub const PARAMS: [&str; 8] = [
+    "block",
+    "coalesce",
+    "coalescer",
+    "comm_aware",
+    "pair_limit",
+    "pipeline",
+    "reshuffle",
+    "solver",
+];
+
 /// The FCP planner and its switches (`fcp:block=2048,coalesce=8,pipeline=false,...`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fcp {
@@ -51,6 +63,11 @@ pub struct Fcp {
     pub pipeline: bool,
     /// Congestion-free solver on (`solver`; off is `--no-solver`).
     pub solver: bool,
+    /// Balance K/V traffic as well as compute (`comm_aware`; see [`lpt::Options::comm_aware`]).
+    pub comm_aware: bool,
+    /// Transparent reshuffler on (`reshuffle`; off is `--no-reshuffle`): the plan starts from
+    /// the user's layout (contiguous tokens per rank) and returns outputs to it (§4.3).
+    pub reshuffle: bool,
 }
 
 impl Default for Fcp {
@@ -62,6 +79,8 @@ impl Default for Fcp {
             coalescer: true,
             pipeline: true,
             solver: true,
+            comm_aware: true,
+            reshuffle: true,
         }
     }
 }
@@ -110,14 +129,21 @@ impl Fcp {
                 "pair_limit" => {
                     f.pair_limit = match v.parse::<f64>() {
                         Ok(x) if x >= 0.0 => x,
-                        _ => return Err(bad(format!("`pair_limit` must be a number ≥ 0, not `{v}`"))),
+                        _ => {
+                            return Err(bad(format!(
+                                "`pair_limit` must be a number ≥ 0, not `{v}`"
+                            )))
+                        }
                     }
                 }
                 "pipeline" => f.pipeline = boolean(k, v)?,
                 "solver" => f.solver = boolean(k, v)?,
+                "reshuffle" => f.reshuffle = boolean(k, v)?,
+                "comm_aware" => f.comm_aware = boolean(k, v)?,
                 _ => {
                     return Err(bad(format!(
-                        "takes no parameter `{k}` (known: block, coalesce, coalescer, pair_limit, pipeline, solver)"
+                        "takes no parameter `{k}` (known: {})",
+                        PARAMS.join(", ")
                     )))
                 }
             }
@@ -152,19 +178,38 @@ impl Fcp {
             return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
         }
         let mut units = blocks::make_units(batch, self.block, ctx.mask);
-        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
+        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, self.block)?;
         weigher.weigh(&mut units, &batch.doc_lens)?;
-        let total: f64 = units.iter().map(|u| u.weight).sum();
-        let mean = total / f64::from(ctx.ranks);
+        let per_rank = |x: f64| x / f64::from(ctx.ranks);
+        let mean = per_rank(units.iter().map(|u| u.weight).sum());
+        blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
+        let mean_comm = per_rank(units.iter().map(|u| u.comm).sum());
+        // A pair is too coarse when it weighs more than `pair_limit` of a rank's mean compute
+        // share or — comm-aware — of its mean K/V traffic share: a pair of a k-block document
+        // moves about 2(k − 1) blocks, which for the longest documents exceeds a whole rank's
+        // share, whatever its compute.
+        let comm_limit = if self.comm_aware {
+            mean_comm * self.pair_limit
+        } else {
+            f64::INFINITY
+        };
         let broken_pairs = blocks::break_heavy_pairs(
             &mut units,
-            mean * self.pair_limit,
+            |u| u.weight > mean * self.pair_limit || u.comm > comm_limit,
             &mut weigher,
             &batch.doc_lens,
         )?;
+        blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
-        let assignment = lpt::assign(&units, ctx.ranks, cap);
+        let assignment = lpt::assign_with(
+            &units,
+            ctx.ranks,
+            cap,
+            lpt::Options {
+                comm_aware: self.comm_aware,
+            },
+        );
         Ok(Distribution {
             cap,
             broken_pairs,
@@ -185,12 +230,14 @@ impl Planner for Fcp {
             ("block".to_string(), self.block.into()),
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
+            ("comm_aware".to_string(), self.comm_aware.into()),
             (
                 "pair_limit".to_string(),
                 serde_json::Number::from_f64(self.pair_limit)
                     .map_or_else(|| "inf".into(), serde_json::Value::Number),
             ),
             ("pipeline".to_string(), self.pipeline.into()),
+            ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
         ])
     }
