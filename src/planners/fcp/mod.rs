@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{Plan, PlanBuilder, PlanError};
+use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::{PlanContext, Planner, SchemeError, SchemeSpec};
@@ -246,6 +246,14 @@ impl Planner for Fcp {
         let dist = self.distribute(batch, ctx)?;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         b.memory_cap(dist.cap);
+        let input = self
+            .reshuffle
+            .then(|| user_layout(&batch.doc_lens, ctx.ranks));
+        // Bytes per token the reshuffler moves in (Q + K/V) and out (O + fp32 LSE).
+        let m = ctx.model;
+        let bytes_in =
+            (m.q_heads + 2 * m.kv_heads) as f64 * m.head_dim as f64 * m.dtype_bytes as f64;
+        let bytes_out = m.q_heads as f64 * (m.head_dim as f64 * m.dtype_bytes as f64 + 4.0);
         schedule::schedule(
             &mut b,
             &dist.assignment.owned,
@@ -255,10 +263,23 @@ impl Planner for Fcp {
                 pipeline: self.pipeline,
                 solver: self.solver,
                 coalesce: self.coalesce_degree(),
+                local_first: bytes_in / (bytes_in + bytes_out),
             },
+            input.as_deref(),
         );
         Ok(b.finish())
     }
+}
+
+/// The user's layout the reshuffler starts from: the packed batch (documents back to back, in
+/// order) cut into `ranks` contiguous pieces of equal size (±1 token).
+pub fn user_layout(doc_lens: &[u64], ranks: u32) -> Vec<Vec<TokenRange>> {
+    let total: u64 = doc_lens.iter().sum();
+    let n = u128::from(ranks.max(1));
+    let cut = |i: u128| (i * u128::from(total) / n) as u64;
+    (0..n)
+        .map(|i| super::shard::packed_ranges(doc_lens, cut(i), cut(i + 1)))
+        .collect()
 }
 
 #[cfg(test)]
