@@ -38,6 +38,9 @@ pub struct Unit {
     /// sits on another rank ([`set_comm`]); 0 for packs of short documents, which never move.
     /// LPT's second key (see `lpt::assign`).
     pub comm: f64,
+    /// With the reshuffler: the rank holding most of the unit's tokens in the user's layout
+    /// ([`set_homes`]), where placing it moves least.
+    pub home: Option<u32>,
 }
 
 impl Unit {
@@ -59,12 +62,19 @@ impl Unit {
 ///   (best-fit decreasing: longest first into the fullest block it fits, ties by document id;
 ///   at most 11/9·OPT + 1 blocks, O(D log D)), so they never move.
 pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
+    make_units_grouped(batch, block, mask, &[])
+}
+
+/// [`make_units`], packing short documents only with documents of the same group
+/// (`group[doc]`; absent = one group): with the reshuffler, a group is the rank that holds the
+/// document in the user's layout, so a pack can stay where the user put it.
+pub fn make_units_grouped(batch: &Batch, block: u64, mask: Mask, group: &[u32]) -> Vec<Unit> {
     let mut units = Vec::new();
-    let mut short: Vec<(u64, u32)> = Vec::new();
+    let mut short: Vec<(u32, u64, u32)> = Vec::new();
     for (doc, &len) in batch.doc_lens.iter().enumerate() {
         let doc = doc as u32;
         if len <= block {
-            short.push((len, doc));
+            short.push((group.get(doc as usize).copied().unwrap_or(0), len, doc));
             continue;
         }
         let k = len.div_ceil(block);
@@ -84,11 +94,16 @@ pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
             Mask::Full => units.extend((0..k).map(|i| unit(vec![blk(i)]))),
         }
     }
-    // Best-fit decreasing over short documents.
-    short.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    // Best-fit decreasing over short documents, group by group.
+    short.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     let mut bins: Vec<Vec<TokenRange>> = Vec::new();
     let mut by_free: BTreeMap<(u64, usize), ()> = BTreeMap::new();
-    for (len, doc) in short {
+    let mut current = None;
+    for (g, len, doc) in short {
+        if current != Some(g) {
+            by_free.clear();
+            current = Some(g);
+        }
         let found = by_free.range((len, 0)..).next().map(|(&k, _)| k);
         let (free, bin) = match found {
             Some(k) => {
@@ -134,6 +149,7 @@ pub fn break_heavy_pairs(
                     blocks: vec![b],
                     weight,
                     comm: 0.0,
+                    home: u.home,
                 });
             }
         } else {
@@ -149,6 +165,45 @@ fn unit(blocks: Vec<Block>) -> Unit {
         blocks,
         weight: 0.0,
         comm: 0.0,
+        home: None,
+    }
+}
+
+/// Set every unit's home: the rank of `layout_cuts` (rank `i` holds packed positions
+/// `[cuts[i], cuts[i + 1])`, documents back to back in order) that holds most of its tokens.
+pub fn set_homes(units: &mut [Unit], doc_lens: &[u64], cuts: &[u64]) {
+    let mut offset = Vec::with_capacity(doc_lens.len());
+    let mut acc = 0u64;
+    for &l in doc_lens {
+        offset.push(acc);
+        acc += l;
+    }
+    for u in units {
+        let mut best: Option<(u64, u32)> = None;
+        let mut tally: Vec<(u32, u64)> = Vec::new();
+        for c in u.blocks.iter().flat_map(|b| &b.chunks) {
+            let (s, e) = (
+                offset[c.doc as usize] + c.start,
+                offset[c.doc as usize] + c.end,
+            );
+            let mut i = cuts.partition_point(|&x| x <= s).saturating_sub(1);
+            while i + 1 < cuts.len() && cuts[i] < e {
+                let n = e.min(cuts[i + 1]).saturating_sub(s.max(cuts[i]));
+                if n > 0 {
+                    match tally.iter_mut().find(|t| t.0 == i as u32) {
+                        Some(t) => t.1 += n,
+                        None => tally.push((i as u32, n)),
+                    }
+                }
+                i += 1;
+            }
+        }
+        for &(r, n) in &tally {
+            if best.is_none_or(|(m, br)| n > m || (n == m && r < br)) {
+                best = Some((n, r));
+            }
+        }
+        u.home = best.map(|b| b.1);
     }
 }
 

@@ -64,6 +64,12 @@ pub struct Options {
     /// of the least-loaded rank. Packs of short documents move nothing and still go to the
     /// least-loaded rank, so they fill the compute gaps the comm-aware choices leave.
     pub comm_aware: bool,
+    /// Reshuffler affinity, as a fraction of the mean rank load: a unit goes to its
+    /// [`Unit::home`] instead of the rank chosen above when the home has room and is at most
+    /// this much more loaded (plus, comm-aware, this much higher in its comm share), so it need
+    /// not move from where the user's layout put it. Each such choice can leave a rank at most
+    /// that much above LPT's choice (0 = off).
+    pub affinity: f64,
 }
 
 /// [`assign`] with [`Options`].
@@ -111,12 +117,15 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
         skipped: Vec::new(),
         floor: 0,
         comm_aware: opts.comm_aware && mean_load > 0.0 && mean_comm > 0.0,
+        affinity: opts.affinity.max(0.0),
+        home: None,
         mean_load,
         mean_comm,
     };
     for (i, &u) in order.iter().enumerate() {
         st.floor = min_after[i];
         let unit = &units[u];
+        st.home = unit.home;
         if st.place_whole(&unit.blocks, unit.tokens(), unit.weight, unit.comm) {
             continue;
         }
@@ -129,6 +138,7 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
         for b in blocks {
             let share = b.tokens() as f64 / unit.tokens().max(1) as f64;
             let (w, c) = (unit.weight * share, unit.comm * share);
+            st.home = None;
             if !st.place_whole(std::slice::from_ref(b), b.tokens(), w, c) {
                 st.a.split_blocks += 1;
                 st.cut(b, w);
@@ -155,6 +165,9 @@ struct State {
     comm_aware: bool,
     mean_load: f64,
     mean_comm: f64,
+    /// [`Options::affinity`], and the home of the unit being placed.
+    affinity: f64,
+    home: Option<u32>,
 }
 
 impl State {
@@ -267,12 +280,32 @@ impl State {
     }
 
     fn commit(&mut self, r: u32, blocks: &[Block], weight: f64, comm: f64) {
+        let r = self.prefer_home(r, blocks, weight, comm);
         for b in blocks {
             self.give(r, &b.chunks, 0.0);
         }
         self.a.loads[r as usize] += weight;
         self.a.comm[r as usize] += comm;
         self.requeue(r);
+    }
+
+    /// The unit's home instead of `r` when affinity allows it ([`Options::affinity`]).
+    fn prefer_home(&self, r: u32, blocks: &[Block], weight: f64, comm: f64) -> u32 {
+        let Some(h) = self.home.filter(|&h| h != r && self.affinity > 0.0) else {
+            return r;
+        };
+        let (hu, ru) = (h as usize, r as usize);
+        let tokens: u64 = blocks.iter().map(Block::tokens).sum();
+        let eps = self.affinity * self.mean_load;
+        let load_ok = self.a.loads[hu] + weight <= self.a.loads[ru] + weight + eps;
+        let comm_ok = !self.comm_aware
+            || comm == 0.0
+            || (self.a.comm[hu] - self.a.comm[ru]) / self.mean_comm <= self.affinity;
+        if self.free[hu] >= tokens && load_ok && comm_ok {
+            h
+        } else {
+            r
+        }
     }
 
     /// Cut block `b` across the ranks with the most free room (largest first, ties by id).
@@ -320,6 +353,7 @@ mod tests {
             }],
             weight,
             comm: 0.0,
+            home: None,
         }
     }
 

@@ -33,8 +33,13 @@ pub const DEFAULT_COALESCE: u32 = 16;
 /// assigned as two blocks (measured in `tests/fcp_imbalance.rs`; see `docs/schemes/fcp.md`).
 pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 
+/// Default `affinity`: a unit stays on the rank holding it in the user's layout when that costs
+/// at most 2% of the mean rank load (measured in `docs/results/fcp.md`).
+pub const DEFAULT_AFFINITY: f64 = 0.02;
+
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 8] = [
+pub const PARAMS: [&str; 9] = [
+    "affinity",
     "block",
     "coalesce",
     "coalescer",
@@ -65,6 +70,9 @@ pub struct Fcp {
     pub solver: bool,
     /// Balance K/V traffic as well as compute (`comm_aware`; see [`lpt::Options::comm_aware`]).
     pub comm_aware: bool,
+    /// Reshuffler affinity (`affinity`, ≥ 0, fraction of the mean rank load): see
+    /// [`lpt::Options::affinity`]. Only used with the reshuffler.
+    pub affinity: f64,
     /// Transparent reshuffler on (`reshuffle`; off is `--no-reshuffle`): the plan starts from
     /// the user's layout (contiguous tokens per rank) and returns outputs to it (§4.3).
     pub reshuffle: bool,
@@ -80,6 +88,7 @@ impl Default for Fcp {
             pipeline: true,
             solver: true,
             comm_aware: true,
+            affinity: DEFAULT_AFFINITY,
             reshuffle: true,
         }
     }
@@ -140,6 +149,14 @@ impl Fcp {
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "comm_aware" => f.comm_aware = boolean(k, v)?,
+                "affinity" => {
+                    f.affinity = match v.parse::<f64>() {
+                        Ok(x) if x >= 0.0 && x.is_finite() => x,
+                        _ => {
+                            return Err(bad(format!("`affinity` must be a number ≥ 0, not `{v}`")))
+                        }
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
                         "takes no parameter `{k}` (known: {})",
@@ -177,7 +194,27 @@ impl Fcp {
         if ctx.ranks == 0 {
             return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
         }
-        let mut units = blocks::make_units(batch, self.block, ctx.mask);
+        // With the reshuffler, short documents are packed with those the same rank holds in
+        // the user's layout, and every unit knows that rank (its home).
+        let cuts = self
+            .reshuffle
+            .then(|| layout_cuts(batch.tokens(), ctx.ranks));
+        let group: Vec<u32> = match &cuts {
+            Some(c) => {
+                let mut at = 0u64;
+                batch
+                    .doc_lens
+                    .iter()
+                    .map(|&l| {
+                        let g = c.partition_point(|&x| x <= at).saturating_sub(1) as u32;
+                        at += l;
+                        g
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut units = blocks::make_units_grouped(batch, self.block, ctx.mask, &group);
         let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, self.block)?;
         weigher.weigh(&mut units, &batch.doc_lens)?;
         let per_rank = |x: f64| x / f64::from(ctx.ranks);
@@ -200,6 +237,9 @@ impl Fcp {
             &batch.doc_lens,
         )?;
         blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
+        if let Some(c) = &cuts {
+            blocks::set_homes(&mut units, &batch.doc_lens, c);
+        }
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
         let assignment = lpt::assign_with(
@@ -208,6 +248,7 @@ impl Fcp {
             cap,
             lpt::Options {
                 comm_aware: self.comm_aware,
+                affinity: if self.reshuffle { self.affinity } else { 0.0 },
             },
         );
         Ok(Distribution {
@@ -227,6 +268,11 @@ impl Planner for Fcp {
 
     fn params(&self) -> BTreeMap<String, serde_json::Value> {
         BTreeMap::from([
+            (
+                "affinity".to_string(),
+                serde_json::Number::from_f64(self.affinity)
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number),
+            ),
             ("block".to_string(), self.block.into()),
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
@@ -274,11 +320,17 @@ impl Planner for Fcp {
 /// The user's layout the reshuffler starts from: the packed batch (documents back to back, in
 /// order) cut into `ranks` contiguous pieces of equal size (±1 token).
 pub fn user_layout(doc_lens: &[u64], ranks: u32) -> Vec<Vec<TokenRange>> {
-    let total: u64 = doc_lens.iter().sum();
+    let cuts = layout_cuts(doc_lens.iter().sum(), ranks);
+    cuts.windows(2)
+        .map(|w| super::shard::packed_ranges(doc_lens, w[0], w[1]))
+        .collect()
+}
+
+/// Where the user's layout cuts the packed batch: rank `i` holds `[cuts[i], cuts[i + 1])`.
+fn layout_cuts(total: u64, ranks: u32) -> Vec<u64> {
     let n = u128::from(ranks.max(1));
-    let cut = |i: u128| (i * u128::from(total) / n) as u64;
-    (0..n)
-        .map(|i| super::shard::packed_ranges(doc_lens, cut(i), cut(i + 1)))
+    (0..=n)
+        .map(|i| (i * u128::from(total) / n) as u64)
         .collect()
 }
 
