@@ -64,6 +64,9 @@ fn main() {
         "imbalance" => {
             let blocks: Vec<u64> = list(&arg(&args, "--blocks", "1024,2048,4096,8192"));
             let spec = arg(&args, "--spec", "fcp");
+            // Diagnostic: plan with a looser per-rank token cap than the batches were packed
+            // for (does the cap bound the balance?).
+            let slack: f64 = arg(&args, "--cap-slack", "0").parse().unwrap();
             println!("| trace | N | block | compute_imb | comm_imb | f_imb (LPT) | heaviest-block bound | attn ms | MFU | plan ms |");
             println!("|---|---|---|---|---|---|---|---|---|---|");
             for t in &traces {
@@ -72,7 +75,7 @@ fn main() {
                     for &block in &blocks {
                         let ctx = PlanContext {
                             ranks: n,
-                            tokens_per_rank: TPR,
+                            tokens_per_rank: (TPR as f64 * (1.0 + slack)) as u64,
                             mask: Mask::Causal,
                             model: &model,
                             hardware: &hw,
@@ -211,6 +214,41 @@ fn main() {
                     d.assignment.loads[i] / ml,
                     d.assignment.tokens[i]
                 );
+            }
+        }
+        "time" => {
+            // Median planning time per spec (one core), for quick A/B of planner options.
+            let specs: Vec<String> = arg(&args, "--specs", "fcp")
+                .split(';')
+                .map(String::from)
+                .collect();
+            for t in &traces {
+                for &n in &ranks {
+                    let b = &batches(t, n, 1)[0];
+                    let ctx = PlanContext {
+                        ranks: n,
+                        tokens_per_rank: TPR,
+                        mask: Mask::Causal,
+                        model: &model,
+                        hardware: &hw,
+                    };
+                    for spec in &specs {
+                        let f = Fcp::from_spec(&SchemeSpec::parse(spec).unwrap()).unwrap();
+                        let mut ms: Vec<f64> = (0..7)
+                            .map(|_| {
+                                let t0 = Instant::now();
+                                if args.iter().any(|a| a == "--distribute") {
+                                    f.distribute(b, &ctx).unwrap();
+                                } else {
+                                    fcp::planners::Planner::plan(&f, b, &ctx).unwrap();
+                                }
+                                t0.elapsed().as_secs_f64() * 1e3
+                            })
+                            .collect();
+                        ms.sort_by(f64::total_cmp);
+                        println!("{t} N={n} {spec}: median {:.1} ms", ms[3]);
+                    }
+                }
             }
         }
         _ => eprintln!("usage: fcp_results imbalance|scaling [options] (see the file's header)"),

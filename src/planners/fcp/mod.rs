@@ -321,9 +321,25 @@ impl Planner for Fcp {
 /// order) cut into `ranks` contiguous pieces of equal size (±1 token).
 pub fn user_layout(doc_lens: &[u64], ranks: u32) -> Vec<Vec<TokenRange>> {
     let cuts = layout_cuts(doc_lens.iter().sum(), ranks);
-    cuts.windows(2)
-        .map(|w| super::shard::packed_ranges(doc_lens, w[0], w[1]))
-        .collect()
+    // One sweep over documents and cuts together (O(D + N)).
+    let mut out = vec![Vec::new(); cuts.len() - 1];
+    let (mut r, mut offset) = (0usize, 0u64);
+    for (doc, &len) in doc_lens.iter().enumerate() {
+        let end = offset + len;
+        let mut pos = offset;
+        while pos < end && r < out.len() {
+            let stop = end.min(cuts[r + 1]);
+            if stop > pos {
+                out[r].push(TokenRange::new(doc as u32, pos - offset, stop - offset));
+                pos = stop;
+            }
+            if pos >= cuts[r + 1] {
+                r += 1;
+            }
+        }
+        offset = end;
+    }
+    out
 }
 
 /// Where the user's layout cuts the packed batch: rank `i` holds `[cuts[i], cuts[i + 1])`.

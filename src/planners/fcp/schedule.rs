@@ -89,11 +89,16 @@ pub fn schedule(
                     chunks.iter().partition(|c| inp.holds(r as u32, c));
                 cross_tasks(b, r as u32, 1, &moved, chunks);
                 cross_tasks(b, r as u32, 1, &held, &moved);
-                for &q in &held {
-                    for &kv in held.iter().filter(|kv| kv.doc == q.doc) {
-                        let pairs = allowed_pairs(mask, q.start, q.end, kv.start, kv.end);
-                        if pairs > 0 {
-                            held_local[r].push((q, kv, pairs));
+                // Pairs within one document (sorted by document: packs hold many).
+                let mut held = held;
+                held.sort_by_key(|c| (c.doc, c.start));
+                for same in held.chunk_by(|a, b| a.doc == b.doc) {
+                    for &q in same {
+                        for &kv in same {
+                            let pairs = allowed_pairs(mask, q.start, q.end, kv.start, kv.end);
+                            if pairs > 0 {
+                                held_local[r].push((q, kv, pairs));
+                            }
                         }
                     }
                 }
