@@ -9,7 +9,9 @@
 //! * [`lpt`]: heaviest unit first to the least-loaded rank with room under the token cap.
 //! * [`schedule`]: transfer graph → Δ congestion-free sub-stages → coalesced, pipelined steps.
 //!
-//! The transparent reshuffler (§4.3) is not modelled yet.
+//! * the transparent reshuffler (§4.3, `reshuffle`): the plan starts from the user's layout
+//!   ([`user_layout`], recorded as `Plan::input_layout`) and returns outputs to it, with two
+//!   all-to-alls overlapped by local work run first and last ([`schedule`]).
 
 use std::collections::BTreeMap;
 
