@@ -9,5 +9,7 @@ cargo test --doc --locked
 # Regression gate: fixed small cells against the committed baseline (debug build, seconds).
 # A deliberate change refreshes it: cargo run -- regress --baseline tests/regress/baseline.json --update
 cargo run --locked --quiet -- regress --baseline tests/regress/baseline.json --quiet
+# Benchmarks and examples run once in test mode (they must keep working).
+cargo test --benches --examples --locked
 # Unit, property and end-to-end tests last, so the run closes on their summary.
-cargo test --all-targets --locked
+cargo test --lib --bins --tests --locked

@@ -34,6 +34,7 @@ proptest! {
         causal in any::<bool>(),
         slack in 0u64..40,
         pipeline in any::<bool>(),
+        reshuffle in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
@@ -42,7 +43,7 @@ proptest! {
         let hw = Hardware::load("h100").unwrap();
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline}");
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{:?}", v);
@@ -54,11 +55,13 @@ proptest! {
             let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
             prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
         }
-        // Δ from the transfers themselves; rounds used are exactly 0..Δ.
+        prop_assert_eq!(plan.input_layout.is_some(), reshuffle);
+        // Δ from the point-to-point transfers themselves (the reshuffler's all-to-all pieces
+        // are scheduled by their collective); rounds used are exactly 0..Δ.
         let n = ranks as usize;
         let (mut s, mut d) = (vec![0u32; n], vec![0u32; n]);
         let mut rounds = std::collections::BTreeSet::new();
-        for t in &plan.transfers {
+        for t in plan.transfers.iter().filter(|t| t.collective.is_none()) {
             s[t.src as usize] += 1;
             d[t.dst as usize] += 1;
             rounds.insert(t.round());

@@ -24,6 +24,7 @@ macro_rules! out {
     }};
 }
 
+mod ablation;
 mod common;
 mod compare;
 mod demo;
@@ -48,6 +49,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// FCP's components added one by one (pipelining, solver, coalescer, reshuffler), simulated.
+    Ablation(ablation::AblationArgs),
     /// Plan and simulate several schemes on the same batches, side by side.
     Compare(compare::CompareArgs),
     /// The main job: plan the bundled trace with every scheme, verify, and compare balance.
@@ -99,6 +102,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Ablation(a) => ablation::run(a),
         Command::Compare(a) => compare::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Plan(a) => plan::run(a),

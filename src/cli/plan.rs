@@ -34,10 +34,74 @@ pub struct PlanArgs {
     /// Output plan file (`-` for stdout), or directory with `--all-batches`.
     #[arg(short, long)]
     output: PathBuf,
+    #[command(flatten)]
+    switches: FcpSwitches,
+}
+
+/// FCP's switches as flags (issue 5); each adds or overrides a parameter of the scheme entry,
+/// and a scheme that does not take that parameter refuses it.
+#[derive(Debug, Args)]
+struct FcpSwitches {
+    /// Block size in tokens (`block=`).
+    #[arg(long)]
+    block: Option<u64>,
+    /// Sub-stages merged per stage (`coalesce=`).
+    #[arg(long)]
+    coalesce: Option<u32>,
+    /// Block-level pipelining off (`pipeline=false`).
+    #[arg(long)]
+    no_pipeline: bool,
+    /// Congestion-free solver off (`solver=false`).
+    #[arg(long)]
+    no_solver: bool,
+    /// Bottom-up coalescer off (`coalescer=false`).
+    #[arg(long)]
+    no_coalesce: bool,
+    /// Transparent reshuffler off (`reshuffle=false`).
+    #[arg(long)]
+    no_reshuffle: bool,
+}
+
+impl FcpSwitches {
+    /// `(flag, key=value)` for every flag given.
+    fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if let Some(b) = self.block {
+            p.push(("--block", format!("block={b}")));
+        }
+        if let Some(c) = self.coalesce {
+            p.push(("--coalesce", format!("coalesce={c}")));
+        }
+        for (on, flag, kv) in [
+            (self.no_pipeline, "--no-pipeline", "pipeline=false"),
+            (self.no_solver, "--no-solver", "solver=false"),
+            (self.no_coalesce, "--no-coalesce", "coalescer=false"),
+            (self.no_reshuffle, "--no-reshuffle", "reshuffle=false"),
+        ] {
+            if on {
+                p.push((flag, kv.to_string()));
+            }
+        }
+        p
+    }
+
+    /// The scheme entry with the flags' parameters appended (later parameters win).
+    fn apply(&self, scheme: &str) -> Result<String> {
+        let mut spec = scheme.to_string();
+        for (flag, kv) in self.params() {
+            spec.push(if spec.contains(':') { ',' } else { ':' });
+            spec.push_str(&kv);
+            if let Err(e) = planner_for(&spec) {
+                bail!("{flag} does not apply to `{scheme}`: {e}");
+            }
+        }
+        Ok(spec)
+    }
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
-    let planner = planner_for(&a.scheme)?;
+    let scheme = a.switches.apply(&a.scheme)?;
+    let planner = planner_for(&scheme)?;
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load()?;
     let ctx = PlanContext {
@@ -86,7 +150,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         eprintln!(
             "wrote {} plans ({}) to {}",
             plans.len(),
-            a.scheme,
+            scheme,
             a.output.display()
         );
     } else {

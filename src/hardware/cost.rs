@@ -64,8 +64,7 @@ pub fn kernel_time_s(
     if pairs == 0 {
         return Ok(0.0);
     }
-    let lookup = profile.lookup(query)?;
-    let tflops = hw.achieved_tflops(lookup.tflops);
+    let tflops = hw.achieved_tflops(profile.tflops_for(query)?);
     let flops = tile_flops(model, query.pass, pairs) as f64;
     Ok(flops / (tflops * 1e12) + hw.launch_overhead_s())
 }

@@ -281,22 +281,25 @@ impl KernelProfile {
         out
     }
 
-    /// TFLOP/s for a tile, interpolated linearly in log2(length) between the two nearest rows of
-    /// the matching series and clamped at the table ends (reported in [`KernelLookup::clamped`]).
-    ///
-    /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
-    /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
-    pub fn lookup(&self, q: &KernelQuery) -> Result<KernelLookup, HardwareError> {
+    /// Find the row(s) a query is answered from, without building any string: the one
+    /// interpolation rule shared by [`KernelProfile::lookup`] (which adds the description) and
+    /// [`KernelProfile::tflops_for`] (the planners' and the simulator's hot path). One scan of
+    /// the rows, no allocation.
+    fn locate(&self, q: &KernelQuery) -> Result<Located<'_>, HardwareError> {
         if q.q_len == 0 || q.kv_len == 0 {
             return Err(HardwareError::InvalidQuery(format!(
                 "tile {}x{} is empty; q_len and kv_len must be >= 1",
                 q.q_len, q.kv_len
             )));
         }
-        let same =
-            |r: &&KernelRow| r.pass == q.pass && r.mask == q.mask && r.head_dim == q.head_dim;
-        let candidates: Vec<&KernelRow> = self.rows.iter().filter(same).collect();
-        if candidates.is_empty() {
+        let same = |r: &KernelRow| r.pass == q.pass && r.mask == q.mask && r.head_dim == q.head_dim;
+        // Varlen rows are preferred for a varlen query and non-varlen rows otherwise.
+        let (mut any, mut preferred) = (false, false);
+        for r in self.rows.iter().filter(|r| same(r)) {
+            any = true;
+            preferred |= r.varlen == q.varlen;
+        }
+        if !any {
             return Err(HardwareError::NoKernelRow {
                 profile: self.name.clone(),
                 pass: q.pass.to_string(),
@@ -305,26 +308,81 @@ impl KernelProfile {
                 available: self.series().join(", "),
             });
         }
-        let preferred: Vec<&KernelRow> = candidates
-            .iter()
-            .copied()
-            .filter(|r| r.varlen == q.varlen)
-            .collect();
-        let varlen_fallback = preferred.is_empty();
-        let mut rows = if varlen_fallback {
-            candidates
-        } else {
-            preferred
-        };
-        rows.sort_by(|a, b| a.length().total_cmp(&b.length()));
-
+        let varlen = if preferred { q.varlen } else { !q.varlen };
         let len = q.length();
-        let key = (q.pass, q.mask, q.head_dim, rows[0].varlen);
+        // Shortest and longest row, and the rows bracketing `len` (a: longest with
+        // length ≤ len, b: shortest with length > len).
+        let mut first: Option<&KernelRow> = None;
+        let mut last: Option<&KernelRow> = None;
+        let mut a: Option<&KernelRow> = None;
+        let mut b: Option<&KernelRow> = None;
+        for r in self.rows.iter().filter(|r| same(r) && r.varlen == varlen) {
+            let l = r.length();
+            if first.is_none_or(|f| l < f.length()) {
+                first = Some(r);
+            }
+            if last.is_none_or(|f| l > f.length()) {
+                last = Some(r);
+            }
+            if l <= len && a.is_none_or(|x| l > x.length()) {
+                a = Some(r);
+            }
+            if l > len && b.is_none_or(|x| l < x.length()) {
+                b = Some(r);
+            }
+        }
+        let (first, last) = (first.expect("a row matched"), last.expect("a row matched"));
+        const EPS: f64 = 1e-9;
+        let at = if (len - first.length()).abs() <= EPS * len {
+            At::Exact(first)
+        } else if len < first.length() {
+            At::Below(first)
+        } else if len >= last.length() {
+            if (len - last.length()).abs() <= EPS * len {
+                At::Exact(last)
+            } else {
+                At::Above(last)
+            }
+        } else {
+            // first.length() < len < last.length(): both brackets exist.
+            let (a, b) = (a.expect("a row below"), b.expect("a row above"));
+            if (len - a.length()).abs() <= EPS * len {
+                At::Exact(a)
+            } else {
+                let t = (len.log2() - a.length().log2()) / (b.length().log2() - a.length().log2());
+                At::Between(a, b, t)
+            }
+        };
+        Ok(Located {
+            at,
+            len,
+            varlen_fallback: !preferred,
+            first,
+        })
+    }
+
+    /// TFLOP/s for a tile — the same value as [`KernelProfile::lookup`]`(q)?.tflops`, without
+    /// the human description (no string is built, nothing is allocated on success). For the hot
+    /// paths: FCP's f(B) weigher and the simulator's compute model call this per tile shape.
+    pub fn tflops_for(&self, q: &KernelQuery) -> Result<f64, HardwareError> {
+        Ok(self.locate(q)?.tflops())
+    }
+
+    /// TFLOP/s for a tile, interpolated linearly in log2(length) between the two nearest rows of
+    /// the matching series and clamped at the table ends (reported in [`KernelLookup::clamped`]).
+    ///
+    /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
+    /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
+    pub fn lookup(&self, q: &KernelQuery) -> Result<KernelLookup, HardwareError> {
+        let loc = self.locate(q)?;
+        let len = loc.len;
+        let varlen_fallback = loc.varlen_fallback;
+        let key = (q.pass, q.mask, q.head_dim, loc.first.varlen);
         let head = format!(
             "{}: {} len_kind={}",
             self.name,
             series_label(&key),
-            rows[0].len_kind
+            loc.first.len_kind
         );
         let fallback_note = if varlen_fallback {
             format!(
@@ -335,10 +393,9 @@ impl KernelProfile {
         } else {
             String::new()
         };
-        let first = rows[0];
-        let last = rows[rows.len() - 1];
+        let tflops = loc.tflops();
         let one = |r: &KernelRow, clamped: Clamp, what: &str| KernelLookup {
-            tflops: r.tflops,
+            tflops,
             length: len,
             clamped,
             varlen_fallback,
@@ -348,53 +405,69 @@ impl KernelProfile {
             ),
             sources: vec![r.source.clone()],
         };
-        const EPS: f64 = 1e-9;
-        if (len - first.length()).abs() <= EPS * len {
-            return Ok(one(first, Clamp::None, "exact"));
-        }
-        if len < first.length() {
-            let what = format!(
-                "clamped below (len {len:.0} < shortest {:.0}) to",
-                first.length()
-            );
-            return Ok(one(first, Clamp::BelowMin, &what));
-        }
-        if len >= last.length() {
-            if (len - last.length()).abs() <= EPS * len {
-                return Ok(one(last, Clamp::None, "exact"));
+        Ok(match loc.at {
+            At::Exact(r) => one(r, Clamp::None, "exact"),
+            At::Below(r) => {
+                let what = format!(
+                    "clamped below (len {len:.0} < shortest {:.0}) to",
+                    r.length()
+                );
+                one(r, Clamp::BelowMin, &what)
             }
-            let what = format!(
-                "clamped above (len {len:.0} > longest {:.0}) to",
-                last.length()
-            );
-            return Ok(one(last, Clamp::AboveMax, &what));
-        }
-        // first.length() < len < last.length(): find the bracketing pair.
-        let i = rows
-            .windows(2)
-            .position(|w| w[0].length() <= len && len < w[1].length())
-            .unwrap_or(0);
-        let (a, b) = (rows[i], rows[i + 1]);
-        if (len - a.length()).abs() <= EPS * len {
-            return Ok(one(a, Clamp::None, "exact"));
-        }
-        let t = (len.log2() - a.length().log2()) / (b.length().log2() - a.length().log2());
-        let tflops = a.tflops + t * (b.tflops - a.tflops);
-        Ok(KernelLookup {
-            tflops,
-            length: len,
-            clamped: Clamp::None,
-            varlen_fallback,
-            used: format!(
-                "{head}: log2-interpolated at len {len:.0} (t={t:.3}) between rows {}x{} = {} and {}x{} = {} TFLOP/s{fallback_note}",
-                a.q_len, a.kv_len, a.tflops, b.q_len, b.kv_len, b.tflops
-            ),
-            sources: if a.source == b.source {
-                vec![a.source.clone()]
-            } else {
-                vec![a.source.clone(), b.source.clone()]
+            At::Above(r) => {
+                let what = format!(
+                    "clamped above (len {len:.0} > longest {:.0}) to",
+                    r.length()
+                );
+                one(r, Clamp::AboveMax, &what)
+            }
+            At::Between(a, b, t) => KernelLookup {
+                tflops,
+                length: len,
+                clamped: Clamp::None,
+                varlen_fallback,
+                used: format!(
+                    "{head}: log2-interpolated at len {len:.0} (t={t:.3}) between rows {}x{} = {} and {}x{} = {} TFLOP/s{fallback_note}",
+                    a.q_len, a.kv_len, a.tflops, b.q_len, b.kv_len, b.tflops
+                ),
+                sources: if a.source == b.source {
+                    vec![a.source.clone()]
+                } else {
+                    vec![a.source.clone(), b.source.clone()]
+                },
             },
         })
+    }
+}
+
+/// Where a query falls in its series.
+enum At<'a> {
+    /// On a row (within 1e-9 relative).
+    Exact(&'a KernelRow),
+    /// Shorter than the shortest row: clamped to it.
+    Below(&'a KernelRow),
+    /// Longer than the longest row: clamped to it.
+    Above(&'a KernelRow),
+    /// Between two rows, at fraction `t` of the way in log2(length).
+    Between(&'a KernelRow, &'a KernelRow, f64),
+}
+
+/// A located query: the rows used, the length matched, and whether the other varlen kind
+/// had to stand in.
+struct Located<'a> {
+    at: At<'a>,
+    len: f64,
+    varlen_fallback: bool,
+    /// Shortest row of the series used (names the series in descriptions).
+    first: &'a KernelRow,
+}
+
+impl Located<'_> {
+    fn tflops(&self) -> f64 {
+        match self.at {
+            At::Exact(r) | At::Below(r) | At::Above(r) => r.tflops,
+            At::Between(a, b, t) => a.tflops + t * (b.tflops - a.tflops),
+        }
     }
 }
 
@@ -568,5 +641,35 @@ bwd,full,64,true,total,2048,2048,40,v
             .lookup(&q(Pass::Fwd, Mask::Causal, 128, 4096, 4096, false))
             .unwrap();
         assert_eq!(l.tflops, 662.0);
+    }
+
+    #[test]
+    fn tflops_for_equals_lookup() {
+        // The cheap path and the described path share one interpolation: same numbers on every
+        // bundled profile, at rows, between rows, clamped, and with varlen fallback.
+        for name in bundled::names(bundled::KERNEL_PROFILES) {
+            let p = KernelProfile::load(name).unwrap();
+            for pass in [Pass::Fwd, Pass::Bwd] {
+                for mask in [Mask::Causal, Mask::Full] {
+                    for varlen in [false, true] {
+                        for (ql, kl) in [
+                            (1, 1),
+                            (100, 3000),
+                            (512, 512),
+                            (4096, 4096),
+                            (3000, 7777),
+                            (1 << 21, 1 << 20),
+                        ] {
+                            let query = q(pass, mask, 128, ql, kl, varlen);
+                            match (p.lookup(&query), p.tflops_for(&query)) {
+                                (Ok(l), Ok(t)) => assert_eq!(l.tflops, t, "{name} {query:?}"),
+                                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                                (a, b) => panic!("{name} {query:?}: {a:?} vs {b:?}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -8,9 +8,9 @@
 //! pairs), so LPT's assignment is the warm start whenever LPT placed every unit whole. The
 //! ILP's assignment goes through FCP's own communication planner (`schedule::schedule`).
 
-use crate::plan::{PlanBuilder, PlanError, TokenRange};
-use crate::planners::fcp::{blocks, lpt, schedule, Fcp};
-use crate::planners::{PlanContext, Planner};
+use crate::plan::{PlanError, TokenRange};
+use crate::planners::fcp::{blocks, Fcp};
+use crate::planners::PlanContext;
 use crate::trace::Batch;
 
 use super::search::{self, Item, Problem};
@@ -37,20 +37,9 @@ pub fn instance(
     if ctx.ranks == 0 {
         return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
     }
-    // The same units as `Fcp::distribute` builds.
-    let mut units = blocks::make_units(batch, f.block, ctx.mask);
-    let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
-    weigher.weigh(&mut units, &batch.doc_lens)?;
-    let total: f64 = units.iter().map(|u| u.weight).sum();
-    let mean = total / f64::from(ctx.ranks);
-    blocks::break_heavy_pairs(
-        &mut units,
-        mean * f.pair_limit,
-        &mut weigher,
-        &batch.doc_lens,
-    )?;
-    let cap = Fcp::cap(batch, ctx);
-    let a = lpt::assign(&units, ctx.ranks, cap);
+    // Exactly the heuristic's units and LPT's assignment of them.
+    let dist = f.distribute(batch, ctx)?;
+    let (units, a, cap) = (dist.unit_list, dist.assignment, dist.cap);
     let warm = if a.split_pairs == 0 && a.split_blocks == 0 {
         units
             .iter()
@@ -134,28 +123,17 @@ pub fn solve(
             owned[r as usize].extend(b.chunks.iter().copied());
         }
     }
-    let mut b = PlanBuilder::new(f.name(), f.params(), batch, ctx);
-    for (k, v) in plan_params(&ilp, opts) {
-        b.param(&k, v);
-    }
-    b.memory_cap(Fcp::cap(batch, ctx));
-    schedule::schedule(
-        &mut b,
-        &owned,
-        batch.doc_lens.len(),
-        ctx.mask,
-        schedule::Options {
-            pipeline: f.pipeline,
-            solver: f.solver,
-            coalesce: f.coalesce_degree(),
-        },
-    );
+    let plan = f.build(batch, ctx, &owned, Fcp::cap(batch, ctx), |b| {
+        for (k, v) in plan_params(&ilp, opts) {
+            b.param(&k, v);
+        }
+    });
     Ok(Report {
         heuristic,
         ilp,
         mode: opts.mode,
         lambda: opts.lambda,
         target_imbalance: opts.target_imbalance,
-        plan: b.finish(),
+        plan,
     })
 }

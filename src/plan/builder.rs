@@ -60,6 +60,7 @@ impl PlanBuilder {
                 model: Some(ctx.model.name.clone()),
                 hardware: Some(ctx.hardware.name.clone()),
                 documents,
+                input_layout: None,
                 ranks,
                 transfers: Vec::new(),
             },
@@ -115,6 +116,13 @@ impl PlanBuilder {
     /// Declare that transfers form congestion-free rounds.
     pub fn congestion_free(&mut self, yes: bool) -> &mut Self {
         self.plan.congestion_free = yes;
+        self
+    }
+
+    /// Declare the user's layout the plan starts from and returns outputs to (one list of
+    /// ranges per rank; see [`Plan::input_layout`]).
+    pub fn input_layout(&mut self, layout: Vec<Vec<TokenRange>>) -> &mut Self {
+        self.plan.input_layout = Some(layout);
         self
     }
 

@@ -304,6 +304,13 @@ pub struct Plan {
     pub hardware: Option<String>,
     /// Documents of the batch.
     pub documents: Vec<Document>,
+    /// The user's layout, when it differs from the planned one (a transparent reshuffler,
+    /// FCP §4.3): per rank, the ranges the dataloader hands it. A rank then starts with the Q
+    /// and K/V of these ranges only; its `owned` ranges arrive through `q`/`kv` transfers, and
+    /// every output row must be returned to its input owner by `out` transfers. Absent: every
+    /// rank starts with its `owned` ranges and outputs stay there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_layout: Option<Vec<Vec<TokenRange>>>,
     /// Per-rank layout and compute steps, indexed by rank.
     pub ranks: Vec<RankPlan>,
     /// Every data movement.
@@ -311,6 +318,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Ranges rank `r` holds before any transfer: its `input_layout` entry when the plan has
+    /// one, else its `owned` ranges.
+    pub fn initial(&self, r: usize) -> &[TokenRange] {
+        match &self.input_layout {
+            Some(l) => l.get(r).map_or(&[], Vec::as_slice),
+            None => &self.ranks[r].owned,
+        }
+    }
+
     /// Total tokens of the batch (without padding).
     pub fn total_tokens(&self) -> u64 {
         self.documents.iter().map(|d| d.len).sum()

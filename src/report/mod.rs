@@ -1,10 +1,12 @@
 //! Comparing schemes and rendering results for people (tables, plots) and programs (JSON, CSV).
 
+mod ablation;
 mod compare;
 pub mod plot;
 mod stats;
 mod table;
 
+pub use ablation::{ablation, ablation_table, AblationRow, ABLATION_STEPS};
 pub use compare::{compare, parse_scheme_list, CompareOptions, CompareRow};
 pub use stats::{mean, percentile};
 pub use table::{compare_csv, compare_table, human_bytes};

@@ -52,7 +52,7 @@ impl<'a> ComputeModel<'a> {
         if let Some(&t) = self.cache.get(&key) {
             return Ok(t);
         }
-        let lookup = self.profile.lookup(&KernelQuery {
+        let table = self.profile.tflops_for(&KernelQuery {
             pass,
             mask,
             head_dim: self.model.head_dim,
@@ -60,7 +60,7 @@ impl<'a> ComputeModel<'a> {
             kv_len,
             varlen: false,
         })?;
-        let t = self.hw.achieved_tflops(lookup.tflops);
+        let t = self.hw.achieved_tflops(table);
         self.cache.insert(key, t);
         Ok(t)
     }

@@ -37,6 +37,8 @@ pub struct PlanIndex {
     q: Vec<HashMap<u32, Runs>>,
     kv: Vec<HashMap<u32, Runs>>,
     owned: Vec<HashMap<u32, Runs>>,
+    /// What each rank holds before any transfer: its input layout, or `owned` without one.
+    initial: Option<Vec<HashMap<u32, Runs>>>,
 }
 
 impl PlanIndex {
@@ -67,12 +69,34 @@ impl PlanIndex {
                     .push((o.start, o.end, 0));
             }
         }
-        for m in q.iter_mut().chain(kv.iter_mut()).chain(owned.iter_mut()) {
+        let mut initial = plan.input_layout.as_ref().map(|layout| {
+            let mut m = empty();
+            for (r, ranges) in layout.iter().enumerate().take(n) {
+                for o in ranges {
+                    m[r].entry(o.doc)
+                        .or_default()
+                        .runs
+                        .push((o.start, o.end, 0));
+                }
+            }
+            m
+        });
+        for m in q
+            .iter_mut()
+            .chain(kv.iter_mut())
+            .chain(owned.iter_mut())
+            .chain(initial.iter_mut().flatten())
+        {
             for runs in m.values_mut() {
                 runs.finish();
             }
         }
-        PlanIndex { q, kv, owned }
+        PlanIndex {
+            q,
+            kv,
+            owned,
+            initial,
+        }
     }
 
     /// First and last step on `rank` whose tasks read any of `ranges` as queries (`Q`) or as
@@ -99,21 +123,35 @@ impl PlanIndex {
         span
     }
 
-    /// Whether `rank` owns every token of `ranges`.
+    /// Whether `rank` owns every token of `ranges` (in the planned layout).
     pub fn owns_all(&self, rank: u32, ranges: &[TokenRange]) -> bool {
-        ranges.iter().all(|r| {
-            self.owned[rank as usize].get(&r.doc).is_some_and(|runs| {
-                let mut pos = r.start;
-                for &(s, e, _) in runs.overlapping(r.start, r.end) {
-                    if s > pos {
-                        return false;
-                    }
-                    pos = pos.max(e);
-                }
-                pos >= r.end
-            })
-        })
+        covers_all(&self.owned[rank as usize], ranges)
     }
+
+    /// Whether `rank` holds every token of `ranges` before any transfer (its input layout, or
+    /// what it owns when the plan has none): a message of such data leaves as soon as the rank
+    /// is ready, anything else waits for the data to arrive.
+    pub fn holds_initially(&self, rank: u32, ranges: &[TokenRange]) -> bool {
+        match &self.initial {
+            Some(m) => covers_all(&m[rank as usize], ranges),
+            None => self.owns_all(rank, ranges),
+        }
+    }
+}
+
+fn covers_all(map: &HashMap<u32, Runs>, ranges: &[TokenRange]) -> bool {
+    ranges.iter().all(|r| {
+        map.get(&r.doc).is_some_and(|runs| {
+            let mut pos = r.start;
+            for &(s, e, _) in runs.overlapping(r.start, r.end) {
+                if s > pos {
+                    return false;
+                }
+                pos = pos.max(e);
+            }
+            pos >= r.end
+        })
+    })
 }
 
 #[cfg(test)]

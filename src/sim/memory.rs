@@ -17,7 +17,9 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
     // Live received bytes per rank per step.
     let mut live = vec![vec![0u64; nsteps]; n];
     for t in &plan.transfers {
-        if t.tensor == TransferTensor::Out {
+        // Outputs land in their owner's O buffer; reshuffled Q/K/V (a plan with an input
+        // layout) lands in the receiver's own buffers, counted with its owned tokens.
+        if t.tensor == TransferTensor::Out || idx.owns_all(t.dst, &t.ranges) {
             continue;
         }
         let bytes = bytes_of(t, plan, model);

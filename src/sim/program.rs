@@ -242,7 +242,7 @@ impl Program {
                 bytes: bytes_of(t, plan, model),
                 issue_at: t.issue_at,
                 need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
-                forwards: t.tensor != TransferTensor::Out && !idx.owns_all(t.src, &t.ranges),
+                forwards: t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges),
             })
             .collect();
         let (flows, collectives) = group(pieces);
@@ -285,7 +285,7 @@ impl Program {
                         bytes,
                         issue_at: t.issue_at,
                         need_by: Some(t.arrive_by),
-                        forwards: !idx.owns_all(t.src, &t.ranges),
+                        forwards: !idx.holds_initially(t.src, &t.ranges),
                     });
                     let done = idx
                         .use_steps(t.dst, &t.ranges, t.tensor)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{fmt_range, owner_map, v, Violation, ViolationKind};
+use super::{fmt_range, input_owner_map, owner_map, v, Violation, ViolationKind};
 use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
 
 /// A run of tokens with the step it relates to and the heads it carries:
@@ -80,10 +80,11 @@ fn covers(sorted: &[(u64, u64)], start: u64, end: u64) -> bool {
 pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     use TransferTensor::{Kv, Out, Q};
     let mut held = Holdings::default();
-    for rp in &plan.ranks {
-        for r in &rp.owned {
-            held.add(rp.rank, Kv, r, 0, None);
-            held.add(rp.rank, Q, r, 0, None);
+    // A rank starts with its input layout (its owned ranges when the plan has none).
+    for rank in 0..plan.ranks.len() {
+        for r in plan.initial(rank) {
+            held.add(rank as u32, Kv, r, 0, None);
+            held.add(rank as u32, Q, r, 0, None);
         }
     }
     // Computed outputs: available to send once the step that computed them has finished.
@@ -94,11 +95,11 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
             }
         }
     }
+    // Arrived data, outputs included: a rank may pass on outputs it received (a planned owner
+    // returning merged rows to their input owner).
     for t in &plan.transfers {
-        if t.tensor != Out {
-            for r in &t.ranges {
-                held.add(t.dst, t.tensor, r, t.arrive_by, t.heads);
-            }
+        for r in &t.ranges {
+            held.add(t.dst, t.tensor, r, t.arrive_by, t.heads);
         }
     }
     for t in &plan.transfers {
@@ -179,6 +180,117 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                                 "rank {} step {s}: output of {} is never returned to its owner rank {owner}",
                                 rp.rank,
                                 fmt_range(&piece)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if plan.input_layout.is_some() {
+        check_reshuffle(plan, &held, out);
+    }
+}
+
+/// Token spans of one document with a step: `(start, end, step)`.
+type Spans = Vec<(u64, u64, u32)>;
+
+/// With an input layout: every rank receives the Q and K/V of what it owns, and every output
+/// row reaches its input owner, sent by its planned owner after the last step that computes
+/// it there and after any partial output for it has arrived there.
+fn check_reshuffle(plan: &Plan, held: &Holdings, out: &mut Vec<Violation>) {
+    use TransferTensor::{Kv, Out, Q};
+    for rp in &plan.ranks {
+        for r in &rp.owned {
+            for tensor in [Q, Kv] {
+                if !held.has(rp.rank, tensor, r, u32::MAX, None) {
+                    out.push(v(
+                        ViolationKind::NotAvailable,
+                        format!(
+                            "rank {} owns {} but its {tensor:?} never reaches it from the input layout",
+                            rp.rank,
+                            fmt_range(r)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    // Per (rank, doc): rows computed there, (start, end, step).
+    let mut computed: BTreeMap<(u32, u32), Spans> = BTreeMap::new();
+    for rp in &plan.ranks {
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in &step.tasks {
+                computed
+                    .entry((rp.rank, t.q.doc))
+                    .or_default()
+                    .push((t.q.start, t.q.end, s as u32));
+            }
+        }
+    }
+    // Output transfers by (src, dst, doc): (start, end, issue_at); arrivals by (dst, doc):
+    // (start, end, arrive_by).
+    let mut outs: BTreeMap<(u32, u32, u32), Spans> = BTreeMap::new();
+    let mut into: BTreeMap<(u32, u32), Spans> = BTreeMap::new();
+    for t in plan.transfers.iter().filter(|t| t.tensor == Out) {
+        for r in &t.ranges {
+            outs.entry((t.src, t.dst, r.doc))
+                .or_default()
+                .push((r.start, r.end, t.issue_at));
+            into.entry((t.dst, r.doc))
+                .or_default()
+                .push((r.start, r.end, t.arrive_by));
+        }
+    }
+    let inputs = input_owner_map(plan);
+    for (doc, runs) in owner_map(plan).iter().enumerate() {
+        let doc = doc as u32;
+        for &(os, oe, owner) in runs {
+            for &(is, ie, input) in &inputs[doc as usize] {
+                let (s0, e0) = (os.max(is), oe.min(ie));
+                if s0 >= e0 || input == owner {
+                    continue;
+                }
+                // The rows are final on `owner` after its last step computing them and after
+                // the last partial output for them arrives; cut the piece where that changes.
+                let work = computed.get(&(owner, doc)).map_or(&[][..], Vec::as_slice);
+                let partial = into.get(&(owner, doc)).map_or(&[][..], Vec::as_slice);
+                let mut cuts = vec![s0, e0];
+                for &(a, b, _) in work.iter().chain(partial) {
+                    cuts.extend([a, b].into_iter().filter(|&x| s0 < x && x < e0));
+                }
+                cuts.sort_unstable();
+                cuts.dedup();
+                let sent = outs
+                    .get(&(owner, input, doc))
+                    .map_or(&[][..], Vec::as_slice);
+                for w in cuts.windows(2) {
+                    let (a, b) = (w[0], w[1]);
+                    let ready = work
+                        .iter()
+                        .filter(|&&(x, y, _)| x < b && a < y)
+                        .map(|&(_, _, st)| st + 1)
+                        .chain(
+                            partial
+                                .iter()
+                                .filter(|&&(x, y, _)| x < b && a < y)
+                                .map(|&(_, _, arr)| arr),
+                        )
+                        .max()
+                        .unwrap_or(0);
+                    let mut usable: Vec<(u64, u64)> = sent
+                        .iter()
+                        .filter(|&&(_, _, issue)| issue >= ready)
+                        .map(|&(x, y, _)| (x, y))
+                        .collect();
+                    usable.sort_unstable();
+                    if !covers(&usable, a, b) {
+                        out.push(v(
+                            ViolationKind::OutputNotReturned,
+                            format!(
+                                "output of {} is not returned from its planned owner rank {owner} to its input owner rank {input} after step {}",
+                                fmt_range(&TokenRange::new(doc, a, b)),
+                                ready.saturating_sub(1)
                             ),
                         ));
                     }

@@ -143,6 +143,18 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
     if plan.q_heads == 0 || plan.kv_heads == 0 {
         out.push(v(Header, "q_heads and kv_heads must be at least 1".into()));
     }
+    if let Some(l) = &plan.input_layout {
+        if l.len() != plan.num_ranks as usize {
+            out.push(v(
+                Header,
+                format!(
+                    "input_layout has {} rank entries, num_ranks is {}",
+                    l.len(),
+                    plan.num_ranks
+                ),
+            ));
+        }
+    }
     for t in &plan.transfers {
         if t.src >= plan.num_ranks || t.dst >= plan.num_ranks || t.src == t.dst {
             out.push(v(
@@ -179,6 +191,14 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
             }
         }
     }
+    for (rank, ranges) in plan.input_layout.iter().flatten().enumerate() {
+        for r in ranges.iter().filter(|r| bad_range(r)) {
+            out.push(v(
+                ViolationKind::BadRange,
+                format!("input_layout: rank {rank} holds {}", fmt_range(r)),
+            ));
+        }
+    }
     for t in &plan.transfers {
         if t.ranges.iter().any(bad_range) || bad_heads(&t.heads) || t.ranges.is_empty() {
             out.push(v(
@@ -196,10 +216,19 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
 pub(super) type OwnerMap = Vec<Vec<(u64, u64, u32)>>;
 
 pub(super) fn owner_map(plan: &Plan) -> OwnerMap {
+    layout_map(plan, plan.ranks.iter().map(|rp| rp.owned.as_slice()))
+}
+
+/// Input owner of each token ([`Plan::input_layout`]; `owned` when absent).
+pub(super) fn input_owner_map(plan: &Plan) -> OwnerMap {
+    layout_map(plan, (0..plan.ranks.len()).map(|r| plan.initial(r)))
+}
+
+fn layout_map<'a>(plan: &Plan, per_rank: impl Iterator<Item = &'a [TokenRange]>) -> OwnerMap {
     let mut map: OwnerMap = vec![Vec::new(); plan.documents.len()];
-    for rp in &plan.ranks {
-        for r in &rp.owned {
-            map[r.doc as usize].push((r.start, r.end, rp.rank));
+    for (rank, ranges) in per_rank.enumerate() {
+        for r in ranges {
+            map[r.doc as usize].push((r.start, r.end, rank as u32));
         }
     }
     for runs in &mut map {
@@ -209,32 +238,9 @@ pub(super) fn owner_map(plan: &Plan) -> OwnerMap {
 }
 
 fn check_ownership(plan: &Plan, out: &mut Vec<Violation>) {
-    for (doc, runs) in owner_map(plan).iter().enumerate() {
-        let len = plan.documents[doc].extent();
-        let mut pos = 0u64;
-        for &(s, e, rank) in runs {
-            if s < pos {
-                out.push(v(
-                    ViolationKind::OwnedTwice,
-                    format!(
-                        "doc {doc} tokens [{s}, {}) owned twice (rank {rank} and another)",
-                        pos.min(e)
-                    ),
-                ));
-            } else if s > pos {
-                out.push(v(
-                    ViolationKind::NotOwned,
-                    format!("doc {doc} tokens [{pos}, {s}) owned by no rank"),
-                ));
-            }
-            pos = pos.max(e);
-        }
-        if pos < len {
-            out.push(v(
-                ViolationKind::NotOwned,
-                format!("doc {doc} tokens [{pos}, {len}) owned by no rank"),
-            ));
-        }
+    check_partition(plan, &owner_map(plan), "", out);
+    if plan.input_layout.is_some() {
+        check_partition(plan, &input_owner_map(plan), "input_layout: ", out);
     }
     if let Some(cap) = plan.memory_cap_tokens {
         for rp in &plan.ranks {
@@ -245,6 +251,37 @@ fn check_ownership(plan: &Plan, out: &mut Vec<Violation>) {
                     format!("rank {} owns {tokens} tokens, cap is {cap}", rp.rank),
                 ));
             }
+        }
+    }
+}
+
+/// Every token of every document held by exactly one rank in `map`.
+fn check_partition(plan: &Plan, map: &OwnerMap, what: &str, out: &mut Vec<Violation>) {
+    for (doc, runs) in map.iter().enumerate() {
+        let len = plan.documents[doc].extent();
+        let mut pos = 0u64;
+        for &(s, e, rank) in runs {
+            if s < pos {
+                out.push(v(
+                    ViolationKind::OwnedTwice,
+                    format!(
+                        "{what}doc {doc} tokens [{s}, {}) owned twice (rank {rank} and another)",
+                        pos.min(e)
+                    ),
+                ));
+            } else if s > pos {
+                out.push(v(
+                    ViolationKind::NotOwned,
+                    format!("{what}doc {doc} tokens [{pos}, {s}) owned by no rank"),
+                ));
+            }
+            pos = pos.max(e);
+        }
+        if pos < len {
+            out.push(v(
+                ViolationKind::NotOwned,
+                format!("{what}doc {doc} tokens [{pos}, {len}) owned by no rank"),
+            ));
         }
     }
 }

@@ -194,3 +194,109 @@ fn padding_extends_the_document_and_nothing_beyond() {
     p.ranks[0].owned.push(TokenRange::new(3, 4, 5));
     assert!(kinds(&p).contains(&K::BadRange), "nothing beyond len + pad");
 }
+
+/// An FCP plan with the reshuffler: it starts from the user's contiguous layout.
+fn reshuffled() -> Plan {
+    let batch = Batch::new(0, vec![300, 64, 900, 7, 500]);
+    let plan = with_ctx(4, Mask::Causal, |ctx| {
+        let f = crate::planners::Fcp::from_spec(
+            &crate::planners::SchemeSpec::parse("fcp:block=128,coalesce=2").unwrap(),
+        )
+        .unwrap();
+        f.plan(&batch, ctx)
+    })
+    .unwrap();
+    assert!(plan.input_layout.is_some());
+    assert_eq!(verify(&plan), vec![]);
+    plan
+}
+
+fn is_reshuffle(t: &Transfer, tensor: TransferTensor) -> bool {
+    t.collective.is_some() && t.tensor == tensor
+}
+
+#[test]
+fn reshuffled_plan_round_trips_and_old_plans_omit_the_field() {
+    let p = reshuffled();
+    let back = Plan::from_json(&p.to_json(), "t").unwrap();
+    assert_eq!(back, p);
+    assert!(p.to_json().contains("\"input_layout\""));
+    assert!(!plan().to_json().contains("input_layout"));
+}
+
+#[test]
+fn rejects_a_missing_inbound_reshuffle_piece() {
+    for tensor in [TransferTensor::Q, TransferTensor::Kv] {
+        let mut p = reshuffled();
+        let i = p
+            .transfers
+            .iter()
+            .position(|t| is_reshuffle(t, tensor))
+            .unwrap();
+        p.transfers.remove(i);
+        let k = kinds(&p);
+        assert!(k.contains(&K::NotAvailable), "{tensor:?}: {k:?}");
+    }
+}
+
+#[test]
+fn rejects_a_missing_or_early_output_return() {
+    let mut p = reshuffled();
+    let i = p
+        .transfers
+        .iter()
+        .position(|t| is_reshuffle(t, TransferTensor::Out))
+        .unwrap();
+    let t = p.transfers.remove(i);
+    assert!(kinds(&p).contains(&K::OutputNotReturned));
+    // Returned before the rows are final on the planned owner.
+    let mut p = reshuffled();
+    p.transfers[i].issue_at = 1;
+    let k = kinds(&p);
+    assert!(
+        k.contains(&K::OutputNotReturned) || k.contains(&K::BadTransfer),
+        "{k:?} {t:?}"
+    );
+}
+
+#[test]
+fn rejects_a_bad_input_layout() {
+    let mut p = reshuffled();
+    let layout = p.input_layout.as_mut().unwrap();
+    let r = layout[1].pop().unwrap();
+    assert!(kinds(&p).contains(&K::NotOwned));
+    let mut p = reshuffled();
+    p.input_layout.as_mut().unwrap()[0].push(r);
+    assert!(kinds(&p).contains(&K::OwnedTwice));
+    let mut p = reshuffled();
+    p.input_layout.as_mut().unwrap().pop();
+    assert!(kinds(&p).contains(&K::Header));
+}
+
+#[test]
+fn held_local_work_cannot_read_reshuffled_data_early() {
+    // Moving a task that reads reshuffled data into step 0 reads it before it arrives.
+    let mut p = reshuffled();
+    let layout = p.input_layout.clone().unwrap();
+    let held = |r: usize, c: &TokenRange| {
+        layout[r]
+            .iter()
+            .any(|x| x.doc == c.doc && x.start <= c.start && c.end <= x.end)
+    };
+    let (r, s, j) = p
+        .ranks
+        .iter()
+        .enumerate()
+        .find_map(|(r, rp)| {
+            rp.steps.iter().enumerate().skip(1).find_map(|(s, st)| {
+                st.tasks
+                    .iter()
+                    .position(|t| !held(r, &t.q) || !held(r, &t.kv))
+                    .map(|j| (r, s, j))
+            })
+        })
+        .unwrap();
+    let t = p.ranks[r].steps[s].tasks.remove(j);
+    p.ranks[r].steps[0].tasks.push(t);
+    assert!(kinds(&p).contains(&K::NotAvailable));
+}

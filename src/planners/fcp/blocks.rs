@@ -34,6 +34,13 @@ pub struct Unit {
     pub blocks: Vec<Block>,
     /// f(unit): seconds of attention its queries compute, forward plus backward.
     pub weight: f64,
+    /// Estimated K/V tokens the unit sends plus receives if every other block of its document
+    /// sits on another rank ([`set_comm`]); 0 for packs of short documents, which never move.
+    /// LPT's second key (see `lpt::assign`).
+    pub comm: f64,
+    /// With the reshuffler: the rank holding most of the unit's tokens in the user's layout
+    /// ([`set_homes`]), where placing it moves least.
+    pub home: Option<u32>,
 }
 
 impl Unit {
@@ -55,12 +62,19 @@ impl Unit {
 ///   (best-fit decreasing: longest first into the fullest block it fits, ties by document id;
 ///   at most 11/9·OPT + 1 blocks, O(D log D)), so they never move.
 pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
+    make_units_grouped(batch, block, mask, &[])
+}
+
+/// [`make_units`], packing short documents only with documents of the same group
+/// (`group[doc]`; absent = one group): with the reshuffler, a group is the rank that holds the
+/// document in the user's layout, so a pack can stay where the user put it.
+pub fn make_units_grouped(batch: &Batch, block: u64, mask: Mask, group: &[u32]) -> Vec<Unit> {
     let mut units = Vec::new();
-    let mut short: Vec<(u64, u32)> = Vec::new();
+    let mut short: Vec<(u32, u64, u32)> = Vec::new();
     for (doc, &len) in batch.doc_lens.iter().enumerate() {
         let doc = doc as u32;
         if len <= block {
-            short.push((len, doc));
+            short.push((group.get(doc as usize).copied().unwrap_or(0), len, doc));
             continue;
         }
         let k = len.div_ceil(block);
@@ -80,11 +94,16 @@ pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
             Mask::Full => units.extend((0..k).map(|i| unit(vec![blk(i)]))),
         }
     }
-    // Best-fit decreasing over short documents.
-    short.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    // Best-fit decreasing over short documents, group by group.
+    short.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     let mut bins: Vec<Vec<TokenRange>> = Vec::new();
     let mut by_free: BTreeMap<(u64, usize), ()> = BTreeMap::new();
-    for (len, doc) in short {
+    let mut current = None;
+    for (g, len, doc) in short {
+        if current != Some(g) {
+            by_free.clear();
+            current = Some(g);
+        }
         let found = by_free.range((len, 0)..).next().map(|(&k, _)| k);
         let (free, bin) = match found {
             Some(k) => {
@@ -110,24 +129,27 @@ pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
     units
 }
 
-/// Break every pair heavier than `limit` (seconds) into two one-block units, each re-weighed,
-/// keeping the unit order. Returns how many pairs were broken.
+/// Break every pair `heavy` says is too coarse into two one-block units, each re-weighed
+/// (their `comm` is left 0: call [`set_comm`] again), keeping the unit order. Returns how many
+/// pairs were broken.
 pub fn break_heavy_pairs(
     units: &mut Vec<Unit>,
-    limit: f64,
+    heavy: impl Fn(&Unit) -> bool,
     weigher: &mut Weigher<'_>,
     doc_lens: &[u64],
 ) -> Result<usize, PlanError> {
     let mut broken = 0;
     let mut out = Vec::with_capacity(units.len());
     for u in units.drain(..) {
-        if u.blocks.len() > 1 && u.weight > limit {
+        if u.blocks.len() > 1 && heavy(&u) {
             broken += 1;
             for b in u.blocks {
                 let weight = weigher.block(&b, doc_lens)?;
                 out.push(Unit {
                     blocks: vec![b],
                     weight,
+                    comm: 0.0,
+                    home: u.home,
                 });
             }
         } else {
@@ -142,6 +164,87 @@ fn unit(blocks: Vec<Block>) -> Unit {
     Unit {
         blocks,
         weight: 0.0,
+        comm: 0.0,
+        home: None,
+    }
+}
+
+/// Set every unit's home: the rank of `layout_cuts` (rank `i` holds packed positions
+/// `[cuts[i], cuts[i + 1])`, documents back to back in order) that holds most of its tokens.
+pub fn set_homes(units: &mut [Unit], doc_lens: &[u64], cuts: &[u64]) {
+    let mut offset = Vec::with_capacity(doc_lens.len());
+    let mut acc = 0u64;
+    for &l in doc_lens {
+        offset.push(acc);
+        acc += l;
+    }
+    for u in units {
+        let mut best: Option<(u64, u32)> = None;
+        let mut tally: Vec<(u32, u64)> = Vec::new();
+        for c in u.blocks.iter().flat_map(|b| &b.chunks) {
+            let (s, e) = (
+                offset[c.doc as usize] + c.start,
+                offset[c.doc as usize] + c.end,
+            );
+            let mut i = cuts.partition_point(|&x| x <= s).saturating_sub(1);
+            while i + 1 < cuts.len() && cuts[i] < e {
+                let n = e.min(cuts[i + 1]).saturating_sub(s.max(cuts[i]));
+                if n > 0 {
+                    match tally.iter_mut().find(|t| t.0 == i as u32) {
+                        Some(t) => t.1 += n,
+                        None => tally.push((i as u32, n)),
+                    }
+                }
+                i += 1;
+            }
+        }
+        for &(r, n) in &tally {
+            if best.is_none_or(|(m, br)| n > m || (n == m && r < br)) {
+                best = Some((n, r));
+            }
+        }
+        u.home = best.map(|b| b.1);
+    }
+}
+
+/// Estimate each unit's K/V traffic (tokens sent + received), assuming every other block of
+/// its document lands on another rank — what LPT's comm window balances.
+///
+/// A block `[s, e)` of a long document of `L` tokens cut in `block`-token blocks receives the
+/// K/V it reads from other blocks (causal: the `s` tokens before it; full: the other `L − len`)
+/// and sends its own `len` tokens to every block that reads them (causal: the
+/// `⌈(L − e)/block⌉` blocks after it; full: all `⌈L/block⌉ − 1` others). So under a causal mask
+/// sent + received is about `(k − 1)·block` for every block of a `k`-block document, whatever
+/// its position, while its compute grows with the position: a heavy late block and a light
+/// early block move the same bytes, which is why balancing compute alone leaves comm unbalanced.
+/// The two blocks of a zig-zag pair share a rank, so the pair does not move the earlier block
+/// to the later one (−2·len of the earlier block). Packs move nothing.
+pub fn set_comm(units: &mut [Unit], doc_lens: &[u64], block: u64, mask: Mask) {
+    let block = block.max(1);
+    for u in units {
+        let mut c = 0.0;
+        for b in u.blocks.iter().filter(|b| !b.packed) {
+            for ch in &b.chunks {
+                let (len, l) = (ch.len(), doc_lens[ch.doc as usize]);
+                let (recv, readers) = match mask {
+                    Mask::Causal => (ch.start, (l - ch.end).div_ceil(block)),
+                    Mask::Full => (l - len, l.div_ceil(block).saturating_sub(1)),
+                };
+                c += (recv + len * readers) as f64;
+            }
+        }
+        if let [a, b] = &u.blocks[..] {
+            if !a.packed && !b.packed && mask == Mask::Causal {
+                let early = a.chunks[0].start.min(b.chunks[0].start);
+                let len = if a.chunks[0].start == early {
+                    a.tokens()
+                } else {
+                    b.tokens()
+                };
+                c -= 2.0 * len as f64;
+            }
+        }
+        u.comm = c.max(0.0);
     }
 }
 
@@ -149,17 +252,32 @@ type TileKey = (Mask, u64, u64, u128, bool);
 
 /// f(B) from the shared cost model ([`cost::kernel_time_s`]), forward plus backward, with
 /// lookups memoised: block tiles repeat the same few shapes, and the planner must stay fast.
+///
+/// f is costed the way the simulator costs the plan's tasks (`sim::ComputeModel`): every task
+/// is one (query chunk × key chunk) tile at its own shape's efficiency, without launch overhead
+/// (the simulator adds one per step, and a step holds many tiles). A pack of short documents is
+/// one tile per document — so a pack of many tiny documents weighs what their tiny tiles really
+/// cost, not what one 4K launch would — and a block of a long document is its diagonal tile
+/// plus one tile per earlier block it reads. (An earlier version weighed packs as one varlen
+/// launch over the whole block and the off-diagonal keys as one long tile; the simulator then
+/// found up to 12% compute imbalance on plans LPT thought were within 1%.)
 pub struct Weigher<'a> {
     hw: &'a Hardware,
     profile: KernelProfile,
     model: &'a Model,
     mask: Mask,
+    block: u64,
     cache: HashMap<TileKey, f64>,
 }
 
 impl<'a> Weigher<'a> {
-    /// A weigher for `mask` on `hw` / `model`.
-    pub fn new(hw: &'a Hardware, model: &'a Model, mask: Mask) -> Result<Self, PlanError> {
+    /// A weigher for `mask` on `hw` / `model`, for documents cut in `block`-token blocks.
+    pub fn new(
+        hw: &'a Hardware,
+        model: &'a Model,
+        mask: Mask,
+        block: u64,
+    ) -> Result<Self, PlanError> {
         let profile = hw
             .kernel_profile()
             .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?;
@@ -168,24 +286,18 @@ impl<'a> Weigher<'a> {
             profile,
             model,
             mask,
+            block: block.max(1),
             cache: HashMap::new(),
         })
     }
 
-    /// Forward + backward seconds of one launch of `q_len` × `kv_len` tokens with `pairs`
-    /// allowed pairs under `mask`.
-    fn launch(
-        &mut self,
-        mask: Mask,
-        q_len: u64,
-        kv_len: u64,
-        pairs: u128,
-        varlen: bool,
-    ) -> Result<f64, PlanError> {
+    /// Forward + backward seconds of one tile of `q_len` × `kv_len` tokens with `pairs`
+    /// allowed pairs under `mask`, without launch overhead.
+    fn tile(&mut self, mask: Mask, q_len: u64, kv_len: u64, pairs: u128) -> Result<f64, PlanError> {
         if pairs == 0 {
             return Ok(0.0);
         }
-        let key = (mask, q_len, kv_len, pairs, varlen);
+        let key = (mask, q_len, kv_len, pairs, false);
         if let Some(&t) = self.cache.get(&key) {
             return Ok(t);
         }
@@ -197,52 +309,58 @@ impl<'a> Weigher<'a> {
                 head_dim: self.model.head_dim,
                 q_len,
                 kv_len,
-                varlen,
+                varlen: false,
             };
             total += cost::kernel_time_s(self.hw, &self.profile, self.model, &q, pairs)
-                .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?;
+                .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?
+                - self.hw.launch_overhead_s();
         }
         self.cache.insert(key, total);
         Ok(total)
     }
 
+    /// Unmasked tiles of `q` queries against `kv` keys cut in blocks: `kv / block` full-block
+    /// tiles and one tile of the remainder.
+    fn blocked(&mut self, q: u64, kv: u64) -> Result<f64, PlanError> {
+        let (n, rem) = (kv / self.block, kv % self.block);
+        let mut t = 0.0;
+        if n > 0 {
+            t += n as f64 * self.tile(Mask::Full, q, self.block, q as u128 * self.block as u128)?;
+        }
+        if rem > 0 {
+            t += self.tile(Mask::Full, q, rem, q as u128 * rem as u128)?;
+        }
+        Ok(t)
+    }
+
     /// f of the queries of `chunk` (a range of a document of `doc_len` tokens) against every key
-    /// they may see. Causal: the diagonal tile (causal kernel) plus the keys before the chunk
-    /// as one unmasked tile — the off-diagonal block tiles that the coalescer batches into
-    /// larger launches; full: one unmasked tile over the whole document.
+    /// they may see. Causal: the diagonal tile (causal kernel) plus one unmasked tile per earlier
+    /// block; full: one unmasked tile per block of the document.
     pub fn chunk(&mut self, chunk: TokenRange, doc_len: u64) -> Result<f64, PlanError> {
         let q = chunk.len();
         match self.mask {
             Mask::Causal => {
                 let diag =
                     allowed_pairs(Mask::Causal, chunk.start, chunk.end, chunk.start, chunk.end);
-                let d = self.launch(Mask::Causal, q, q, diag, false)?;
-                let s = chunk.start;
-                let off = self.launch(Mask::Full, q, s.max(1), q as u128 * s as u128, false)?;
-                Ok(d + off)
+                Ok(self.tile(Mask::Causal, q, q, diag)? + self.blocked(q, chunk.start)?)
             }
-            Mask::Full => self.launch(Mask::Full, q, doc_len, q as u128 * doc_len as u128, false),
+            Mask::Full => self.blocked(q, doc_len),
         }
     }
 
-    /// f of a block: a pack of short documents is one varlen launch over its tokens; a block of
-    /// a long document is its chunk's tiles.
+    /// f of a block: one tile per document for a pack of short documents (the mask's kernel
+    /// over the whole document); a block of a long document is its chunk's tiles.
     pub fn block(&mut self, b: &Block, doc_lens: &[u64]) -> Result<f64, PlanError> {
-        if b.packed {
-            let total = b.tokens();
-            let pairs = b
-                .chunks
-                .iter()
-                .map(|c| allowed_pairs(self.mask, c.start, c.end, c.start, c.end))
-                .sum();
-            self.launch(self.mask, total, total, pairs, true)
-        } else {
-            let mut t = 0.0;
-            for &c in &b.chunks {
-                t += self.chunk(c, doc_lens[c.doc as usize])?;
-            }
-            Ok(t)
+        let mut t = 0.0;
+        for &c in &b.chunks {
+            t += if b.packed {
+                let pairs = allowed_pairs(self.mask, c.start, c.end, c.start, c.end);
+                self.tile(self.mask, c.len(), c.len(), pairs)?
+            } else {
+                self.chunk(c, doc_lens[c.doc as usize])?
+            };
         }
+        Ok(t)
     }
 
     /// Weigh every unit in place.
@@ -309,7 +427,7 @@ mod tests {
     #[test]
     fn weights_grow_along_a_causal_document() {
         crate::planners::testing::with_ctx(2, Mask::Causal, |ctx| {
-            let mut w = Weigher::new(ctx.hardware, ctx.model, Mask::Causal).unwrap();
+            let mut w = Weigher::new(ctx.hardware, ctx.model, Mask::Causal, 4096).unwrap();
             let early = w.chunk(TokenRange::new(0, 0, 4096), 16384).unwrap();
             let late = w.chunk(TokenRange::new(0, 12288, 16384), 16384).unwrap();
             assert!(late > 5.0 * early, "{early} {late}");

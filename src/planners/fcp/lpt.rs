@@ -34,6 +34,8 @@ pub struct Assignment {
     pub loads: Vec<f64>,
     /// Tokens of each rank.
     pub tokens: Vec<u64>,
+    /// Estimated K/V tokens each rank sends plus receives (Σ [`Unit::comm`] of its units).
+    pub comm: Vec<f64>,
     /// Pairs that had to be placed as two separate blocks because no rank could hold both.
     pub split_pairs: usize,
     /// Blocks that had to be cut across ranks because no rank could hold them whole.
@@ -50,9 +52,42 @@ pub struct Assignment {
 /// split or cut costs O(log N) amortised plus the ranks it skips. This only happens at the cap's margin, and it makes the cap strict without
 /// ever failing: callers ensure `ranks × cap ≥` the batch's tokens.
 pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
+    assign_with(units, ranks, cap, Options::default())
+}
+
+/// LPT's second resource.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Options {
+    /// Balance communication too: a unit that moves K/V ([`Unit::comm`] > 0) goes to the rank
+    /// with room that minimises `max((load + w)/mean_load, (comm + c)/mean_comm)` — the larger
+    /// of its compute and comm shares after taking the unit (ties: less load, lower id) — instead
+    /// of the least-loaded rank. Packs of short documents move nothing and still go to the
+    /// least-loaded rank, so they fill the compute gaps the comm-aware choices leave.
+    pub comm_aware: bool,
+    /// Reshuffler affinity, as a fraction of the mean rank load: a unit goes to its
+    /// [`Unit::home`] instead of the rank chosen above when the home has room and is at most
+    /// this much more loaded (plus, comm-aware, this much higher in its comm share), so it need
+    /// not move from where the user's layout put it. Each such choice can leave a rank at most
+    /// that much above LPT's choice (0 = off).
+    pub affinity: f64,
+}
+
+/// [`assign`] with [`Options`].
+pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assignment {
     let n = ranks as usize;
+    let per_rank = |x: f64| x / f64::from(ranks.max(1));
+    let mean_load = per_rank(units.iter().map(|u| u.weight).sum());
+    let mean_comm = per_rank(units.iter().map(|u| u.comm).sum());
     let mut order: Vec<usize> = (0..units.len()).collect();
-    order.sort_by(|&a, &b| units[b].weight.total_cmp(&units[a].weight).then(a.cmp(&b)));
+    // Comm-aware: units that move K/V first, so that packs — which move nothing and come in
+    // all sizes — fill the compute gaps and the token room those choices leave.
+    let first = |u: &Unit| opts.comm_aware && u.comm > 0.0;
+    order.sort_by(|&a, &b| {
+        first(&units[b])
+            .cmp(&first(&units[a]))
+            .then(units[b].weight.total_cmp(&units[a].weight))
+            .then(a.cmp(&b))
+    });
     // Smallest block still to come: a rank with less room can never take a whole block
     // again and leaves the heap for good (room only shrinks, this floor only grows).
     let mut min_after = vec![u64::MAX; order.len() + 1];
@@ -75,16 +110,23 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
             owned: vec![Vec::new(); n],
             loads: vec![0.0; n],
             tokens: vec![0; n],
+            comm: vec![0.0; n],
             split_pairs: 0,
             split_blocks: 0,
         },
         skipped: Vec::new(),
         floor: 0,
+        comm_aware: opts.comm_aware && mean_load > 0.0 && mean_comm > 0.0,
+        affinity: opts.affinity.max(0.0),
+        home: None,
+        mean_load,
+        mean_comm,
     };
     for (i, &u) in order.iter().enumerate() {
         st.floor = min_after[i];
         let unit = &units[u];
-        if st.place_whole(&unit.blocks, unit.tokens(), unit.weight) {
+        st.home = unit.home;
+        if st.place_whole(&unit.blocks, unit.tokens(), unit.weight, unit.comm) {
             continue;
         }
         if unit.blocks.len() > 1 {
@@ -94,8 +136,10 @@ pub fn assign(units: &[Unit], ranks: u32, cap: u64) -> Assignment {
         let mut blocks: Vec<&Block> = unit.blocks.iter().collect();
         blocks.sort_by_key(|b| Reverse(b.tokens()));
         for b in blocks {
-            let w = unit.weight * b.tokens() as f64 / unit.tokens().max(1) as f64;
-            if !st.place_whole(std::slice::from_ref(b), b.tokens(), w) {
+            let share = b.tokens() as f64 / unit.tokens().max(1) as f64;
+            let (w, c) = (unit.weight * share, unit.comm * share);
+            st.home = None;
+            if !st.place_whole(std::slice::from_ref(b), b.tokens(), w, c) {
                 st.a.split_blocks += 1;
                 st.cut(b, w);
             }
@@ -117,6 +161,13 @@ struct State {
     skipped: Vec<u32>,
     /// Ranks with less free room than this can take no further whole block.
     floor: u64,
+    /// [`Options::comm_aware`], and the means it normalises by.
+    comm_aware: bool,
+    mean_load: f64,
+    mean_comm: f64,
+    /// [`Options::affinity`], and the home of the unit being placed.
+    affinity: f64,
+    home: Option<u32>,
 }
 
 impl State {
@@ -154,10 +205,37 @@ impl State {
         None
     }
 
-    /// Least-loaded rank with room for `tokens`; false (and nothing changed) if none.
-    fn place_whole(&mut self, blocks: &[Block], tokens: u64, weight: f64) -> bool {
+    /// The comm-aware choice for a unit of `weight` and `comm` ([`Options::comm_aware`]): one
+    /// scan of the ranks with room, O(N) — only units of long documents take it.
+    fn comm_aware_rank(&self, tokens: u64, weight: f64, comm: f64) -> Option<u32> {
+        let mut best: Option<(f64, f64, u32)> = None;
+        for (r, &free) in self.free.iter().enumerate() {
+            if free < tokens {
+                continue;
+            }
+            let load = self.a.loads[r] + weight;
+            let score = (load / self.mean_load).max((self.a.comm[r] + comm) / self.mean_comm);
+            if best.is_none_or(|(s, l, _)| score < s || (score == s && load < l)) {
+                best = Some((score, load, r as u32));
+            }
+        }
+        best.map(|b| b.2)
+    }
+
+    /// Least-loaded rank with room for `tokens` (or, for a unit that moves K/V under
+    /// [`Options::comm_aware`], the rank [`State::comm_aware_rank`] picks); false (and nothing
+    /// changed) if no rank has room.
+    fn place_whole(&mut self, blocks: &[Block], tokens: u64, weight: f64, comm: f64) -> bool {
         if self.max_room().is_none_or(|(f, _)| f < tokens) {
             return false;
+        }
+        if self.comm_aware && comm > 0.0 {
+            let Some(r) = self.comm_aware_rank(tokens, weight, comm) else {
+                return false;
+            };
+            // The rank's heap entry goes stale with the version bump in `requeue`.
+            self.commit(r, blocks, weight, comm);
+            return true;
         }
         let c = class(tokens.max(1));
         // Least-loaded live rank of each class above `c`: all of them have room.
@@ -196,13 +274,38 @@ impl State {
             (None, Some(b)) => b.1,
             (None, None) => return false,
         };
-        // A chosen `best` is still in its heap: `requeue` below bumps the version, retiring it.
+        // A chosen `best` is still in its heap: `requeue` bumps the version, retiring it.
+        self.commit(r, blocks, weight, comm);
+        true
+    }
+
+    fn commit(&mut self, r: u32, blocks: &[Block], weight: f64, comm: f64) {
+        let r = self.prefer_home(r, blocks, weight, comm);
         for b in blocks {
             self.give(r, &b.chunks, 0.0);
         }
         self.a.loads[r as usize] += weight;
+        self.a.comm[r as usize] += comm;
         self.requeue(r);
-        true
+    }
+
+    /// The unit's home instead of `r` when affinity allows it ([`Options::affinity`]).
+    fn prefer_home(&self, r: u32, blocks: &[Block], weight: f64, comm: f64) -> u32 {
+        let Some(h) = self.home.filter(|&h| h != r && self.affinity > 0.0) else {
+            return r;
+        };
+        let (hu, ru) = (h as usize, r as usize);
+        let tokens: u64 = blocks.iter().map(Block::tokens).sum();
+        let eps = self.affinity * self.mean_load;
+        let load_ok = self.a.loads[hu] + weight <= self.a.loads[ru] + weight + eps;
+        let comm_ok = !self.comm_aware
+            || comm == 0.0
+            || (self.a.comm[hu] - self.a.comm[ru]) / self.mean_comm <= self.affinity;
+        if self.free[hu] >= tokens && load_ok && comm_ok {
+            h
+        } else {
+            r
+        }
     }
 
     /// Cut block `b` across the ranks with the most free room (largest first, ties by id).
@@ -249,6 +352,8 @@ mod tests {
                 packed: true,
             }],
             weight,
+            comm: 0.0,
+            home: None,
         }
     }
 

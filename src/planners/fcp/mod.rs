@@ -9,11 +9,13 @@
 //! * [`lpt`]: heaviest unit first to the least-loaded rank with room under the token cap.
 //! * [`schedule`]: transfer graph → Δ congestion-free sub-stages → coalesced, pipelined steps.
 //!
-//! The transparent reshuffler (§4.3) is not modelled yet.
+//! * the transparent reshuffler (§4.3, `reshuffle`): the plan starts from the user's layout
+//!   ([`user_layout`], recorded as `Plan::input_layout`) and returns outputs to it, with two
+//!   all-to-alls overlapped by local work run first and last ([`schedule`]).
 
 use std::collections::BTreeMap;
 
-use crate::plan::{Plan, PlanBuilder, PlanError};
+use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::{PlanContext, Planner, SchemeError, SchemeSpec};
@@ -33,6 +35,23 @@ pub const DEFAULT_COALESCE: u32 = 16;
 /// assigned as two blocks (measured in `tests/fcp_imbalance.rs`; see `docs/schemes/fcp.md`).
 pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 
+/// Default `affinity`: a unit stays on the rank holding it in the user's layout when that costs
+/// at most 2% of the mean rank load (measured in `docs/results/fcp.md`).
+pub const DEFAULT_AFFINITY: f64 = 0.02;
+
+/// Parameter names `fcp:key=value` accepts.
+pub const PARAMS: [&str; 9] = [
+    "affinity",
+    "block",
+    "coalesce",
+    "coalescer",
+    "comm_aware",
+    "pair_limit",
+    "pipeline",
+    "reshuffle",
+    "solver",
+];
+
 /// The FCP planner and its switches (`fcp:block=2048,coalesce=8,pipeline=false,...`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fcp {
@@ -51,6 +70,14 @@ pub struct Fcp {
     pub pipeline: bool,
     /// Congestion-free solver on (`solver`; off is `--no-solver`).
     pub solver: bool,
+    /// Balance K/V traffic as well as compute (`comm_aware`; see [`lpt::Options::comm_aware`]).
+    pub comm_aware: bool,
+    /// Reshuffler affinity (`affinity`, ≥ 0, fraction of the mean rank load): see
+    /// [`lpt::Options::affinity`]. Only used with the reshuffler.
+    pub affinity: f64,
+    /// Transparent reshuffler on (`reshuffle`; off is `--no-reshuffle`): the plan starts from
+    /// the user's layout (contiguous tokens per rank) and returns outputs to it (§4.3).
+    pub reshuffle: bool,
 }
 
 impl Default for Fcp {
@@ -62,6 +89,9 @@ impl Default for Fcp {
             coalescer: true,
             pipeline: true,
             solver: true,
+            comm_aware: true,
+            affinity: DEFAULT_AFFINITY,
+            reshuffle: true,
         }
     }
 }
@@ -80,6 +110,9 @@ pub struct Distribution {
     pub heaviest_unit: f64,
     /// Where every chunk went and the resulting f-loads.
     pub assignment: Assignment,
+    /// The units themselves, weighed, in the order LPT received them (the ILP cross-check
+    /// assigns the same units).
+    pub unit_list: Vec<blocks::Unit>,
 }
 
 impl Fcp {
@@ -110,14 +143,29 @@ impl Fcp {
                 "pair_limit" => {
                     f.pair_limit = match v.parse::<f64>() {
                         Ok(x) if x >= 0.0 => x,
-                        _ => return Err(bad(format!("`pair_limit` must be a number ≥ 0, not `{v}`"))),
+                        _ => {
+                            return Err(bad(format!(
+                                "`pair_limit` must be a number ≥ 0, not `{v}`"
+                            )))
+                        }
                     }
                 }
                 "pipeline" => f.pipeline = boolean(k, v)?,
                 "solver" => f.solver = boolean(k, v)?,
+                "reshuffle" => f.reshuffle = boolean(k, v)?,
+                "comm_aware" => f.comm_aware = boolean(k, v)?,
+                "affinity" => {
+                    f.affinity = match v.parse::<f64>() {
+                        Ok(x) if x >= 0.0 && x.is_finite() => x,
+                        _ => {
+                            return Err(bad(format!("`affinity` must be a number ≥ 0, not `{v}`")))
+                        }
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
-                        "takes no parameter `{k}` (known: block, coalesce, coalescer, pair_limit, pipeline, solver)"
+                        "takes no parameter `{k}` (known: {})",
+                        PARAMS.join(", ")
                     )))
                 }
             }
@@ -151,27 +199,109 @@ impl Fcp {
         if ctx.ranks == 0 {
             return Err(PlanError::Planning("fcp: the CP group has no rank".into()));
         }
-        let mut units = blocks::make_units(batch, self.block, ctx.mask);
-        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
+        // With the reshuffler, short documents are packed with those the same rank holds in
+        // the user's layout, and every unit knows that rank (its home).
+        let cuts = self
+            .reshuffle
+            .then(|| layout_cuts(batch.tokens(), ctx.ranks));
+        let group: Vec<u32> = match &cuts {
+            Some(c) => {
+                let mut at = 0u64;
+                batch
+                    .doc_lens
+                    .iter()
+                    .map(|&l| {
+                        let g = c.partition_point(|&x| x <= at).saturating_sub(1) as u32;
+                        at += l;
+                        g
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut units = blocks::make_units_grouped(batch, self.block, ctx.mask, &group);
+        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, self.block)?;
         weigher.weigh(&mut units, &batch.doc_lens)?;
-        let total: f64 = units.iter().map(|u| u.weight).sum();
-        let mean = total / f64::from(ctx.ranks);
+        let per_rank = |x: f64| x / f64::from(ctx.ranks);
+        let mean = per_rank(units.iter().map(|u| u.weight).sum());
+        blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
+        let mean_comm = per_rank(units.iter().map(|u| u.comm).sum());
+        // A pair is too coarse when it weighs more than `pair_limit` of a rank's mean compute
+        // share or — comm-aware — of its mean K/V traffic share: a pair of a k-block document
+        // moves about 2(k − 1) blocks, which for the longest documents exceeds a whole rank's
+        // share, whatever its compute.
+        let comm_limit = if self.comm_aware {
+            mean_comm * self.pair_limit
+        } else {
+            f64::INFINITY
+        };
         let broken_pairs = blocks::break_heavy_pairs(
             &mut units,
-            mean * self.pair_limit,
+            |u| u.weight > mean * self.pair_limit || u.comm > comm_limit,
             &mut weigher,
             &batch.doc_lens,
         )?;
+        blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
+        if let Some(c) = &cuts {
+            blocks::set_homes(&mut units, &batch.doc_lens, c);
+        }
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
-        let assignment = lpt::assign(&units, ctx.ranks, cap);
+        let assignment = lpt::assign_with(
+            &units,
+            ctx.ranks,
+            cap,
+            lpt::Options {
+                comm_aware: self.comm_aware,
+                affinity: if self.reshuffle { self.affinity } else { 0.0 },
+            },
+        );
         Ok(Distribution {
             cap,
             broken_pairs,
             units: units.len(),
             heaviest_unit,
             assignment,
+            unit_list: units,
         })
+    }
+
+    /// The communication planner and pipeline (§4.2–4.3) over a given placement: `owned[r]`
+    /// are the chunks rank `r` holds, `cap` the token cap they respect. The heuristic and the
+    /// ILP cross-check both build their plans here; `extra` adds parameters first.
+    pub fn build(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+        owned: &[Vec<TokenRange>],
+        cap: u64,
+        extra: impl FnOnce(&mut PlanBuilder),
+    ) -> Plan {
+        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        extra(&mut b);
+        b.memory_cap(cap);
+        let input = self
+            .reshuffle
+            .then(|| user_layout(&batch.doc_lens, ctx.ranks));
+        // Bytes per token the reshuffler moves in (Q + K/V) and out (O + fp32 LSE).
+        let m = ctx.model;
+        let bytes_in =
+            (m.q_heads + 2 * m.kv_heads) as f64 * m.head_dim as f64 * m.dtype_bytes as f64;
+        let bytes_out = m.q_heads as f64 * (m.head_dim as f64 * m.dtype_bytes as f64 + 4.0);
+        schedule::schedule(
+            &mut b,
+            owned,
+            batch.doc_lens.len(),
+            ctx.mask,
+            schedule::Options {
+                pipeline: self.pipeline,
+                solver: self.solver,
+                coalesce: self.coalesce_degree(),
+                local_first: bytes_in / (bytes_in + bytes_out),
+            },
+            input.as_deref(),
+        );
+        b.finish()
     }
 }
 
@@ -182,36 +312,63 @@ impl Planner for Fcp {
 
     fn params(&self) -> BTreeMap<String, serde_json::Value> {
         BTreeMap::from([
+            (
+                "affinity".to_string(),
+                serde_json::Number::from_f64(self.affinity)
+                    .map_or(serde_json::Value::Null, serde_json::Value::Number),
+            ),
             ("block".to_string(), self.block.into()),
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
+            ("comm_aware".to_string(), self.comm_aware.into()),
             (
                 "pair_limit".to_string(),
                 serde_json::Number::from_f64(self.pair_limit)
                     .map_or_else(|| "inf".into(), serde_json::Value::Number),
             ),
             ("pipeline".to_string(), self.pipeline.into()),
+            ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
         ])
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let dist = self.distribute(batch, ctx)?;
-        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
-        b.memory_cap(dist.cap);
-        schedule::schedule(
-            &mut b,
-            &dist.assignment.owned,
-            batch.doc_lens.len(),
-            ctx.mask,
-            schedule::Options {
-                pipeline: self.pipeline,
-                solver: self.solver,
-                coalesce: self.coalesce_degree(),
-            },
-        );
-        Ok(b.finish())
+        Ok(self.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {}))
     }
+}
+
+/// The user's layout the reshuffler starts from: the packed batch (documents back to back, in
+/// order) cut into `ranks` contiguous pieces of equal size (±1 token).
+pub fn user_layout(doc_lens: &[u64], ranks: u32) -> Vec<Vec<TokenRange>> {
+    let cuts = layout_cuts(doc_lens.iter().sum(), ranks);
+    // One sweep over documents and cuts together (O(D + N)).
+    let mut out = vec![Vec::new(); cuts.len() - 1];
+    let (mut r, mut offset) = (0usize, 0u64);
+    for (doc, &len) in doc_lens.iter().enumerate() {
+        let end = offset + len;
+        let mut pos = offset;
+        while pos < end && r < out.len() {
+            let stop = end.min(cuts[r + 1]);
+            if stop > pos {
+                out[r].push(TokenRange::new(doc as u32, pos - offset, stop - offset));
+                pos = stop;
+            }
+            if pos >= cuts[r + 1] {
+                r += 1;
+            }
+        }
+        offset = end;
+    }
+    out
+}
+
+/// Where the user's layout cuts the packed batch: rank `i` holds `[cuts[i], cuts[i + 1])`.
+fn layout_cuts(total: u64, ranks: u32) -> Vec<u64> {
+    let n = u128::from(ranks.max(1));
+    (0..=n)
+        .map(|i| (i * u128::from(total) / n) as u64)
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,13 +1,22 @@
 //! FCP's communication planner (§4.2): the transfer graph of an assignment, its congestion-free
 //! sub-stages, block-level pipelining and the coalescer, written into the plan.
 
+use std::collections::BTreeMap;
+
 use crate::comm::{coalesce, color_edges, sequential_by_receiver, TransferGraph};
-use crate::plan::{Mask, PlanBuilder, TokenRange, Transfer};
+use crate::plan::{
+    allowed_pairs, Mask, PlanBuilder, TokenRange, Transfer, TransferKind, TransferTensor,
+};
 
 use super::super::shard::cross_tasks;
 
+/// Collective id of the inbound reshuffle (user layout → planned layout, Q and K/V).
+pub const RESHUFFLE_IN: u32 = 0;
+/// Collective id of the outbound reshuffle (outputs back to the user layout).
+pub const RESHUFFLE_OUT: u32 = 1;
+
 /// Switches of the communication planner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// Overlap: transfers of stage `g` fly while stage `g`'s compute runs (else all transfers
     /// are issued at step 0 and all remote compute waits for step 1).
@@ -16,6 +25,10 @@ pub struct Options {
     pub solver: bool,
     /// Sub-stages per stage (1 = no coalescing).
     pub coalesce: u32,
+    /// With a reshuffle: the share of the local work that needs no reshuffled data (by allowed
+    /// pairs) run first, while the inbound all-to-all flies; the rest runs last, while the
+    /// outputs go back. The bytes in (Q + K/V) over the bytes in and out (Q + K/V + O + LSE).
+    pub local_first: f64,
 }
 
 /// What the communication planner built.
@@ -40,22 +53,57 @@ pub struct Schedule {
 /// everything local; with pipelining, stage `g`'s transfers are issued at step `g` and arrive
 /// by step `g + 1`, where the tasks they unlock run — so each step's compute covers the next
 /// stage's transfers, and the local step covers the first.
+///
+/// With an `input` layout (the transparent reshuffler, §4.3), everything above moves one step
+/// later and is framed by the two all-to-alls: step 0 runs the local tasks whose Q and K/V the
+/// rank already holds in the user's layout (the first `local_first` of them) while the inbound
+/// all-to-all (collective [`RESHUFFLE_IN`]) brings every rank the Q and K/V of what it owns;
+/// step 1 runs the rest of the local work; the remote stages follow; a last step runs the
+/// remaining already-held local tasks — rows that stay where the user put them, so nothing
+/// waits for them — while the outbound all-to-all (collective [`RESHUFFLE_OUT`]) returns every
+/// moved output row to its input owner.
 pub fn schedule(
     b: &mut PlanBuilder,
     owned: &[Vec<TokenRange>],
     num_docs: usize,
     mask: Mask,
     opts: Options,
+    input: Option<&[Vec<TokenRange>]>,
 ) -> Schedule {
     let n = owned.len() as u32;
+    let base = u32::from(input.is_some());
     // Chunks of each document with their owner, by start.
     let mut by_doc: Vec<Vec<(TokenRange, u32)>> = vec![Vec::new(); num_docs];
+    let inputs = input.map(|l| Inputs::new(l, num_docs));
+    let mut held_local: Vec<Vec<(TokenRange, TokenRange, u128)>> = vec![Vec::new(); n as usize];
     for (r, chunks) in owned.iter().enumerate() {
         for &c in chunks {
             b.own(r as u32, c);
             by_doc[c.doc as usize].push((c, r as u32));
         }
-        cross_tasks(b, r as u32, 0, chunks, chunks);
+        match &inputs {
+            None => cross_tasks(b, r as u32, 0, chunks, chunks),
+            Some(inp) => {
+                // Local pairs: already held (both chunks in the rank's input) or not.
+                let (held, moved): (Vec<TokenRange>, Vec<TokenRange>) =
+                    chunks.iter().partition(|c| inp.holds(r as u32, c));
+                cross_tasks(b, r as u32, 1, &moved, chunks);
+                cross_tasks(b, r as u32, 1, &held, &moved);
+                // Pairs within one document (sorted by document: packs hold many).
+                let mut held = held;
+                held.sort_by_key(|c| (c.doc, c.start));
+                for same in held.chunk_by(|a, b| a.doc == b.doc) {
+                    for &q in same {
+                        for &kv in same {
+                            let pairs = allowed_pairs(mask, q.start, q.end, kv.start, kv.end);
+                            if pairs > 0 {
+                                held_local[r].push((q, kv, pairs));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
     // Consumers: (rank, its query chunks of one document), and the edges they need.
     let mut groups: Vec<(u32, Vec<TokenRange>)> = Vec::new();
@@ -96,15 +144,17 @@ pub fn schedule(
         sequential_by_receiver(&graph)
     };
     let stages = coalesce(&coloring, opts.coalesce);
+    let mut last = base;
     for (e, &(src, dst)) in graph.edges().iter().enumerate() {
         let (chunk, g) = edge_data[e];
         let round = coloring.colors[e];
         let (issue, arrive) = if opts.pipeline {
             let s = stages.stage_of_edge[e];
-            (s, s + 1)
+            (s + base, s + base + 1)
         } else {
-            (0, 1)
+            (base, base + 1)
         };
+        last = last.max(arrive);
         for &q in &groups[g].1 {
             b.task(dst, arrive, q, chunk);
         }
@@ -113,10 +163,110 @@ pub fn schedule(
         b.transfer(t);
     }
     b.congestion_free(opts.solver);
+    if let (Some(inp), Some(layout)) = (&inputs, input) {
+        let end = last + 1;
+        for (r, pairs) in held_local.iter().enumerate() {
+            let total: u128 = pairs.iter().map(|p| p.2).sum();
+            let mut acc = 0u128;
+            for &(q, kv, w) in pairs {
+                // First `local_first` of the work (by pairs) before, the rest after.
+                let step = if (acc as f64) < opts.local_first * total as f64 {
+                    0
+                } else {
+                    end
+                };
+                acc += w;
+                b.task(r as u32, step, q, kv);
+            }
+        }
+        b.input_layout(layout.to_vec());
+        reshuffle(b, owned, inp, end);
+    }
     Schedule {
         edges: graph.len(),
         delta: graph.max_degree(),
         substages: coloring.num_colors,
         stages: stages.num_stages,
+    }
+}
+
+/// The two all-to-alls of the reshuffler: Q and K/V of every owned range not already held go
+/// from their input owners at step 0 (due by step 1), and the outputs of those rows go back
+/// from their planned owners at step `end` — the last step, which computes only rows that
+/// never moved — due by the end.
+fn reshuffle(b: &mut PlanBuilder, owned: &[Vec<TokenRange>], inp: &Inputs, end: u32) {
+    // (input owner, planned owner) → ranges.
+    let mut moves: BTreeMap<(u32, u32), Vec<TokenRange>> = BTreeMap::new();
+    for (r, chunks) in owned.iter().enumerate() {
+        for c in chunks {
+            for (piece, from) in inp.pieces(c) {
+                if from != r as u32 {
+                    moves.entry((from, r as u32)).or_default().push(piece);
+                }
+            }
+        }
+    }
+    let piece = |tensor, collective, src, dst, ranges, issue_at, arrive_by| Transfer {
+        kind: TransferKind::AllToAll,
+        collective: Some(collective),
+        tensor,
+        src,
+        dst,
+        ranges,
+        heads: None,
+        issue_at,
+        arrive_by,
+        round: None,
+    };
+    for (&(from, to), ranges) in &moves {
+        for tensor in [TransferTensor::Q, TransferTensor::Kv] {
+            b.transfer(piece(tensor, RESHUFFLE_IN, from, to, ranges.clone(), 0, 1));
+        }
+        b.transfer(piece(
+            TransferTensor::Out,
+            RESHUFFLE_OUT,
+            to,
+            from,
+            ranges.clone(),
+            end,
+            end + 1,
+        ));
+    }
+}
+
+/// The user's layout, indexed for "who holds this range": per document, sorted disjoint
+/// `(start, end, rank)` runs.
+struct Inputs {
+    runs: Vec<Vec<(u64, u64, u32)>>,
+}
+
+impl Inputs {
+    fn new(layout: &[Vec<TokenRange>], num_docs: usize) -> Self {
+        let mut runs = vec![Vec::new(); num_docs];
+        for (r, ranges) in layout.iter().enumerate() {
+            for c in ranges {
+                runs[c.doc as usize].push((c.start, c.end, r as u32));
+            }
+        }
+        for v in &mut runs {
+            v.sort_unstable();
+        }
+        Inputs { runs }
+    }
+
+    /// The pieces of `c` and the rank holding each in the user's layout.
+    fn pieces(&self, c: &TokenRange) -> impl Iterator<Item = (TokenRange, u32)> + '_ {
+        let runs = &self.runs[c.doc as usize];
+        let from = runs.partition_point(|&(_, e, _)| e <= c.start);
+        let c = *c;
+        runs[from..]
+            .iter()
+            .take_while(move |&&(s, _, _)| s < c.end)
+            .map(move |&(s, e, r)| (TokenRange::new(c.doc, s.max(c.start), e.min(c.end)), r))
+    }
+
+    /// Whether rank `r` holds all of `c` in the user's layout.
+    fn holds(&self, r: u32, c: &TokenRange) -> bool {
+        self.pieces(c).all(|(_, from)| from == r)
     }
 }

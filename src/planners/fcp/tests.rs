@@ -1,7 +1,9 @@
 use super::*;
 use crate::hardware::Hardware;
 use crate::model::Model;
-use crate::plan::{check_numeric, verify, Mask, NumericOptions};
+use crate::plan::{
+    check_numeric, verify, Mask, NumericOptions, TokenRange, TransferKind, TransferTensor,
+};
 use crate::planners::testing::assert_valid;
 use crate::trace::{generate, pack, PackMode, PackOptions, Source};
 
@@ -38,7 +40,7 @@ fn degree_and_rounds(plan: &Plan) -> (u32, u32) {
     let n = plan.num_ranks as usize;
     let (mut s, mut r) = (vec![0u32; n], vec![0u32; n]);
     let mut rounds = std::collections::BTreeSet::new();
-    for t in &plan.transfers {
+    for t in plan.transfers.iter().filter(|t| t.collective.is_none()) {
         s[t.src as usize] += 1;
         r[t.dst as usize] += 1;
         rounds.insert(t.round());
@@ -79,7 +81,7 @@ fn one_causal_document_by_hand() {
     // 16 tokens, blocks of 4, 2 ranks of 8: pairs (b0, b3) and (b1, b2). The pair holding b3
     // needs b1 and b2 (two edges from the other rank); the other needs b0 (one edge). Δ = 2.
     let plan = with(2, 8, Mask::Causal, |ctx| {
-        fcp("fcp:block=4,coalesce=1").plan(&Batch::new(0, vec![16]), ctx)
+        fcp("fcp:block=4,coalesce=1,reshuffle=false").plan(&Batch::new(0, vec![16]), ctx)
     })
     .unwrap();
     assert_valid(&plan);
@@ -108,13 +110,16 @@ fn one_causal_document_by_hand() {
 #[test]
 fn short_documents_never_move() {
     let batch = Batch::new(0, vec![100, 3, 50, 7, 200, 1, 99]);
-    let plan = with(3, 256, Mask::Causal, |ctx| {
-        fcp("fcp:block=256").plan(&batch, ctx)
-    })
-    .unwrap();
-    assert_valid(&plan);
-    assert!(plan.transfers.is_empty());
-    assert!(owned_tokens(&plan).iter().all(|&t| t <= 256));
+    for spec in ["fcp:block=256,reshuffle=false", "fcp:block=256"] {
+        let plan = with(3, 256, Mask::Causal, |ctx| fcp(spec).plan(&batch, ctx)).unwrap();
+        assert_valid(&plan);
+        // Only the reshuffler's all-to-all pieces, if any.
+        assert!(
+            plan.transfers.iter().all(|t| t.collective.is_some()),
+            "{spec}"
+        );
+        assert!(owned_tokens(&plan).iter().all(|&t| t <= 256));
+    }
 }
 
 #[test]
@@ -122,7 +127,7 @@ fn switches_shape_the_schedule() {
     let batch = Batch::new(0, vec![64, 40, 9, 30, 3]);
     for mask in [Mask::Causal, Mask::Full] {
         let plan = |spec: &str| with(4, 40, mask, |ctx| fcp(spec).plan(&batch, ctx)).unwrap();
-        let full = plan("fcp:block=8,coalesce=2");
+        let full = plan("fcp:block=8,coalesce=2,reshuffle=false");
         assert_valid(&full);
         let (delta, rounds) = degree_and_rounds(&full);
         assert_eq!(rounds, delta);
@@ -132,7 +137,7 @@ fn switches_shape_the_schedule() {
             .all(|t| t.issue_at == t.round.unwrap() / 2));
         assert_eq!(full.ranks[0].steps.len() as u32, 1 + delta.div_ceil(2));
 
-        let no_pipe = plan("fcp:block=8,pipeline=false");
+        let no_pipe = plan("fcp:block=8,pipeline=false,reshuffle=false");
         assert_valid(&no_pipe);
         assert!(no_pipe
             .transfers
@@ -140,12 +145,64 @@ fn switches_shape_the_schedule() {
             .all(|t| (t.issue_at, t.arrive_by) == (0, 1)));
         assert!(no_pipe.ranks.iter().all(|r| r.steps.len() <= 2));
 
-        let no_solver = plan("fcp:block=8,solver=false,coalesce=1");
+        let no_solver = plan("fcp:block=8,solver=false,coalesce=1,reshuffle=false");
         assert_valid(&no_solver);
         assert!(!no_solver.congestion_free);
         // Same blocks move either way.
         assert_eq!(no_solver.transfers.len(), full.transfers.len());
+
+        // The reshuffler frames the same schedule: everything one step later, local work on
+        // data the rank already holds first and last, all-to-alls in and out.
+        let resh = plan("fcp:block=8,coalesce=2");
+        assert_valid(&resh);
+        let p2p: Vec<_> = resh
+            .transfers
+            .iter()
+            .filter(|t| t.collective.is_none())
+            .collect();
+        assert_eq!(p2p.len(), full.transfers.len());
+        assert!(p2p.iter().all(|t| t.issue_at == t.round.unwrap() / 2 + 1));
+        // Outputs leave at the step after the last remote stage (empty when no rank has
+        // held-only local work left for it).
+        let last = 2 + delta.div_ceil(2);
+        assert!(resh.ranks[0].steps.len() as u32 <= last + 1);
+        for t in resh.transfers.iter().filter(|t| t.collective.is_some()) {
+            match t.tensor {
+                TransferTensor::Out => {
+                    assert_eq!(
+                        (t.collective, t.issue_at, t.arrive_by),
+                        (Some(1), last, last + 1)
+                    )
+                }
+                _ => assert_eq!((t.collective, t.issue_at, t.arrive_by), (Some(0), 0, 1)),
+            }
+            assert_eq!(t.kind, TransferKind::AllToAll);
+        }
+        let layout = resh.input_layout.as_ref().unwrap();
+        let held = |r: usize, c: &TokenRange| {
+            layout[r]
+                .iter()
+                .any(|x| x.doc == c.doc && x.start <= c.start && c.end <= x.end)
+        };
+        for (r, rp) in resh.ranks.iter().enumerate() {
+            for s in [0, last as usize] {
+                for t in rp.steps.get(s).map_or(&[][..], |st| &st.tasks) {
+                    assert!(held(r, &t.q) && held(r, &t.kv), "rank {r} step {s}: {t:?}");
+                }
+            }
+        }
     }
+}
+
+#[test]
+fn user_layout_is_contiguous_and_even() {
+    let l = user_layout(&[5, 3, 4], 4);
+    let sizes: Vec<u64> = l.iter().map(|r| r.iter().map(|c| c.len()).sum()).collect();
+    assert_eq!(sizes, vec![3, 3, 3, 3]);
+    assert_eq!(
+        l[1],
+        vec![TokenRange::new(0, 3, 5), TokenRange::new(1, 0, 1)]
+    );
 }
 
 #[test]
@@ -199,11 +256,16 @@ fn plans_verify_for_all_sources_ranks_and_blocks() {
             )
             .unwrap();
             let batch = &packed.batches[0];
-            for mask in [Mask::Causal, Mask::Full] {
+            for (mask, resh) in [
+                (Mask::Causal, true),
+                (Mask::Full, true),
+                (Mask::Causal, false),
+            ] {
                 let plan = with(ranks, tpr, mask, |ctx| {
-                    fcp(&format!("fcp:block={block}")).plan(batch, ctx)
+                    fcp(&format!("fcp:block={block},reshuffle={resh}")).plan(batch, ctx)
                 })
                 .unwrap();
+                assert_eq!(plan.input_layout.is_some(), resh);
                 let v = verify(&plan);
                 assert!(v.is_empty(), "{name} N={ranks} B={block} {mask}: {v:#?}");
                 let r = check_numeric(&plan, &opts);
