@@ -253,3 +253,43 @@ fn invalid_plan_exits_1_and_lists_each_violation() {
         .stdout(predicate::str::contains("NotAvailable"))
         .stdout(predicate::str::contains("INVALID"));
 }
+
+#[test]
+fn target_imbalance_flag_reaches_flashcp_and_only_flashcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("f.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "flashcp",
+            "--ranks",
+            "4",
+            "--target-imbalance",
+            "1.2",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("comm_saving"));
+    let plan = fcp::Plan::load(&out).unwrap();
+    assert_eq!(plan.scheme.params["target_imbalance"].as_f64(), Some(1.2));
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "4",
+            "--target-imbalance",
+            "1.2",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--target-imbalance does not apply",
+        ));
+}

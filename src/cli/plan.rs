@@ -38,8 +38,9 @@ pub struct PlanArgs {
     switches: FcpSwitches,
 }
 
-/// FCP's switches as flags (issue 5); each adds or overrides a parameter of the scheme entry,
-/// and a scheme that does not take that parameter refuses it.
+/// Scheme switches as flags (FCP's, issue 5; FlashCP's target, issue 6); each adds or
+/// overrides a parameter of the scheme entry, and a scheme that does not take that parameter
+/// refuses it.
 #[derive(Debug, Args)]
 struct FcpSwitches {
     /// Block size in tokens (`block=`).
@@ -60,6 +61,9 @@ struct FcpSwitches {
     /// Transparent reshuffler off (`reshuffle=false`).
     #[arg(long)]
     no_reshuffle: bool,
+    /// FlashCP's target imbalance ratio R (`target_imbalance=`, default 1.05).
+    #[arg(long)]
+    target_imbalance: Option<f64>,
 }
 
 impl FcpSwitches {
@@ -71,6 +75,9 @@ impl FcpSwitches {
         }
         if let Some(c) = self.coalesce {
             p.push(("--coalesce", format!("coalesce={c}")));
+        }
+        if let Some(r) = self.target_imbalance {
+            p.push(("--target-imbalance", format!("target_imbalance={r}")));
         }
         for (on, flag, kv) in [
             (self.no_pipeline, "--no-pipeline", "pipeline=false"),
