@@ -141,7 +141,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     if packed.truncated > 0 {
         eprintln!(
-            "note: packing truncated {} document(s) longer than a batch",
+            "note: packing truncated {} document(s) (window mode cuts the document crossing each window's end; budget mode cuts documents longer than a batch)",
             packed.truncated
         );
     }
