@@ -3,7 +3,6 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use fcp::planners::PlanContext;
 use fcp::report::{ablation, ablation_table};
 use fcp::sim::Simulator;
 
@@ -41,13 +40,7 @@ pub fn run(a: AblationArgs) -> Result<()> {
     let packed = a.batch.load()?;
     let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
     let sim = Simulator::new(hw.clone(), model.clone())?;
-    let ctx = PlanContext {
-        ranks: a.batch.ranks,
-        tokens_per_rank: a.batch.tokens_per_rank,
-        mask: a.batch.mask.into(),
-        model: &model,
-        hardware: &hw,
-    };
+    let ctx = a.batch.ctx(&hw, &model);
     let rows = ablation(&batches, &ctx, &sim, &a.scheme).map_err(anyhow::Error::msg)?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?);

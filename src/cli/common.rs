@@ -98,7 +98,30 @@ pub struct Batches {
     pub truncated: usize,
 }
 
+impl Batches {
+    /// Batch `index`, or an error naming how many batches the trace packs into.
+    pub fn pick(&self, index: usize) -> Result<&Batch> {
+        self.batches.get(index).with_context(|| {
+            format!(
+                "--batch {index} is out of range: the trace packs into {} batches",
+                self.batches.len()
+            )
+        })
+    }
+}
+
 impl BatchArgs {
+    /// The planning context these arguments describe, for `hw` and `model`.
+    pub fn ctx<'a>(&self, hw: &'a Hardware, model: &'a Model) -> fcp::planners::PlanContext<'a> {
+        fcp::planners::PlanContext {
+            ranks: self.ranks,
+            tokens_per_rank: self.tokens_per_rank,
+            mask: self.mask.into(),
+            model,
+            hardware: hw,
+        }
+    }
+
     /// The mask's name for headers.
     pub fn mask_name(&self) -> &'static str {
         match self.mask {

@@ -3,7 +3,6 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use fcp::planners::PlanContext;
 use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
 use fcp::sim::Simulator;
 
@@ -54,13 +53,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let packed = a.batch.load()?;
     let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
     let sim = Simulator::new(hw.clone(), model.clone())?;
-    let ctx = PlanContext {
-        ranks: a.batch.ranks,
-        tokens_per_rank: a.batch.tokens_per_rank,
-        mask: a.batch.mask.into(),
-        model: &model,
-        hardware: &hw,
-    };
+    let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
         schemes: schemes.clone(),
         baseline: a.baseline.clone(),

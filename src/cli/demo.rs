@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use fcp::plan::verify;
-use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::planners::{planner_for, SCHEMES};
 use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{PassSel, Simulator};
 
@@ -45,13 +45,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let packed = batch_args.load()?;
     let batches: Vec<_> = packed.batches.into_iter().take(a.batches.max(1)).collect();
     let (hw, model) = a.profile.load()?;
-    let ctx = PlanContext {
-        ranks: a.ranks,
-        tokens_per_rank: a.tokens_per_rank,
-        mask: batch_args.mask.into(),
-        model: &model,
-        hardware: &hw,
-    };
+    let ctx = batch_args.ctx(&hw, &model);
     // Every plan is checked before its numbers are shown.
     for &scheme in SCHEMES {
         let planner = planner_for(scheme)?;

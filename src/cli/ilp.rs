@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 
 use fcp::ilp::{self, Mode, Options, Report};
-use fcp::planners::{Fcp, PlanContext};
+use fcp::planners::Fcp;
 
 use super::common::{BatchArgs, ProfileArgs};
 
@@ -80,20 +80,8 @@ pub fn run(a: IlpArgs) -> Result<()> {
     }
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load()?;
-    let Some(batch) = packed.batches.get(a.batch_index) else {
-        bail!(
-            "--batch {} is out of range: the trace packs into {} batches",
-            a.batch_index,
-            packed.batches.len()
-        );
-    };
-    let ctx = PlanContext {
-        ranks: a.batch.ranks,
-        tokens_per_rank: a.batch.tokens_per_rank,
-        mask: a.batch.mask.into(),
-        model: &model,
-        hardware: &hw,
-    };
+    let batch = packed.pick(a.batch_index)?;
+    let ctx = a.batch.ctx(&hw, &model);
     let opts = Options {
         granularity: a.granularity,
         lambda: a.lambda,

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use fcp::plan::{summarize, Plan};
-use fcp::planners::{planner_for, PlanContext};
+use fcp::planners::planner_for;
 
 use super::common::{bytes, BatchArgs, ProfileArgs};
 
@@ -111,24 +111,11 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let planner = planner_for(&scheme)?;
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load()?;
-    let ctx = PlanContext {
-        ranks: a.batch.ranks,
-        tokens_per_rank: a.batch.tokens_per_rank,
-        mask: a.batch.mask.into(),
-        model: &model,
-        hardware: &hw,
-    };
+    let ctx = a.batch.ctx(&hw, &model);
     let chosen: Vec<_> = if a.all_batches {
         packed.batches.iter().collect()
     } else {
-        match packed.batches.get(a.batch_index) {
-            Some(b) => vec![b],
-            None => bail!(
-                "--batch {} is out of range: the trace packs into {} batches",
-                a.batch_index,
-                packed.batches.len()
-            ),
-        }
+        vec![packed.pick(a.batch_index)?]
     };
     // Plan everything before writing anything, so a failure leaves no output behind.
     let plans: Vec<Plan> = chosen
