@@ -255,3 +255,28 @@ fn a_time_out_returns_the_incumbent_with_its_gap() {
         assert_valid(&r.plan);
     });
 }
+
+/// Regression: with a cap so tight that LPT had to cut a unit, `fcp ilp --scheme fcp` used to
+/// exit 2 when the search found no whole-unit assignment in time. It must return the best plan
+/// known (the heuristic's) instead — never nothing.
+#[test]
+fn fcp_ilp_with_a_tight_cap_returns_the_heuristic_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pile.csv");
+    let plan = dir.path().join("ilp.json");
+    let fcp = || assert_cmd::Command::cargo_bin("fcp").unwrap();
+    fcp()
+        .args(["trace", "gen", "--source", "pile", "--docs", "3000", "--seed", "0", "-o"])
+        .arg(&trace)
+        .assert()
+        .success();
+    fcp()
+        .args(["ilp", "--scheme", "fcp", "--ranks", "4", "--pack", "window"])
+        .args(["--context", "131072", "--time-limit", "1", "--trace"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&plan)
+        .assert()
+        .success();
+    fcp().args(["verify", "--numeric"]).arg(&plan).assert().success();
+}

@@ -10,7 +10,7 @@
 
 use crate::plan::{PlanError, TokenRange};
 use crate::planners::fcp::{blocks, Fcp};
-use crate::planners::PlanContext;
+use crate::planners::{PlanContext, Planner};
 use crate::trace::Batch;
 
 use super::search::{self, Item, Problem};
@@ -113,9 +113,46 @@ pub fn solve(
     };
     let ilp = ilp_side(p, &o);
     if ilp.objective.is_none() {
-        return Err(PlanError::Planning(
-            "fcp ilp: no whole-unit assignment fits the token cap within the time limit".into(),
-        ));
+        // No whole-unit assignment fits the cap within the limit (LPT had to cut a unit): the
+        // best plan known is the heuristic's own, returned as such — never nothing.
+        let mut plan = f.plan(batch, ctx)?;
+        plan.scheme.params.insert(
+            "ilp".to_string(),
+            serde_json::json!(
+                "no whole-unit assignment fits the token cap within the time limit; this is the heuristic's plan"
+            ),
+        );
+        // Report what that plan really does, not the empty search's placeholder values.
+        let max_over_mean = crate::plan::summarize(&plan, ctx.model).max_over_mean;
+        let mut recv = vec![0u64; ctx.ranks as usize];
+        for t in &plan.transfers {
+            if t.tensor == crate::plan::TransferTensor::Kv {
+                recv[t.dst as usize] += t.tokens();
+            }
+        }
+        let comm_tokens = recv.iter().copied().max().unwrap_or(0);
+        let per_rank = (batch.tokens() / u64::from(ctx.ranks)).max(1);
+        let comm_saving = 1.0 - comm_tokens as f64 / per_rank as f64;
+        let heuristic = super::Side {
+            objective: None,
+            imbalance: max_over_mean,
+            comm_saving,
+            comm_tokens,
+        };
+        let ilp = super::IlpSide {
+            imbalance: max_over_mean,
+            comm_saving,
+            comm_tokens,
+            ..ilp
+        };
+        return Ok(Report {
+            heuristic,
+            ilp,
+            mode: opts.mode,
+            lambda: opts.lambda,
+            target_imbalance: opts.target_imbalance,
+            plan,
+        });
     }
     let mut owned: Vec<Vec<TokenRange>> = vec![Vec::new(); ctx.ranks as usize];
     for (u, &r) in inst.units.iter().zip(&o.assign) {
