@@ -266,7 +266,9 @@ fn fcp_ilp_with_a_tight_cap_returns_the_heuristic_plan() {
     let plan = dir.path().join("ilp.json");
     let fcp = || assert_cmd::Command::cargo_bin("fcp").unwrap();
     fcp()
-        .args(["trace", "gen", "--source", "pile", "--docs", "3000", "--seed", "0", "-o"])
+        .args([
+            "trace", "gen", "--source", "pile", "--docs", "3000", "--seed", "0", "-o",
+        ])
         .arg(&trace)
         .assert()
         .success();
@@ -278,5 +280,9 @@ fn fcp_ilp_with_a_tight_cap_returns_the_heuristic_plan() {
         .arg(&plan)
         .assert()
         .success();
-    fcp().args(["verify", "--numeric"]).arg(&plan).assert().success();
+    fcp()
+        .args(["verify", "--numeric"])
+        .arg(&plan)
+        .assert()
+        .success();
 }
