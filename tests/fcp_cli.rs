@@ -1,13 +1,11 @@
 //! FCP's switches on `fcp plan` and `fcp ablation`, end to end.
 
+mod support;
+
 use std::path::{Path, PathBuf};
+use support::fcp;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
-
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("binary built")
-}
 
 fn gen_trace(dir: &Path, source: &str) -> PathBuf {
     let out = dir.join(format!("{source}.csv"));

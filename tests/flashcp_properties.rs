@@ -3,6 +3,8 @@
 //! numerically, and meets the imbalance target R — measured by the simulator's
 //! `max_over_mean` — or says in its `note` why the batch does not allow it.
 
+mod support;
+
 use fcp::hardware::Hardware;
 use fcp::plan::{check_numeric, verify, Mask, NumericOptions, TokenRange};
 use fcp::planners::{planner_for, PlanContext};
@@ -10,15 +12,6 @@ use fcp::sim::{PassSel, Simulator};
 use fcp::trace::Batch;
 use fcp::Model;
 use proptest::prelude::*;
-
-fn config() -> ProptestConfig {
-    let ci = std::env::var_os("CI").is_some();
-    ProptestConfig {
-        cases: if ci { 48 } else { 96 },
-        max_shrink_iters: if ci { 0 } else { 512 },
-        ..ProptestConfig::default()
-    }
-}
 
 /// Long-tailed lengths: mostly short, sometimes 1 token, sometimes long.
 fn doc_len() -> impl Strategy<Value = u64> {
@@ -30,7 +23,7 @@ fn doc_len() -> impl Strategy<Value = u64> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(support::proptest_config())]
 
     #[test]
     fn flashcp_is_balanced_or_says_why(

@@ -1,11 +1,9 @@
 //! End-to-end tests of `fcp hw ...`.
 
-use assert_cmd::Command;
-use predicates::prelude::*;
+mod support;
 
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("binary builds")
-}
+use predicates::prelude::*;
+use support::fcp;
 
 const USER_TOML: &str = r#"
 name = "lab-gpu"

@@ -1,8 +1,10 @@
 //! End-to-end: `fcp trace gen` → `fcp plan` → `fcp verify --numeric`, and the errors users hit.
 
-use std::path::{Path, PathBuf};
+mod support;
 
-use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+use support::fcp;
+
 use predicates::prelude::*;
 
 const SOURCES: &[&str] = &[
@@ -14,10 +16,6 @@ const SOURCES: &[&str] = &[
     "redpajama",
 ];
 const RANKS: &[u32] = &[1, 2, 3, 4, 8, 16];
-
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("binary built")
-}
 
 fn gen_trace(dir: &Path, source: &str, docs: u32) -> PathBuf {
     let out = dir.join(format!("{source}.csv"));

@@ -2,21 +2,14 @@
 //! batches; and the verifier notices any single task removed or duplicated (the structural
 //! check is an exact oracle for coverage, the numeric one an independent second opinion).
 
+mod support;
+
 use fcp::hardware::Hardware;
 use fcp::plan::{check_numeric, verify, Mask, NumericOptions, ViolationKind};
 use fcp::planners::{planner_for, PlanContext, SCHEMES};
 use fcp::trace::Batch;
 use fcp::Model;
 use proptest::prelude::*;
-
-fn config() -> ProptestConfig {
-    let ci = std::env::var_os("CI").is_some();
-    ProptestConfig {
-        cases: if ci { 48 } else { 96 },
-        max_shrink_iters: if ci { 0 } else { 512 },
-        ..ProptestConfig::default()
-    }
-}
 
 /// Long-tailed lengths: mostly short, sometimes 1 token, sometimes long.
 fn doc_len() -> impl Strategy<Value = u64> {
@@ -62,7 +55,7 @@ fn ranks_strategy(max: u32) -> impl Strategy<Value = u32> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(support::proptest_config())]
 
     #[test]
     fn every_plan_verifies(

@@ -1,14 +1,13 @@
 //! End-to-end: `fcp simulate`, `fcp compare`, `fcp hw overlap-bandwidth`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
+use support::fcp;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
-
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("binary built")
-}
 
 fn plan(dir: &Path, scheme: &str, ranks: u32) -> PathBuf {
     let out = dir.join(format!("{scheme}-{ranks}.json"));

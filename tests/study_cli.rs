@@ -1,15 +1,13 @@
 //! End-to-end: `fcp sweep` (determinism, resumability after SIGINT) and `fcp regress`.
 
+mod support;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
+use support::fcp;
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
-
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("binary built")
-}
 
 const TINY: &str = r#"
 name = "tiny"

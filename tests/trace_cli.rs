@@ -1,12 +1,10 @@
 //! End-to-end tests of `fcp trace ...`: generation, stats, packing, determinism, and that bad
 //! input exits with code 2, names the line, and leaves no output file behind.
 
-use assert_cmd::Command;
-use predicates::prelude::*;
+mod support;
 
-fn fcp() -> Command {
-    Command::cargo_bin("fcp").expect("fcp binary")
-}
+use predicates::prelude::*;
+use support::fcp;
 
 #[test]
 fn gen_then_stats() {
