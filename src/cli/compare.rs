@@ -58,6 +58,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         schemes: schemes.clone(),
         baseline: a.baseline.clone(),
         pass: a.pass.into(),
+        verify: true,
     };
     let rows = compare(&batches, &ctx, &sim, &opts);
     if a.json {

@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use fcp::plan::verify;
-use fcp::planners::{planner_for, SCHEMES};
+use fcp::planners::SCHEMES;
 use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{PassSel, Simulator};
 
@@ -46,22 +45,6 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let batches: Vec<_> = packed.batches.into_iter().take(a.batches.max(1)).collect();
     let (hw, model) = a.profile.load()?;
     let ctx = batch_args.ctx(&hw, &model);
-    // Every plan is checked before its numbers are shown.
-    for &scheme in SCHEMES {
-        let planner = planner_for(scheme)?;
-        for b in &batches {
-            if let Ok(plan) = planner.plan(b, &ctx) {
-                let v = verify(&plan);
-                if !v.is_empty() {
-                    bail!(
-                        "{scheme} produced an invalid plan for batch {}: {}",
-                        b.index,
-                        v[0]
-                    );
-                }
-            }
-        }
-    }
     let sim = Simulator::new(hw.clone(), model.clone())?;
     let schemes: Vec<String> = SCHEMES.iter().map(|s| s.to_string()).collect();
     let rows = compare(
@@ -72,6 +55,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
             schemes: schemes.clone(),
             baseline: None,
             pass: PassSel::Both,
+            // Every plan is checked before its numbers are shown.
+            verify: true,
         },
     );
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
@@ -88,6 +73,17 @@ pub fn run(a: DemoArgs) -> Result<()> {
         model.name
     );
     out!("{}", compare_table(&rows, &schemes[0]));
+    if let Some(bad) = rows.iter().find(|r| {
+        r.error
+            .as_deref()
+            .is_some_and(|e| e.contains("invalid plan"))
+    }) {
+        bail!(
+            "{} produced an invalid plan: {}",
+            bad.scheme,
+            bad.error.as_deref().unwrap_or("")
+        );
+    }
     let ran: Vec<_> = rows.iter().filter(|r| r.mean.is_some()).collect();
     let best = ran
         .iter()

@@ -17,6 +17,9 @@ pub struct CompareOptions {
     pub baseline: Option<String>,
     /// Passes to simulate.
     pub pass: PassSel,
+    /// Run the structural verifier on every plan first; an invalid plan turns its scheme's row
+    /// into an error instead of reporting numbers for work that is not attention.
+    pub verify: bool,
 }
 
 /// One scheme's results over the batches: means of every plan metric, their 95th percentiles,
@@ -113,6 +116,11 @@ pub fn compare(
                         let plan = planner
                             .plan(b, ctx)
                             .map_err(|e| format!("batch {}: {e}", b.index))?;
+                        if opts.verify {
+                            if let Some(v) = crate::plan::verify(&plan).first() {
+                                return Err(format!("batch {}: invalid plan: {v}", b.index));
+                            }
+                        }
                         let saving = plan
                             .scheme
                             .params
