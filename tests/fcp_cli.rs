@@ -66,7 +66,7 @@ fn switches_become_scheme_params_and_plans_verify() {
         .assert()
         .success();
 
-    // Flags override the entry's own parameters; the default reshuffles.
+    // Flags override the entry's own parameters; `--reshuffle` turns the reshuffler on.
     fcp()
         .args([
             "plan",
@@ -75,7 +75,13 @@ fn switches_become_scheme_params_and_plans_verify() {
             "--ranks",
             "8",
         ])
-        .args(["--tokens-per-rank", "8192", "--block", "1024"])
+        .args([
+            "--tokens-per-rank",
+            "8192",
+            "--block",
+            "1024",
+            "--reshuffle",
+        ])
         .arg("--trace")
         .arg(&trace)
         .arg("-o")
@@ -150,6 +156,7 @@ fn ablation_prints_every_row_and_json() {
             "+pipelining",
             "+solver",
             "+coalescer",
+            "+traffic repair",
             "+reshuffler"
         ]
     );
@@ -160,9 +167,12 @@ fn ablation_prints_every_row_and_json() {
         }
     }
     // Each row adds its switch to the previous row's entry.
-    let last = rows[4]["scheme"].as_str().unwrap();
+    let last = rows[5]["scheme"].as_str().unwrap();
     assert!(last.starts_with("fcp:block=2048,pipeline=false"), "{last}");
-    assert!(last.ends_with("coalescer=true,reshuffle=true"), "{last}");
+    assert!(
+        last.ends_with("coalescer=true,repair=true,reshuffle=true"),
+        "{last}"
+    );
     fcp()
         .args(args)
         .arg("--trace")

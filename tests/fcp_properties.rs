@@ -35,6 +35,7 @@ proptest! {
         slack in 0u64..40,
         pipeline in any::<bool>(),
         reshuffle in any::<bool>(),
+        repair in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
@@ -43,7 +44,7 @@ proptest! {
         let hw = Hardware::load("h100").unwrap();
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle}");
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{:?}", v);

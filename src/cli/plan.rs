@@ -58,9 +58,16 @@ struct FcpSwitches {
     /// Bottom-up coalescer off (`coalescer=false`).
     #[arg(long)]
     no_coalesce: bool,
-    /// Transparent reshuffler off (`reshuffle=false`).
-    #[arg(long)]
+    /// Transparent reshuffler off (`reshuffle=false`, FCP's default).
+    #[arg(long, conflicts_with = "reshuffle")]
     no_reshuffle: bool,
+    /// Transparent reshuffler on (`reshuffle=true`): the plan starts from the user's
+    /// contiguous layout and pays two all-to-alls (FCP §4.3).
+    #[arg(long)]
+    reshuffle: bool,
+    /// FCP's traffic repair off (`repair=false`).
+    #[arg(long)]
+    no_repair: bool,
     /// FlashCP's target imbalance ratio R (`target_imbalance=`, default 1.05).
     #[arg(long)]
     target_imbalance: Option<f64>,
@@ -84,6 +91,8 @@ impl FcpSwitches {
             (self.no_solver, "--no-solver", "solver=false"),
             (self.no_coalesce, "--no-coalesce", "coalescer=false"),
             (self.no_reshuffle, "--no-reshuffle", "reshuffle=false"),
+            (self.reshuffle, "--reshuffle", "reshuffle=true"),
+            (self.no_repair, "--no-repair", "repair=false"),
         ] {
             if on {
                 p.push((flag, kv.to_string()));

@@ -14,6 +14,7 @@ pub(crate) mod flashcp;
 mod llama3;
 mod magi;
 mod per_doc;
+pub mod repair;
 mod ring;
 mod shard;
 mod ulysses;

@@ -5,6 +5,7 @@ use std::collections::BinaryHeap;
 
 use super::blocks::{Block, Unit};
 use crate::plan::TokenRange;
+use crate::planners::repair::Item;
 
 /// A rank's load as a heap key: f64 seconds ordered totally, ties by rank id; the last field
 /// is the rank's push count, so only its newest entry is live (lazy deletion).
@@ -40,6 +41,28 @@ pub struct Assignment {
     pub split_pairs: usize,
     /// Blocks that had to be cut across ranks because no rank could hold them whole.
     pub split_blocks: usize,
+    /// Every piece as placed (a unit, a block of a split pair, a cut piece), for the traffic
+    /// repair ([`crate::planners::repair`]).
+    pub items: Vec<Item>,
+    /// The rank of each of `items`.
+    pub item_rank: Vec<u32>,
+}
+
+impl Assignment {
+    /// Re-derive `owned`, `loads` and `tokens` from `items` placed on `item_rank` (after a
+    /// repair moved some), keeping each rank's chunks in item order.
+    pub fn regroup(&mut self) {
+        let n = self.owned.len();
+        self.owned = vec![Vec::new(); n];
+        self.loads = vec![0.0; n];
+        self.tokens = vec![0; n];
+        for (it, &r) in self.items.iter().zip(&self.item_rank) {
+            let r = r as usize;
+            self.owned[r].extend_from_slice(&it.chunks);
+            self.loads[r] += it.weight;
+            self.tokens[r] += it.tokens();
+        }
+    }
 }
 
 /// LPT: units by weight, heaviest first (ties by unit index), each to the least-loaded rank
@@ -113,6 +136,8 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
             comm: vec![0.0; n],
             split_pairs: 0,
             split_blocks: 0,
+            items: Vec::new(),
+            item_rank: Vec::new(),
         },
         skipped: Vec::new(),
         floor: 0,
@@ -284,6 +309,14 @@ impl State {
         for b in blocks {
             self.give(r, &b.chunks, 0.0);
         }
+        self.a.items.push(Item {
+            chunks: blocks
+                .iter()
+                .flat_map(|b| b.chunks.iter().copied())
+                .collect(),
+            weight,
+        });
+        self.a.item_rank.push(r);
         self.a.loads[r as usize] += weight;
         self.a.comm[r as usize] += comm;
         self.requeue(r);
@@ -330,7 +363,13 @@ impl State {
                 }
             }
             let tokens: u64 = mine.iter().map(TokenRange::len).sum();
-            self.give(r, &mine, weight * tokens as f64 / total as f64);
+            let w = weight * tokens as f64 / total as f64;
+            self.give(r, &mine, w);
+            self.a.items.push(Item {
+                chunks: mine,
+                weight: w,
+            });
+            self.a.item_rank.push(r);
             self.requeue(r);
         }
     }

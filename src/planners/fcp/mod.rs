@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
-use super::{PlanContext, Planner, SchemeError, SchemeSpec};
+use super::{repair, PlanContext, Planner, SchemeError, SchemeSpec};
 
 pub mod blocks;
 pub mod lpt;
@@ -40,7 +40,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 9] = [
+pub const PARAMS: [&str; 10] = [
     "affinity",
     "block",
     "coalesce",
@@ -48,6 +48,7 @@ pub const PARAMS: [&str; 9] = [
     "comm_aware",
     "pair_limit",
     "pipeline",
+    "repair",
     "reshuffle",
     "solver",
 ];
@@ -75,9 +76,16 @@ pub struct Fcp {
     /// Reshuffler affinity (`affinity`, ≥ 0, fraction of the mean rank load): see
     /// [`lpt::Options::affinity`]. Only used with the reshuffler.
     pub affinity: f64,
-    /// Transparent reshuffler on (`reshuffle`; off is `--no-reshuffle`): the plan starts from
-    /// the user's layout (contiguous tokens per rank) and returns outputs to it (§4.3).
+    /// Transparent reshuffler on (`reshuffle`, `--reshuffle`; `--no-reshuffle` is the
+    /// default): the plan starts from the user's layout (contiguous tokens per rank) and
+    /// returns outputs to it (§4.3). Off by default so that FCP, like every other scheme, is
+    /// fed its own layout by the data loader: comparisons are like for like, and a user whose
+    /// framework cannot lay tokens out per plan turns it on and sees what it costs.
     pub reshuffle: bool,
+    /// Traffic repair after LPT (`repair`): a local search that evens out K/V traffic within
+    /// the cap and a 1% compute slack ([`crate::planners::repair`]); FCP's claim is that both
+    /// compute and traffic are balanced (seed 000 §6.2).
+    pub repair: bool,
 }
 
 impl Default for Fcp {
@@ -91,7 +99,8 @@ impl Default for Fcp {
             solver: true,
             comm_aware: true,
             affinity: DEFAULT_AFFINITY,
-            reshuffle: true,
+            reshuffle: false,
+            repair: true,
         }
     }
 }
@@ -153,6 +162,7 @@ impl Fcp {
                 "pipeline" => f.pipeline = boolean(k, v)?,
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
+                "repair" => f.repair = boolean(k, v)?,
                 "comm_aware" => f.comm_aware = boolean(k, v)?,
                 "affinity" => {
                     f.affinity = match v.parse::<f64>() {
@@ -247,7 +257,7 @@ impl Fcp {
         }
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
-        let assignment = lpt::assign_with(
+        let mut assignment = lpt::assign_with(
             &units,
             ctx.ranks,
             cap,
@@ -256,6 +266,21 @@ impl Fcp {
                 affinity: if self.reshuffle { self.affinity } else { 0.0 },
             },
         );
+        if self.repair {
+            repair::repair(
+                &assignment.items,
+                &mut assignment.item_rank,
+                ctx.ranks,
+                cap,
+                batch.doc_lens.len(),
+                ctx.mask,
+                repair::Options {
+                    max_steps: 4 * ctx.ranks as usize,
+                    ..repair::Options::default()
+                },
+            );
+            assignment.regroup();
+        }
         Ok(Distribution {
             cap,
             broken_pairs,
@@ -327,6 +352,7 @@ impl Planner for Fcp {
                     .map_or_else(|| "inf".into(), serde_json::Value::Number),
             ),
             ("pipeline".to_string(), self.pipeline.into()),
+            ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
         ])

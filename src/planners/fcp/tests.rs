@@ -110,7 +110,7 @@ fn one_causal_document_by_hand() {
 #[test]
 fn short_documents_never_move() {
     let batch = Batch::new(0, vec![100, 3, 50, 7, 200, 1, 99]);
-    for spec in ["fcp:block=256,reshuffle=false", "fcp:block=256"] {
+    for spec in ["fcp:block=256", "fcp:block=256,reshuffle=true"] {
         let plan = with(3, 256, Mask::Causal, |ctx| fcp(spec).plan(&batch, ctx)).unwrap();
         assert_valid(&plan);
         // Only the reshuffler's all-to-all pieces, if any.
@@ -153,7 +153,7 @@ fn switches_shape_the_schedule() {
 
         // The reshuffler frames the same schedule: everything one step later, local work on
         // data the rank already holds first and last, all-to-alls in and out.
-        let resh = plan("fcp:block=8,coalesce=2");
+        let resh = plan("fcp:block=8,coalesce=2,reshuffle=true,affinity=0");
         assert_valid(&resh);
         let p2p: Vec<_> = resh
             .transfers
