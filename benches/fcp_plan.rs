@@ -1,10 +1,12 @@
-//! Planning time of `fcp` (issue 5: aim for 1024 ranks × 32K tokens under 20 ms on one core).
+//! Planning time of `fcp` (issue 5: aim for 1024 ranks × 32K tokens under 20 ms on one core)
+//! and of `hybrid` (issue 8: aim for 256 ranks under 50 ms).
 //!
 //! `cargo bench --bench fcp_plan`
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fcp::hardware::Hardware;
 use fcp::plan::Mask;
+use fcp::planners::hybrid::Hybrid;
 use fcp::planners::{Fcp, PlanContext, Planner};
 use fcp::trace::{generate, pack, PackMode, PackOptions, Source};
 use fcp::Model;
@@ -39,6 +41,11 @@ fn bench(c: &mut Criterion) {
             group.bench_function(format!("{source}/{ranks}x32K/distribute"), |b| {
                 b.iter(|| Fcp::default().distribute(&batch, &ctx).unwrap())
             });
+            if ranks == 256 {
+                group.bench_function(format!("{source}/{ranks}x32K/hybrid"), |b| {
+                    b.iter(|| Hybrid::default().plan(&batch, &ctx).unwrap())
+                });
+            }
         }
     }
     group.finish();

@@ -134,9 +134,16 @@ tokens_per_rank = [32768]
         }
     }
     eprintln!("interrupted: {interrupted}, finished cells: {finished}");
+    // The signal can land after the last cell (a loaded machine runs the check late): then
+    // the merged results may exist, but only whole.
     if interrupted {
-        assert!(finished < 6, "the sweep was interrupted before its end");
-        assert!(!out.join("results.json").exists());
+        assert!(finished <= 6);
+        let merged = out.join("results.json");
+        if merged.exists() {
+            let v: Value = serde_json::from_slice(&std::fs::read(&merged).unwrap())
+                .expect("results.json is whole");
+            assert_eq!(v.as_array().map(Vec::len), Some(6));
+        }
     }
     // The rerun reuses the finished cells and completes the sweep.
     let o = fcp()

@@ -8,9 +8,11 @@ use crate::model::Model;
 use crate::plan::{Mask, Plan, PlanError};
 use crate::trace::Batch;
 
+pub mod auto;
 mod bytescale;
 pub mod fcp;
 pub(crate) mod flashcp;
+pub mod hybrid;
 mod llama3;
 mod magi;
 mod per_doc;
@@ -75,7 +77,12 @@ pub const SCHEMES: &[&str] = &[
     "magi",
     "fcp",
     "flashcp",
+    "hybrid",
 ];
+
+/// Schemes that choose among the others per batch (`auto`): accepted everywhere a scheme is,
+/// but not part of `--schemes all`, which already runs every one they choose from.
+pub const META_SCHEMES: &[&str] = &["auto"];
 
 /// A scheme entry as users write it: `name` or `name:key=value,key=value`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,9 +276,16 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         }
         "fcp" => Ok(Box::new(Fcp::from_spec(&spec)?)),
         "flashcp" => Ok(Box::new(FlashCp::from_spec(&spec)?)),
+        "hybrid" => Ok(Box::new(hybrid::Hybrid::from_spec(&spec)?)),
+        "auto" => Ok(Box::new(auto::Auto::from_spec(&spec)?)),
         other => Err(SchemeError::Unknown {
             name: other.to_string(),
-            known: SCHEMES.join(", "),
+            known: SCHEMES
+                .iter()
+                .chain(META_SCHEMES)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
         }),
     }
 }

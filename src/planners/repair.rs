@@ -67,9 +67,9 @@ impl Default for Options {
             compute_slack: 0.01,
             target: 1.02,
             max_steps: 0,
-            items: 64,
-            partners: 16,
-            swaps: 8,
+            items: 8,
+            partners: 12,
+            swaps: 4,
         }
     }
 }
@@ -140,6 +140,27 @@ pub fn doc_traffic(chunks: &[(TokenRange, u32)], mask: Mask, out: &mut Vec<(u32,
 
 /// A candidate: (item, destination rank) pairs applied together.
 type Moves = Vec<(usize, u32)>;
+
+/// Exact K/V tokens each rank sends plus receives for `items` placed on `rank` ([`doc_traffic`]
+/// summed over documents).
+pub fn traffic(items: &[Item], rank: &[u32], ranks: u32, num_docs: usize, mask: Mask) -> Vec<f64> {
+    let mut by_doc: Vec<Vec<(TokenRange, u32)>> = vec![Vec::new(); num_docs];
+    for (it, &r) in items.iter().zip(rank) {
+        for &c in &it.chunks {
+            by_doc[c.doc as usize].push((c, r));
+        }
+    }
+    let mut t = vec![0.0; ranks as usize];
+    let mut out = Vec::new();
+    for mut chunks in by_doc {
+        chunks.sort_by_key(|&(c, r)| (c.start, r));
+        doc_traffic(&chunks, mask, &mut out);
+        for &(r, x) in &out {
+            t[r as usize] += x;
+        }
+    }
+    t
+}
 
 /// The search state: items, where they are, per-rank sums, and per-document traffic.
 struct State<'a> {

@@ -200,7 +200,7 @@ fn reshuffled() -> Plan {
     let batch = Batch::new(0, vec![300, 64, 900, 7, 500]);
     let plan = with_ctx(4, Mask::Causal, |ctx| {
         let f = crate::planners::Fcp::from_spec(
-            &crate::planners::SchemeSpec::parse("fcp:block=128,coalesce=2").unwrap(),
+            &crate::planners::SchemeSpec::parse("fcp:block=128,coalesce=2,reshuffle=true").unwrap(),
         )
         .unwrap();
         f.plan(&batch, ctx)

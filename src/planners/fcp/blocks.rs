@@ -62,19 +62,36 @@ impl Unit {
 ///   (best-fit decreasing: longest first into the fullest block it fits, ties by document id;
 ///   at most 11/9·OPT + 1 blocks, O(D log D)), so they never move.
 pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
-    make_units_grouped(batch, block, mask, &[])
+    make_units_grouped(batch, block, mask, &[], 0)
 }
 
 /// [`make_units`], packing short documents only with documents of the same group
 /// (`group[doc]`; absent = one group): with the reshuffler, a group is the rank that holds the
 /// document in the user's layout, so a pack can stay where the user put it.
-pub fn make_units_grouped(batch: &Batch, block: u64, mask: Mask, group: &[u32]) -> Vec<Unit> {
+///
+/// Documents longer than `block` but at most `whole` tokens are kept whole, each its own
+/// unit (a one-document pack: one launch, no traffic) — the Whole-Doc half of FlashCP's
+/// idea, used by `hybrid`; `whole` ≤ `block` changes nothing.
+pub fn make_units_grouped(
+    batch: &Batch,
+    block: u64,
+    mask: Mask,
+    group: &[u32],
+    whole: u64,
+) -> Vec<Unit> {
     let mut units = Vec::new();
     let mut short: Vec<(u32, u64, u32)> = Vec::new();
     for (doc, &len) in batch.doc_lens.iter().enumerate() {
         let doc = doc as u32;
         if len <= block {
             short.push((group.get(doc as usize).copied().unwrap_or(0), len, doc));
+            continue;
+        }
+        if len <= whole {
+            units.push(unit(vec![Block {
+                chunks: vec![TokenRange::new(doc, 0, len)],
+                packed: true,
+            }]));
             continue;
         }
         let k = len.div_ceil(block);

@@ -40,7 +40,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 10] = [
+pub const PARAMS: [&str; 11] = [
     "affinity",
     "block",
     "coalesce",
@@ -51,6 +51,7 @@ pub const PARAMS: [&str; 10] = [
     "repair",
     "reshuffle",
     "solver",
+    "whole",
 ];
 
 /// The FCP planner and its switches (`fcp:block=2048,coalesce=8,pipeline=false,...`).
@@ -86,6 +87,9 @@ pub struct Fcp {
     /// the cap and a 1% compute slack ([`crate::planners::repair`]); FCP's claim is that both
     /// compute and traffic are balanced (seed 000 §6.2).
     pub repair: bool,
+    /// Documents of at most this many tokens stay whole on one rank, never cut or moved
+    /// (`whole`; 0 or ≤ `block` = FCP's own rule, only documents up to a block).
+    pub whole: u64,
 }
 
 impl Default for Fcp {
@@ -101,6 +105,7 @@ impl Default for Fcp {
             affinity: DEFAULT_AFFINITY,
             reshuffle: false,
             repair: true,
+            whole: 0,
         }
     }
 }
@@ -163,6 +168,11 @@ impl Fcp {
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "repair" => f.repair = boolean(k, v)?,
+                "whole" => {
+                    f.whole = v
+                        .parse::<u64>()
+                        .map_err(|_| bad(format!("`whole` must be an integer ≥ 0, not `{v}`")))?
+                }
                 "comm_aware" => f.comm_aware = boolean(k, v)?,
                 "affinity" => {
                     f.affinity = match v.parse::<f64>() {
@@ -229,7 +239,7 @@ impl Fcp {
             }
             None => Vec::new(),
         };
-        let mut units = blocks::make_units_grouped(batch, self.block, ctx.mask, &group);
+        let mut units = blocks::make_units_grouped(batch, self.block, ctx.mask, &group, self.whole);
         let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, self.block)?;
         weigher.weigh(&mut units, &batch.doc_lens)?;
         let per_rank = |x: f64| x / f64::from(ctx.ranks);
@@ -275,7 +285,7 @@ impl Fcp {
                 batch.doc_lens.len(),
                 ctx.mask,
                 repair::Options {
-                    max_steps: 4 * ctx.ranks as usize,
+                    max_steps: 2 * ctx.ranks as usize,
                     ..repair::Options::default()
                 },
             );
@@ -355,6 +365,7 @@ impl Planner for Fcp {
             ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
+            ("whole".to_string(), self.whole.into()),
         ])
     }
 

@@ -1,0 +1,52 @@
+"""Format `fcp sweep` results as docs/results/beyond.md's tables (issue 8).
+
+For every (hardware, trace, ranks) cell: each scheme's mean `vs_lower_bound` (attention time
+over the lower bound, forward + backward), the best other scheme, and whether `hybrid` is no
+slower than it. Reads the results.json files given on the command line.
+"""
+import json
+import sys
+
+OURS = "hybrid"
+
+
+def main(paths):
+    rows = []
+    for p in paths:
+        with open(p) as f:
+            rows.extend(json.load(f))
+    cells = {}
+    schemes = []
+    for r in rows:
+        key = (r["hardware"], r["trace"], r["ranks"])
+        s = r["scheme"]
+        if s not in schemes:
+            schemes.append(s)
+        if r.get("error"):
+            cells.setdefault(key, {})[s] = None
+            continue
+        cells.setdefault(key, {})[s] = (
+            r["attention_time_ms_mean"],
+            r["vs_lower_bound_mean"],
+        )
+    others = [s for s in schemes if s != OURS]
+    for hw in sorted({k[0] for k in cells}):
+        print(f"\n### {hw}\n")
+        print("| trace | N | " + " | ".join(others) + f" | **{OURS}** | best other | {OURS} ≤ best? |")
+        print("|---|---|" + "---|" * (len(others) + 3))
+        for key in sorted(k for k in cells if k[0] == hw):
+            c = cells[key]
+            fmt = lambda s: "–" if c.get(s) is None else f"{c[s][1]:.2f}"
+            valid = [(c[s][0], s) for s in others if c.get(s) is not None]
+            best_t, best_s = min(valid) if valid else (float("inf"), "–")
+            mine = c.get(OURS)
+            ok = "–" if mine is None else ("yes" if mine[0] <= best_t * (1 + 1e-9) else f"no ({mine[0] / best_t:.3f}×)")
+            print(
+                f"| {key[1]} | {key[2]} | "
+                + " | ".join(fmt(s) for s in others)
+                + f" | **{fmt(OURS)}** | {best_s} | {ok} |"
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

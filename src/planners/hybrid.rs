@@ -1,0 +1,277 @@
+//! `hybrid`: our planner. Documents whose attention is small next to a rank's share stay whole
+//! (FlashCP's Whole-Doc: no traffic, one launch at the kernel's best efficiency); the long tail
+//! is cut into FCP's zig-zag blocks, placed by comm-aware LPT under the token cap, repaired for
+//! traffic balance and moved in FCP's congestion-free, pipelined, coalesced stages. Which block
+//! size and which whole-document threshold is decided per batch by the shared cost model:
+//! every candidate is distributed and scored by its slowest rank, compute (the kernel profile's
+//! efficiency for every tile, as the simulator costs it) against traffic over the links it
+//! crosses, and the best is built.
+//!
+//! Why it beats both parents: FCP cuts every document longer than a block, paying traffic and
+//! small-tile efficiency for documents LPT could have placed whole; FlashCP keeps documents
+//! whole but balances by moving prefixes and is built for one node. Complexity: C candidates
+//! × (FCP's distributor, O(K log N + K·N) for K units, plus the repair's bounded steps) and one
+//! schedule build; `docs/schemes/hybrid.md`.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{Plan, PlanError, TokenRange};
+use crate::trace::Batch;
+
+use super::fcp::{blocks, Distribution, Fcp};
+use super::{repair, PlanContext, Planner, SchemeError, SchemeSpec};
+
+/// Block sizes tried when `block` is not given.
+pub const BLOCKS: [u64; 2] = [2048, 4096];
+/// Whole-document thresholds tried, as a fraction of the mean rank load: a document stays whole
+/// when its whole-document attention weighs at most this much (0 = FCP's own rule).
+pub const WHOLE_FRACTIONS: [f64; 4] = [0.0, 0.1, 0.25, 0.5];
+
+/// Parameter names `hybrid:key=value` accepts.
+pub const PARAMS: [&str; 2] = ["block", "whole_frac"];
+
+/// The `hybrid` planner (`hybrid`, `hybrid:block=4096,whole_frac=0.25`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Hybrid {
+    /// Fixed block size (else every one of [`BLOCKS`] is tried).
+    pub block: Option<u64>,
+    /// Fixed whole-document fraction (else every one of [`WHOLE_FRACTIONS`] is tried).
+    pub whole_frac: Option<f64>,
+}
+
+/// One candidate's score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score {
+    /// Estimated time of the slowest rank (seconds, forward + backward).
+    pub seconds: f64,
+    /// Block size and whole-document threshold (tokens) of the candidate.
+    pub block: u64,
+    /// See `block`.
+    pub whole: u64,
+}
+
+impl Hybrid {
+    /// Parse `key=value` parameters.
+    pub fn from_spec(spec: &SchemeSpec) -> Result<Hybrid, SchemeError> {
+        let bad = |message: String| SchemeError::BadParam {
+            scheme: spec.name.clone(),
+            message,
+        };
+        let mut h = Hybrid::default();
+        for (k, v) in &spec.params {
+            match k.as_str() {
+                "block" => match v.parse::<u64>() {
+                    Ok(b) if b >= 1 => h.block = Some(b),
+                    _ => return Err(bad(format!("`block` must be an integer ≥ 1, not `{v}`"))),
+                },
+                "whole_frac" => match v.parse::<f64>() {
+                    Ok(f) if f.is_finite() && f >= 0.0 => h.whole_frac = Some(f),
+                    _ => return Err(bad(format!("`whole_frac` must be a number ≥ 0, not `{v}`"))),
+                },
+                _ => {
+                    return Err(bad(format!(
+                        "takes no parameter `{k}` (known: {})",
+                        PARAMS.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(h)
+    }
+
+    /// Every candidate, distributed and scored, in the order tried; the caller builds the best.
+    pub fn candidates(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+    ) -> Result<Vec<(Score, Fcp, Distribution)>, PlanError> {
+        let blocks: Vec<u64> = self.block.map_or(BLOCKS.to_vec(), |b| vec![b]);
+        let fracs: Vec<f64> = self
+            .whole_frac
+            .map_or(WHOLE_FRACTIONS.to_vec(), |f| vec![f]);
+        let cap = Fcp::cap(batch, ctx);
+        let whole_weights = whole_document_weights(batch, ctx)?;
+        let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        for &block in &blocks {
+            for &frac in &fracs {
+                // The longest document light enough to stay whole (weight grows with length).
+                let whole = batch
+                    .doc_lens
+                    .iter()
+                    .zip(&whole_weights)
+                    .filter(|&(&l, &w)| l <= cap && w <= frac * mean)
+                    .map(|(&l, _)| l)
+                    .max()
+                    .unwrap_or(0);
+                let whole = if whole <= block { 0 } else { whole };
+                if seen.contains(&(block, whole)) {
+                    continue;
+                }
+                seen.push((block, whole));
+                let fcp = Fcp {
+                    block,
+                    whole,
+                    ..Fcp::default()
+                };
+                let dist = fcp.distribute(batch, ctx)?;
+                let seconds = estimate(&dist, batch, ctx);
+                out.push((
+                    Score {
+                        seconds,
+                        block,
+                        whole,
+                    },
+                    fcp,
+                    dist,
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Whole-document attention weight of every document (seconds, forward + backward), from the
+/// same weigher FCP's blocks use.
+fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f64>, PlanError> {
+    let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, u64::MAX)?;
+    batch
+        .doc_lens
+        .iter()
+        .enumerate()
+        .map(|(d, &len)| {
+            weigher.block(
+                &blocks::Block {
+                    chunks: vec![TokenRange::new(d as u32, 0, len)],
+                    packed: true,
+                },
+                &batch.doc_lens,
+            )
+        })
+        .collect()
+}
+
+/// The slowest rank's estimated time: its compute (f-load) or its traffic time, whichever is
+/// longer — pipelined stages hide the smaller behind the larger. Traffic is K/V forward plus,
+/// backward, K/V again and its gradient, split over the two directions of the rank's link
+/// (NVLink within a node, the NIC across nodes).
+pub fn estimate(dist: &Distribution, batch: &Batch, ctx: &PlanContext<'_>) -> f64 {
+    let a = &dist.assignment;
+    let traffic = repair::traffic(
+        &a.items,
+        &a.item_rank,
+        ctx.ranks,
+        batch.doc_lens.len(),
+        ctx.mask,
+    );
+    let hw = ctx.hardware;
+    let gbs = if ctx.ranks > hw.gpus_per_node {
+        hw.nic_gbs
+    } else {
+        hw.nvlink_gbs
+    };
+    let per_token = ctx.model.kv_bytes_per_token() as f64 * 3.0 / 2.0;
+    a.loads
+        .iter()
+        .zip(&traffic)
+        .map(|(&load, &t)| load.max(t * per_token / (gbs * 1e9)))
+        .fold(0.0, f64::max)
+}
+
+impl Planner for Hybrid {
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut p = BTreeMap::new();
+        if let Some(b) = self.block {
+            p.insert("block".to_string(), b.into());
+        }
+        if let Some(f) = self.whole_frac.and_then(serde_json::Number::from_f64) {
+            p.insert("whole_frac".to_string(), serde_json::Value::Number(f));
+        }
+        p
+    }
+
+    fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        let cands = self.candidates(batch, ctx)?;
+        let best = cands
+            .iter()
+            .enumerate()
+            .min_by(|x, y| {
+                x.1 .0
+                    .seconds
+                    .total_cmp(&y.1 .0.seconds)
+                    .then(x.0.cmp(&y.0))
+            })
+            .map(|(i, _)| i)
+            .ok_or_else(|| PlanError::Planning("hybrid: no candidate".into()))?;
+        let (score, fcp, dist) = &cands[best];
+        let mut plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
+        plan.scheme.name = self.name().to_string();
+        let mut params = self.params();
+        params.insert("chosen_block".to_string(), score.block.into());
+        params.insert("chosen_whole".to_string(), score.whole.into());
+        params.insert("candidates".to_string(), cands.len().into());
+        plan.scheme.params = params;
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mask;
+    use crate::planners::testing::{assert_valid, with_ctx};
+
+    fn with<R>(ranks: u32, tpr: u64, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
+        with_ctx(ranks, mask, |ctx| {
+            f(&PlanContext {
+                tokens_per_rank: tpr,
+                ..ctx.clone()
+            })
+        })
+    }
+
+    #[test]
+    fn light_documents_stay_whole_and_plans_verify() {
+        // 16 ranks × 4K: a few long documents and many mid-size ones.
+        let mut lens = vec![20_000, 9_000, 7_000];
+        lens.extend(std::iter::repeat_n(1_400u64, 20));
+        let batch = Batch::new(0, lens);
+        let plan = with(16, 4096, Mask::Causal, |ctx| {
+            Hybrid::default().plan(&batch, ctx)
+        })
+        .unwrap();
+        assert_valid(&plan);
+        assert_eq!(plan.scheme.name, "hybrid");
+        assert!(plan.scheme.params["candidates"].as_u64().unwrap() >= 2);
+        for r in &plan.ranks {
+            assert!(r.owned.iter().map(|c| c.len()).sum::<u64>() <= 4096);
+        }
+    }
+
+    #[test]
+    fn the_best_estimate_is_built() {
+        let batch = Batch::new(0, vec![30_000, 6_000, 5_000, 3_000, 2_000, 1_000, 100]);
+        with(8, 6144, Mask::Causal, |ctx| {
+            let h = Hybrid::default();
+            let cands = h.candidates(&batch, ctx).unwrap();
+            let best = cands
+                .iter()
+                .map(|c| c.0.seconds)
+                .fold(f64::INFINITY, f64::min);
+            let plan = h.plan(&batch, ctx).unwrap();
+            let chosen = cands
+                .iter()
+                .find(|c| {
+                    plan.scheme.params["chosen_block"] == c.0.block
+                        && plan.scheme.params["chosen_whole"] == c.0.whole
+                })
+                .unwrap();
+            assert_eq!(chosen.0.seconds, best);
+        });
+    }
+}
