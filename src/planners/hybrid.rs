@@ -15,7 +15,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::hardware::Pass;
 use crate::plan::{Plan, PlanError, TokenRange};
+use crate::sim::ComputeModel;
 use crate::trace::Batch;
 
 use super::fcp::{blocks, Distribution, Fcp};
@@ -79,12 +81,13 @@ impl Hybrid {
         Ok(h)
     }
 
-    /// Every candidate, distributed and scored, in the order tried; the caller builds the best.
+    /// Every candidate, distributed, built and scored, in the order tried; the caller keeps
+    /// the best.
     pub fn candidates(
         &self,
         batch: &Batch,
         ctx: &PlanContext<'_>,
-    ) -> Result<Vec<(Score, Fcp, Distribution)>, PlanError> {
+    ) -> Result<Vec<(Score, Plan)>, PlanError> {
         let blocks: Vec<u64> = self.block.map_or(BLOCKS.to_vec(), |b| vec![b]);
         let fracs: Vec<f64> = self
             .whole_frac
@@ -92,6 +95,11 @@ impl Hybrid {
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
         let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
+        let profile = ctx
+            .hardware
+            .kernel_profile()
+            .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?;
+        let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
         let mut out = Vec::new();
         let mut seen = Vec::new();
         for &block in &blocks {
@@ -116,15 +124,15 @@ impl Hybrid {
                     ..Fcp::default()
                 };
                 let dist = fcp.distribute(batch, ctx)?;
-                let seconds = estimate(&dist, batch, ctx);
+                let plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
+                let seconds = estimate(&plan, &dist, batch, ctx, &mut cm)?;
                 out.push((
                     Score {
                         seconds,
                         block,
                         whole,
                     },
-                    fcp,
-                    dist,
+                    plan,
                 ));
             }
         }
@@ -135,7 +143,7 @@ impl Hybrid {
 /// Whole-document attention weight of every document (seconds, forward + backward), from the
 /// same weigher FCP's blocks use.
 fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f64>, PlanError> {
-    let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, u64::MAX)?;
+    let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
     batch
         .doc_lens
         .iter()
@@ -152,11 +160,19 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
         .collect()
 }
 
-/// The slowest rank's estimated time: its compute (f-load) or its traffic time, whichever is
-/// longer — pipelined stages hide the smaller behind the larger. Traffic is K/V forward plus,
-/// backward, K/V again and its gradient, split over the two directions of the rank's link
-/// (NVLink within a node, the NIC across nodes).
-pub fn estimate(dist: &Distribution, batch: &Batch, ctx: &PlanContext<'_>) -> f64 {
+/// The slowest rank's estimated time: its compute or its traffic time, whichever is longer —
+/// pipelined stages hide the smaller behind the larger. Compute is exact: every step of the
+/// built plan costed by the simulator's own compute model (fused launches, kernel efficiency
+/// at every tile's shape, one launch overhead per step), forward and backward. Traffic is the
+/// exact K/V tokens sent + received × (K/V forward; K/V and dK/dV backward) over the rank's
+/// link (NVLink within a node, the NIC across nodes), split over its two directions.
+pub fn estimate(
+    plan: &Plan,
+    dist: &Distribution,
+    batch: &Batch,
+    ctx: &PlanContext<'_>,
+    cm: &mut ComputeModel<'_>,
+) -> Result<f64, PlanError> {
     let a = &dist.assignment;
     let traffic = repair::traffic(
         &a.items,
@@ -172,11 +188,21 @@ pub fn estimate(dist: &Distribution, batch: &Batch, ctx: &PlanContext<'_>) -> f6
         hw.nvlink_gbs
     };
     let per_token = ctx.model.kv_bytes_per_token() as f64 * 3.0 / 2.0;
-    a.loads
-        .iter()
-        .zip(&traffic)
-        .map(|(&load, &t)| load.max(t * per_token / (gbs * 1e9)))
-        .fold(0.0, f64::max)
+    let overhead = cm.launch_overhead_s();
+    let mut worst: f64 = 0.0;
+    for (rp, &t) in plan.ranks.iter().zip(&traffic) {
+        let mut compute = 0.0;
+        for st in rp.steps.iter().filter(|s| !s.tasks.is_empty()) {
+            for pass in [Pass::Fwd, Pass::Bwd] {
+                let c = cm
+                    .launch(plan, &st.tasks, pass)
+                    .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?;
+                compute += c.seconds + overhead;
+            }
+        }
+        worst = worst.max(compute.max(t * per_token / (gbs * 1e9)));
+    }
+    Ok(worst)
 }
 
 impl Planner for Hybrid {
@@ -197,8 +223,9 @@ impl Planner for Hybrid {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let cands = self.candidates(batch, ctx)?;
-        let best = cands
-            .iter()
+        let count = cands.len();
+        let (score, mut plan) = cands
+            .into_iter()
             .enumerate()
             .min_by(|x, y| {
                 x.1 .0
@@ -206,15 +233,13 @@ impl Planner for Hybrid {
                     .total_cmp(&y.1 .0.seconds)
                     .then(x.0.cmp(&y.0))
             })
-            .map(|(i, _)| i)
+            .map(|(_, c)| c)
             .ok_or_else(|| PlanError::Planning("hybrid: no candidate".into()))?;
-        let (score, fcp, dist) = &cands[best];
-        let mut plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
         plan.scheme.name = self.name().to_string();
         let mut params = self.params();
         params.insert("chosen_block".to_string(), score.block.into());
         params.insert("chosen_whole".to_string(), score.whole.into());
-        params.insert("candidates".to_string(), cands.len().into());
+        params.insert("candidates".to_string(), count.into());
         plan.scheme.params = params;
         Ok(plan)
     }
@@ -263,6 +288,7 @@ mod tests {
                 .iter()
                 .map(|c| c.0.seconds)
                 .fold(f64::INFINITY, f64::min);
+            assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
             let plan = h.plan(&batch, ctx).unwrap();
             let chosen = cands
                 .iter()

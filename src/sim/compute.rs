@@ -2,11 +2,15 @@
 //!
 //! Each task is a (q × kv) tile of one document. Its time is its FLOPs divided by the
 //! throughput the kernel profile reports for a tile of that shape (interpolated in
-//! log-length), scaled down by the SMs reserved for communication. A step is one launch: the
-//! tiles of a varlen launch are costed one by one, each at its own shape's efficiency — so a
-//! launch over many small fragments is as slow as the GPU makes it — plus one launch overhead.
+//! log-length), scaled down by the SMs reserved for communication. A step is one launch
+//! ([`ComputeModel::launch`]) plus one launch overhead: the unmasked tiles of one query range
+//! (same heads) in a step are one fused tile — the executor concatenates those keys, every one
+//! of which the queries see, into one varlen segment — costed at the fused shape's efficiency
+//! (FCP §4.2: coalescing lets the kernel run at the coalesced size); every other tile (a
+//! diagonal, causal one; other query ranges) is costed on its own, so a launch over many small
+//! fragments is still as slow as the GPU makes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
@@ -19,6 +23,9 @@ pub struct ComputeModel<'a> {
     model: &'a Model,
     cache: HashMap<(Pass, Mask, u64, u64), f64>,
 }
+
+/// A fused launch segment: the query range (document, start, end) and its heads.
+type FuseKey = (u32, u64, u64, Option<(u32, u32)>);
 
 /// Work of one task: its FLOPs and time in seconds (no launch overhead).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +119,53 @@ impl<'a> ComputeModel<'a> {
             flops,
             seconds: flops / (tflops * 1e12),
         })
+    }
+
+    /// Cost of one launch over `tasks` (without launch overhead): unmasked tiles of the same
+    /// query range and heads fused into one (see the module doc), the rest one by one.
+    pub fn launch(
+        &mut self,
+        plan: &Plan,
+        tasks: &[Task],
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let mut total = TileCost {
+            flops: 0.0,
+            seconds: 0.0,
+        };
+        // (q doc, q start, q end, heads) → (fused key tokens, FLOPs), in key order so sums are
+        // deterministic.
+        let mut fused: BTreeMap<FuseKey, (u64, f64)> = BTreeMap::new();
+        for t in tasks {
+            let pairs = allowed_pairs(plan.mask, t.q.start, t.q.end, t.kv.start, t.kv.end);
+            if pairs == 0 {
+                continue;
+            }
+            if pairs == t.q.len() as u128 * t.kv.len() as u128 {
+                let share = t.heads.map_or(1.0, |h| {
+                    (h.end - h.start) as f64 / plan.q_heads.max(1) as f64
+                });
+                let key = (
+                    t.q.doc,
+                    t.q.start,
+                    t.q.end,
+                    t.heads.map(|h| (h.start, h.end)),
+                );
+                let e = fused.entry(key).or_insert((0, 0.0));
+                e.0 += t.kv.len();
+                e.1 += self.flops(pass, pairs, share);
+            } else {
+                let c = self.tile(plan, t, pass)?;
+                total.flops += c.flops;
+                total.seconds += c.seconds;
+            }
+        }
+        for ((_, start, end, _), (kv, flops)) in fused {
+            let tflops = self.tflops(pass, Mask::Full, end - start, kv)?;
+            total.flops += flops;
+            total.seconds += flops / (tflops * 1e12);
+        }
+        Ok(total)
     }
 
     /// Time of one whole document of `len` tokens run as one kernel (the lower bound's unit).

@@ -166,6 +166,65 @@ mod tests {
     }
 
     #[test]
+    fn a_launch_fuses_the_unmasked_tiles_of_one_query_range() {
+        use crate::plan::{Task, TokenRange};
+        let plan = with_ctx(1, Mask::Causal, |ctx| {
+            Ring.plan(&Batch::new(0, vec![12288]), ctx)
+        })
+        .unwrap();
+        let s = sim();
+        let mut cm = s.compute_model();
+        let task = |q: (u64, u64), kv: (u64, u64)| Task {
+            q: TokenRange::new(0, q.0, q.1),
+            kv: TokenRange::new(0, kv.0, kv.1),
+            heads: None,
+        };
+        // Queries [8K, 12K) over keys [0, 4K) and [4K, 8K): one 4K × 8K unmasked tile; the
+        // diagonal [8K, 12K) × itself stays a causal tile of its own.
+        let tasks = [
+            task((8192, 12288), (0, 4096)),
+            task((8192, 12288), (4096, 8192)),
+            task((8192, 12288), (8192, 12288)),
+        ];
+        let got = cm.launch(&plan, &tasks, Pass::Fwd).unwrap();
+        let prof = s.hardware().kernel_profile().unwrap();
+        let t = |mask, kv: u64, pairs| {
+            tile_time_s(
+                s.hardware(),
+                &prof,
+                s.model(),
+                Pass::Fwd,
+                mask,
+                4096,
+                kv,
+                pairs,
+            )
+            .unwrap()
+                - s.hardware().launch_overhead_s()
+        };
+        let want = t(Mask::Full, 8192, 4096 * 8192)
+            + t(
+                Mask::Causal,
+                4096,
+                allowed_pairs(Mask::Causal, 8192, 12288, 8192, 12288),
+            );
+        assert!((got.seconds - want).abs() < 1e-12, "{got:?} vs {want}");
+        // Backward, where the profile's throughput still grows past 4K, fusing beats two
+        // 4K × 4K tiles; FLOPs are unchanged.
+        let fused = cm.launch(&plan, &tasks, Pass::Bwd).unwrap().seconds;
+        let apart: f64 = tasks
+            .iter()
+            .map(|x| cm.tile(&plan, x, Pass::Bwd).unwrap().seconds)
+            .sum();
+        assert!(fused < apart, "{fused} vs {apart}");
+        let flops: f64 = tasks
+            .iter()
+            .map(|x| cm.tile(&plan, x, Pass::Fwd).unwrap().flops)
+            .sum();
+        assert!((got.flops - flops).abs() < 1.0);
+    }
+
+    #[test]
     fn one_rank_one_document_is_the_kernel_time() {
         let plan = with_ctx(1, Mask::Causal, |ctx| {
             Ring.plan(&Batch::new(0, vec![4096]), ctx)

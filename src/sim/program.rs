@@ -109,13 +109,8 @@ fn step_costs(
             rp.steps
                 .iter()
                 .map(|st| {
-                    let mut seconds = 0.0;
-                    let mut flops = 0.0;
-                    for t in &st.tasks {
-                        let c = cm.tile(plan, t, pass)?;
-                        seconds += c.seconds;
-                        flops += c.flops;
-                    }
+                    let c = cm.launch(plan, &st.tasks, pass)?;
+                    let (mut seconds, flops) = (c.seconds, c.flops);
                     if !st.tasks.is_empty() {
                         seconds += overhead;
                     }

@@ -283,18 +283,12 @@ pub struct Weigher<'a> {
     profile: KernelProfile,
     model: &'a Model,
     mask: Mask,
-    block: u64,
     cache: HashMap<TileKey, f64>,
 }
 
 impl<'a> Weigher<'a> {
-    /// A weigher for `mask` on `hw` / `model`, for documents cut in `block`-token blocks.
-    pub fn new(
-        hw: &'a Hardware,
-        model: &'a Model,
-        mask: Mask,
-        block: u64,
-    ) -> Result<Self, PlanError> {
+    /// A weigher for `mask` on `hw` / `model`.
+    pub fn new(hw: &'a Hardware, model: &'a Model, mask: Mask) -> Result<Self, PlanError> {
         let profile = hw
             .kernel_profile()
             .map_err(|e| PlanError::Planning(format!("fcp: cost model: {e}")))?;
@@ -303,7 +297,6 @@ impl<'a> Weigher<'a> {
             profile,
             model,
             mask,
-            block: block.max(1),
             cache: HashMap::new(),
         })
     }
@@ -339,20 +332,18 @@ impl<'a> Weigher<'a> {
     /// Unmasked tiles of `q` queries against `kv` keys cut in blocks: `kv / block` full-block
     /// tiles and one tile of the remainder.
     fn blocked(&mut self, q: u64, kv: u64) -> Result<f64, PlanError> {
-        let (n, rem) = (kv / self.block, kv % self.block);
-        let mut t = 0.0;
-        if n > 0 {
-            t += n as f64 * self.tile(Mask::Full, q, self.block, q as u128 * self.block as u128)?;
+        if kv == 0 {
+            return Ok(0.0);
         }
-        if rem > 0 {
-            t += self.tile(Mask::Full, q, rem, q as u128 * rem as u128)?;
-        }
-        Ok(t)
+        // The simulator fuses a query range's unmasked tiles of one launch
+        // (`sim::ComputeModel::launch`); coalesced stages bring most of a block's earlier keys
+        // in one launch, so they are weighed as one fused tile.
+        self.tile(Mask::Full, q, kv, q as u128 * kv as u128)
     }
 
     /// f of the queries of `chunk` (a range of a document of `doc_len` tokens) against every key
-    /// they may see. Causal: the diagonal tile (causal kernel) plus one unmasked tile per earlier
-    /// block; full: one unmasked tile per block of the document.
+    /// they may see. Causal: the diagonal tile (causal kernel) plus one fused unmasked tile over
+    /// every earlier key; full: one fused unmasked tile over the document.
     pub fn chunk(&mut self, chunk: TokenRange, doc_len: u64) -> Result<f64, PlanError> {
         let q = chunk.len();
         match self.mask {
@@ -444,7 +435,7 @@ mod tests {
     #[test]
     fn weights_grow_along_a_causal_document() {
         crate::planners::testing::with_ctx(2, Mask::Causal, |ctx| {
-            let mut w = Weigher::new(ctx.hardware, ctx.model, Mask::Causal, 4096).unwrap();
+            let mut w = Weigher::new(ctx.hardware, ctx.model, Mask::Causal).unwrap();
             let early = w.chunk(TokenRange::new(0, 0, 4096), 16384).unwrap();
             let late = w.chunk(TokenRange::new(0, 12288, 16384), 16384).unwrap();
             assert!(late > 5.0 * early, "{early} {late}");

@@ -240,7 +240,7 @@ impl Fcp {
             None => Vec::new(),
         };
         let mut units = blocks::make_units_grouped(batch, self.block, ctx.mask, &group, self.whole);
-        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask, self.block)?;
+        let mut weigher = blocks::Weigher::new(ctx.hardware, ctx.model, ctx.mask)?;
         weigher.weigh(&mut units, &batch.doc_lens)?;
         let per_rank = |x: f64| x / f64::from(ctx.ranks);
         let mean = per_rank(units.iter().map(|u| u.weight).sum());
