@@ -19,6 +19,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import warnings  # noqa: E402
+
+# The executor needs no NumPy; PyTorch warns at import when it is absent.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
 import torch  # noqa: E402
 
 from fcp_exec.attention import choose_backend  # noqa: E402
@@ -34,8 +39,10 @@ CHECK_TOKENS = 16384
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("plan", help="plan file written by `fcp plan`")
-    ap.add_argument("-o", "--output", default="measured.json", help="measured.json to write (rank 0)")
+    ap.add_argument("plans", nargs="+", metavar="PLAN", help="plan file(s) written by `fcp plan`")
+    ap.add_argument("-o", "--output", default="measured.json",
+                    help="measured.json to write (rank 0); with several plans a directory that receives "
+                         "PLAN-STEM.measured.json for each (one launch replays them all, sparing start-up)")
     ap.add_argument("--pass", dest="passes", choices=["fwd", "bwd", "both"], default="both",
                     help="passes to time; bwd runs an untimed forward first (default both)")
     ap.add_argument("--single-device", action="store_true",
@@ -86,7 +93,18 @@ def settings(a, plan):
 
 # ---------------------------------------------------------------- dense reference
 
+_REFERENCE = {}
+
+
 def reference(plan, data, doc, scale):
+    """Cached `_reference`: plans of one batch share documents, and so their reference."""
+    key = (plan.mask, plan.extent[doc], plan.q_heads, plan.kv_heads, data.d, data.seed, doc, str(data.dtype))
+    if key not in _REFERENCE:
+        _REFERENCE[key] = _reference(plan, data, doc, scale)
+    return _REFERENCE[key]
+
+
+def _reference(plan, data, doc, scale):
     """Dense attention of one document, independent of the executor's kernels: explicit
     scores, softmax and autograd in float64. Returns (o, lse, dq, dk, dv)."""
     q, k, v, do = (x.detach().to(torch.float64) for x in data.doc(doc))
@@ -204,25 +222,29 @@ def run_single(a, plan, device, dtype, acc, d, check, tol, warmup, iters):
     return backend, ranks, worst
 
 
-def run_distributed(a, plan, device, dtype, acc, d, check, tol, warmup, iters):
+def init_distributed(device, timeout):
     import datetime
 
     import torch.distributed as dist
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if world != plan.num_ranks:
-        raise PlanError(f"the plan has {plan.num_ranks} ranks but {world} processes were started; "
-                        f"run `torchrun --nproc_per_node {plan.num_ranks} ...` or use --single-device")
     if device.type == "cuda":
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                            timeout=datetime.timedelta(seconds=a.timeout))
+                            timeout=datetime.timedelta(seconds=timeout))
+    return Ctx(rank, world), device
+
+
+def run_distributed(a, plan, ctx, device, dtype, acc, d, check, tol, warmup, iters):
+    rank, world = ctx.rank, ctx.world
+    if world != plan.num_ranks:
+        raise PlanError(f"the plan has {plan.num_ranks} ranks but {world} processes were started; "
+                        f"run `torchrun --nproc_per_node {plan.num_ranks} ...` or use --single-device")
     backend = choose_backend(a.backend, device, dtype, log if rank == 0 else (lambda m: None))
     scale = 1.0 / math.sqrt(d)
     clock = Clock(device)
-    ctx = Ctx(rank, world)
     names = timed_names(a.passes)
     data = Data(plan, d, a.seed, device, dtype, full=check)
     runs, worst = [], 0.0
@@ -247,7 +269,6 @@ def run_distributed(a, plan, device, dtype, acc, d, check, tol, warmup, iters):
                                 scale, rank)
     mine = rank_entry(rank, merge_iters(runs, True))
     gathered = gather_json([mine, worst], world, device)
-    dist.destroy_process_group()
     ranks = [g[0] for g in gathered]
     worst = max(g[1] for g in gathered) if check else None
     return backend, ranks, worst, rank
@@ -271,13 +292,29 @@ def gather_json(obj, world, device):
 def main(argv=None):
     a = parse_args(argv)
     try:
-        plan = Plan.load(a.plan)
-        device, dtype, acc, d, check, tol, warmup, iters = settings(a, plan)
-        if a.single_device:
-            backend, ranks, worst = run_single(a, plan, device, dtype, acc, d, check, tol, warmup, iters)
-            me = 0
-        else:
-            backend, ranks, worst, me = run_distributed(a, plan, device, dtype, acc, d, check, tol, warmup, iters)
+        plans = [Plan.load(p) for p in a.plans]
+        if len(set(a.plans)) != len(a.plans):
+            raise PlanError("a plan is named twice")
+        device = settings(a, plans[0])[0]
+        ctx = None
+        if not a.single_device:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            bad = [p for p, pl in zip(a.plans, plans) if pl.num_ranks != world]
+            if bad:
+                raise PlanError(f"{bad[0]} has {plans[a.plans.index(bad[0])].num_ranks} ranks but {world} processes "
+                                f"were started; run `torchrun --nproc_per_node N ...` or use --single-device")
+            ctx, device = init_distributed(device, a.timeout)
+        if len(plans) > 1:
+            os.makedirs(a.output, exist_ok=True)
+        code = 0
+        for path, plan in zip(a.plans, plans):
+            out = a.output if len(plans) == 1 else os.path.join(
+                a.output, os.path.splitext(os.path.basename(path))[0] + ".measured.json")
+            code = max(code, replay_one(a, path, plan, ctx, device, out))
+        if ctx is not None:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+        return code
     except PlanError as e:
         log(f"error: {e}")
         return 2
@@ -286,6 +323,15 @@ def main(argv=None):
         # Other ranks may be blocked on this one; torchrun stops them once this process exits.
         sys.stderr.flush()
         os._exit(1)
+
+
+def replay_one(a, path, plan, ctx, device, output):
+    _, dtype, acc, d, check, tol, warmup, iters = settings(a, plan)
+    if ctx is None:
+        backend, ranks, worst = run_single(a, plan, device, dtype, acc, d, check, tol, warmup, iters)
+        me = 0
+    else:
+        backend, ranks, worst, me = run_distributed(a, plan, ctx, device, dtype, acc, d, check, tol, warmup, iters)
     if me != 0:
         return 0 if worst is None or worst <= tol else 1
     single = a.single_device
@@ -293,7 +339,7 @@ def main(argv=None):
     measured = {
         "format": "fcp-measured",
         "version": 1,
-        "plan": {"path": a.plan, "scheme": plan.scheme, "num_ranks": plan.num_ranks,
+        "plan": {"path": path, "scheme": plan.scheme, "num_ranks": plan.num_ranks,
                  "model": plan.model, "hardware": plan.hardware},
         "mode": "single-device" if single else "distributed",
         "pass": a.passes,
@@ -310,11 +356,11 @@ def main(argv=None):
                   "passed": None if worst is None else worst <= tol},
         "ranks": ranks,
     }
-    tmp = a.output + ".tmp"
+    tmp = output + ".tmp"
     with open(tmp, "w") as f:
         json.dump(measured, f, indent=1)
         f.write("\n")
-    os.replace(tmp, a.output)
+    os.replace(tmp, output)
     total = sum(r["compute_ms"] for r in ranks)
     summary = f"{plan.scheme}: {plan.num_ranks} ranks, {measured['mode']}, {backend.name} {measured['dtype']} " \
               f"on {measured['device']}: compute {total:.2f} ms over all ranks"
@@ -323,7 +369,7 @@ def main(argv=None):
     if worst is not None:
         verdict = "PASS" if worst <= tol else "FAIL"
         summary += f"; check vs dense attention: max rel error {worst:.3g} (tolerance {tol:g}) {verdict}"
-    print(summary + f"; wrote {a.output}", flush=True)
+    print(summary + f"; wrote {output}", flush=True)
     return 0 if worst is None or worst <= tol else 1
 
 
