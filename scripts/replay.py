@@ -196,7 +196,7 @@ def run_single(a, plan, device, dtype, acc, d, check, tol, warmup, iters):
     all_ranges = [(doc, 0, e) for doc, e in enumerate(plan.extent)]
     per_rank_runs = [[] for _ in range(plan.num_ranks)]
     worst = None
-    data = Data(plan, d, a.seed, device, dtype, full=True)
+    data = Data(plan, d, a.seed, device, dtype, full=check)
     for it in range(warmup + iters):
         store = Store(plan, d, device, dtype, acc)
         load_initial(store, data, all_ranges)

@@ -58,23 +58,38 @@ def _expand(kv, group):
 
 
 class TorchAttention:
-    """Reference kernels: explicit scores, mask and softmax."""
+    """Reference kernels: explicit scores, mask and softmax, over chunks of query rows so the
+    score matrix stays within `budget` elements (a 32K × 32K tile on 64 heads would not fit)."""
 
     name = "torch"
+    budget = 1 << 27
+
+    def _chunks(self, L, H, S):
+        step = max(1, self.budget // max(1, H * S))
+        return [(i, min(L, i + step)) for i in range(0, L, step)]
+
+    @staticmethod
+    def _scores(qf, kf, scale, causal, i0, i1):
+        s = torch.einsum("qhd,khd->hqk", qf[i0:i1], kf) * scale
+        if causal:
+            rows = torch.arange(i0, i1, device=qf.device).unsqueeze(1)
+            cols = torch.arange(kf.shape[0], device=qf.device).unsqueeze(0)
+            s = s.masked_fill(cols > rows, -math.inf)
+        return s
 
     def forward(self, q, k, v, causal, scale):
-        """q [L,H,d], k/v [S,Hk,d] -> (o [L,H,d] in q's dtype, lse [L,H] float32/64)."""
+        """q [L,H,d], k/v [S,Hk,d] -> (o [L,H,d] float, lse [L,H] float32/64)."""
         g = q.shape[1] // k.shape[1]
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
         qf, kf, vf = q.to(acc), _expand(k, g).to(acc), _expand(v, g).to(acc)
-        s = torch.einsum("qhd,khd->hqk", qf, kf) * scale
-        if causal:
-            L = q.shape[0]
-            s = s.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), -math.inf)
-        lse = torch.logsumexp(s, dim=-1)  # [H, L]
-        p = torch.exp(s - lse.unsqueeze(-1))
-        o = torch.einsum("hqk,khd->qhd", p, vf)
-        return o, lse.transpose(0, 1).contiguous()
+        L, H, _ = q.shape
+        os_, ls = [], []
+        for i0, i1 in self._chunks(L, H, k.shape[0]):
+            s = self._scores(qf, kf, scale, causal, i0, i1)
+            lse = torch.logsumexp(s, dim=-1)  # [H, l]
+            os_.append(torch.einsum("hqk,khd->qhd", torch.exp(s - lse.unsqueeze(-1)), vf))
+            ls.append(lse.transpose(0, 1))
+        return torch.cat(os_), torch.cat(ls).contiguous()
 
     def backward(self, q, k, v, do, lse, delta, causal, scale):
         """Gradients of one piece given the *merged* output's lse [L,H] and
@@ -82,22 +97,22 @@ class TorchAttention:
         g = q.shape[1] // k.shape[1]
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
         qf, kf, vf = q.to(acc), _expand(k, g).to(acc), _expand(v, g).to(acc)
-        dof = do.to(acc)
-        s = torch.einsum("qhd,khd->hqk", qf, kf) * scale
-        if causal:
-            L = q.shape[0]
-            s = s.masked_fill(torch.ones(L, L, dtype=torch.bool, device=q.device).triu(1), -math.inf)
-        p = torch.exp(s - lse.to(acc).transpose(0, 1).unsqueeze(-1))
-        dv = torch.einsum("hqk,qhd->khd", p, dof)
-        dp = torch.einsum("qhd,khd->hqk", dof, vf)
-        ds = p * (dp - delta.to(acc).transpose(0, 1).unsqueeze(-1))
-        dq = torch.einsum("hqk,khd->qhd", ds, kf) * scale
-        dk = torch.einsum("hqk,qhd->khd", ds, qf) * scale
+        dof, lsef, deltaf = do.to(acc), lse.to(acc), delta.to(acc)
+        L, H, _ = q.shape
+        dk, dv, dqs = torch.zeros_like(kf), torch.zeros_like(vf), []
+        for i0, i1 in self._chunks(L, H, k.shape[0]):
+            s = self._scores(qf, kf, scale, causal, i0, i1)
+            p = torch.exp(s - lsef[i0:i1].transpose(0, 1).unsqueeze(-1))
+            dv += torch.einsum("hqk,qhd->khd", p, dof[i0:i1])
+            dp = torch.einsum("qhd,khd->hqk", dof[i0:i1], vf)
+            ds = p * (dp - deltaf[i0:i1].transpose(0, 1).unsqueeze(-1))
+            dqs.append(torch.einsum("hqk,khd->qhd", ds, kf) * scale)
+            dk += torch.einsum("hqk,qhd->khd", ds, qf[i0:i1]) * scale
         if g > 1:
-            S, H, d = dk.shape
-            dk = dk.view(S, H // g, g, d).sum(2)
-            dv = dv.view(S, H // g, g, d).sum(2)
-        return dq, dk, dv
+            S, Hx, d = dk.shape
+            dk = dk.view(S, Hx // g, g, d).sum(2)
+            dv = dv.view(S, Hx // g, g, d).sum(2)
+        return torch.cat(dqs), dk, dv
 
 
 class SdpaAttention:
