@@ -34,7 +34,7 @@ replay() { # replay PLAN... OUT [args...]: 4 processes on gloo; log in OUT.log
     while [[ $# -gt 0 && $1 != --* ]]; do args+=("$1"); shift; done
     out=${args[-1]}
     unset 'args[-1]'
-    "$TORCHRUN" --nproc_per_node 4 --master_port "${FCP_REPLAY_PORT:-29517}" \
+    "$TORCHRUN" --standalone --nproc_per_node 4 \
         scripts/replay.py "${args[@]}" -o "$out" --head-dim 8 "$@" >"$out.log" 2>&1
 }
 
