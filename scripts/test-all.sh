@@ -11,5 +11,8 @@ cargo test --doc --locked
 cargo run --locked --quiet -- regress --baseline tests/regress/baseline.json --quiet
 # Benchmarks and examples run once in test mode (they must keep working).
 cargo test --benches --examples --locked
+# The executor (issue 10): installs PyTorch into .venv-replay/ and replays a plan of every
+# scheme on 4 gloo processes against dense attention (docs/executor.md; ~2 min).
+bash scripts/test-replay.sh
 # Unit, property and end-to-end tests last, so the run closes on their summary.
 cargo test --lib --bins --tests --locked

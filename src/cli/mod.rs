@@ -37,6 +37,7 @@ mod regress;
 mod simulate;
 mod sweep;
 mod trace;
+mod validate;
 mod verify;
 
 /// Plan and simulate context parallelism (CP) for long-context LLM training.
@@ -61,6 +62,8 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Check a plan file: structural invariants, optionally a numeric run.
     Verify(verify::VerifyArgs),
+    /// Simulated vs measured (`scripts/replay.py`'s measured.json), per rank and per step.
+    Validate(validate::ValidateArgs),
     /// Generate, inspect and pack document-length traces.
     Trace(trace::TraceArgs),
     /// Inspect hardware and model profiles.
@@ -108,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a),
         Command::Simulate(a) => simulate::run(a),
         Command::Verify(a) => verify::run(a),
+        Command::Validate(a) => validate::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Hw(a) => hw::run(a),
         Command::Sweep(a) => sweep::run(a),

@@ -5,8 +5,10 @@ mod compare;
 pub mod plot;
 mod stats;
 mod table;
+pub mod validate;
 
 pub use ablation::{ablation, ablation_table, AblationRow, ABLATION_STEPS};
 pub use compare::{compare, parse_scheme_list, CompareOptions, CompareRow};
 pub use stats::{mean, percentile};
 pub use table::{compare_csv, compare_table, human_bytes};
+pub use validate::{validate, Measured, ValidateError, ValidationReport};

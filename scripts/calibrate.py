@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Measure attention throughput on this device and write a kernel profile CSV in fcp's
+kernels-profile/ format (docs/kernel-profile.md), rows stamped with the device, the library
+versions and the date.
+
+It times the same kernels scripts/replay.py runs (fcp_exec.attention, chosen the same way), so
+a profile calibrated here and a replay measured there describe one implementation, and
+`fcp validate` then tests the simulator's cost model and nothing else.
+
+    python3 scripts/calibrate.py -o kernels.csv                       # GPU, default grid
+    python3 scripts/calibrate.py --dry-run -o cpu.csv                 # tiny CPU grid (tests)
+
+Grid: lengths (--lens), q:kv ratio (--kv-ratio; 1 = square tiles, which is what published
+tables and the bundled profiles hold), heads and K/V heads (one profile per head shape: the
+format has no head column), head dims, masks, passes, and varlen launches that split each
+total length into --varlen-docs equal documents (len_kind `total`, varlen `true`).
+FLOPs: 4 · allowed pairs · head_dim · q_heads forward, 2.5× that backward (the profile's
+convention), so time = FLOPs / TFLOP/s holds without correction.
+"""
+
+import argparse
+import datetime
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+
+from fcp_exec.attention import choose_backend  # noqa: E402
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--output", required=True, help="CSV to write")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="tiny grid on the CPU in float32 (checks the pipeline, not a real profile)")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--backend", choices=["auto", "torch", "sdpa"], default="auto")
+    ap.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    ap.add_argument("--lens", default="512,1024,2048,4096,8192,16384,32768", help="tile lengths (q)")
+    ap.add_argument("--kv-ratio", type=float, default=1.0, help="kv length = ratio × q length")
+    ap.add_argument("--q-heads", type=int, default=64)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dims", default="128")
+    ap.add_argument("--masks", default="causal,full")
+    ap.add_argument("--passes", default="fwd,bwd")
+    ap.add_argument("--varlen-docs", default="4",
+                    help="comma list of document counts for varlen rows (0 or empty: none)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--max-seconds", type=float, default=0.0, help="stop the grid after this long (0: no limit)")
+    return ap.parse_args(argv)
+
+
+def ints(s):
+    return [int(x) for x in s.split(",") if x.strip() and int(x) > 0]
+
+
+def pairs(mask, q, kv):
+    """Allowed (q, k) pairs of a tile whose last query and key are aligned (causal)."""
+    if mask == "full":
+        return q * kv
+    # Bottom-right aligned: query i (0-based) sees kv - q + i + 1 keys, clipped to [0, kv].
+    return sum(min(kv, max(0, kv - q + i + 1)) for i in range(q)) if q != kv else q * (q + 1) // 2
+
+
+class Timer:
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def run(self, fn, warmup, iters):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(iters):
+            if self.cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b) * 1e-3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+
+def measure(backend, timer, device, dtype, hq, hk, d, mask, pas, docs, warmup, iters):
+    """Median seconds of one launch over `docs` [(q_len, kv_len)], run one document after
+    the other as the replay runs a step's pieces; returns (seconds, FLOPs)."""
+    gen = torch.Generator(device="cpu").manual_seed(11)
+    mk = lambda *s: torch.randn(*s, generator=gen).to(device=device, dtype=dtype)
+    data = []
+    for q, kv in docs:
+        qt, kt, vt, do = mk(q, hq, d), mk(kv, hk, d), mk(kv, hk, d), mk(q, hq, d)
+        data.append((qt, kt, vt, do))
+    scale = 1.0 / math.sqrt(d)
+    causal = mask == "causal"
+    flops = sum(4.0 * pairs(mask, q, kv) * d * hq for q, kv in docs) * (2.5 if pas == "bwd" else 1.0)
+    if any(q != kv for q, kv in docs) and causal:
+        raise SystemExit("error: causal rows need square tiles (--kv-ratio 1): the replay runs causal "
+                         "pieces as squares on the diagonal")
+    if pas == "fwd":
+        fn = lambda: [backend.forward(q, k, v, causal, scale) for q, k, v, _ in data]
+    else:
+        aux = []
+        for q, k, v, do in data:
+            o, lse = backend.forward(q, k, v, causal, scale)
+            aux.append((lse, (do.float() * o.float()).sum(-1)))
+        fn = lambda: [backend.backward(q, k, v, do, lse, delta, causal, scale)
+                      for (q, k, v, do), (lse, delta) in zip(data, aux)]
+    return timer.run(fn, warmup, iters), flops
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.dry_run:
+        a.device, a.dtype = "cpu", "float32"
+        a.lens, a.q_heads, a.kv_heads, a.head_dims, a.varlen_docs = "64,128,256", 4, 2, "16", "2"
+        a.warmup, a.iters = 1, 2
+    if a.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda: no CUDA device is visible")
+    if device.type == "cpu" and not a.dry_run:
+        print("warning: calibrating on the CPU; the profile describes this CPU, not a GPU", file=sys.stderr)
+    if a.q_heads < 1 or a.kv_heads < 1 or a.q_heads % a.kv_heads:
+        raise SystemExit("error: --q-heads must be a positive multiple of --kv-heads")
+    if a.kv_ratio <= 0:
+        raise SystemExit("error: --kv-ratio must be positive")
+    dtype = getattr(torch, a.dtype)
+    backend = choose_backend(a.backend, device, dtype, lambda m: print(m, file=sys.stderr))
+    timer = Timer(device)
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    versions = f"torch {torch.__version__}"
+    if device.type == "cuda":
+        versions += f" cuda {torch.version.cuda}"
+    today = datetime.date.today().isoformat()
+    lens, dims = ints(a.lens), ints(a.head_dims)
+    if not lens or not dims:
+        raise SystemExit("error: --lens and --head-dims need at least one positive value")
+    vdocs = ints(a.varlen_docs) if a.varlen_docs else []
+    rows, start = [], time.monotonic()
+    for d in dims:
+        for pas in [p for p in a.passes.split(",") if p]:
+            if pas not in ("fwd", "bwd"):
+                raise SystemExit(f"error: unknown pass {pas!r}")
+            for mask in [m for m in a.masks.split(",") if m]:
+                if mask not in ("causal", "full"):
+                    raise SystemExit(f"error: unknown mask {mask!r}")
+                series = [(False, None)] + [(True, n) for n in vdocs]
+                for varlen, n in series:
+                    for L in lens:
+                        if a.max_seconds and time.monotonic() - start > a.max_seconds:
+                            print(f"calibrate: --max-seconds reached; {len(rows)} rows", file=sys.stderr)
+                            break
+                        if varlen:
+                            if L // n < 1:
+                                continue
+                            docs = [(L // n, L // n)] * n
+                            q_len = kv_len = (L // n) * n
+                        else:
+                            q_len, kv_len = L, max(1, round(L * a.kv_ratio))
+                            docs = [(q_len, kv_len)]
+                        secs, flops = measure(backend, timer, device, dtype, a.q_heads, a.kv_heads, d, mask, pas,
+                                              docs, a.warmup, a.iters)
+                        tflops = flops / secs / 1e12
+                        shape = f"{n} docs x {q_len // n}" if varlen else "batch 1"
+                        source = (f"scripts/calibrate.py on {dev_name}; {backend.name} {a.dtype}; {versions}; "
+                                  f"GQA {a.q_heads}:{a.kv_heads}; {shape}; median of {a.iters}; {today}")
+                        rows.append((pas, mask, d, "true" if varlen else "false", "total", q_len, kv_len,
+                                     f"{tflops:.6g}", source))
+                        print(f"{pas} {mask} hd{d} {'varlen ' + str(n) + ' docs' if varlen else 'dense'} "
+                              f"{q_len}x{kv_len}: {secs * 1e3:.3f} ms, {tflops:.4g} TFLOP/s", file=sys.stderr)
+    if not rows:
+        raise SystemExit("error: no row measured")
+    tmp = a.output + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"# Calibrated by scripts/calibrate.py on {dev_name} ({versions}), {today}\n")
+        f.write("pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source\n")
+        for r in rows:
+            f.write(",".join(str(x) for x in r[:-1]) + ',"' + r[-1].replace('"', "'") + '"\n')
+    os.replace(tmp, a.output)
+    print(f"calibrate: wrote {len(rows)} rows to {a.output}")
+
+
+if __name__ == "__main__":
+    main()

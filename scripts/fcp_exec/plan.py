@@ -1,0 +1,174 @@
+"""Reading a plan file (docs/plan-format.md) and deriving what each rank runs.
+
+The executor takes the plan exactly as the Rust IR writes it: ranges are `[doc, start, end]`,
+head ranges `[h0, h1)` of query heads, transfers name their kind, tensor, collective id and the
+steps they are issued at and due by. Everything an executor needs is derived here, once, and
+identically on every rank, so all ranks agree on message tags and collective order.
+"""
+
+import json
+
+
+class PlanError(Exception):
+    """The file is not a plan this executor can run (exit 2)."""
+
+
+def _range(x, what):
+    if not (isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v >= 0 for v in x)):
+        raise PlanError(f"{what}: a range must be [doc, start, end], got {x!r}")
+    return tuple(x)
+
+
+class Transfer:
+    __slots__ = ("index", "kind", "collective", "tensor", "src", "dst", "ranges", "heads",
+                 "issue_at", "arrive_by")
+
+    def __init__(self, index, t, plan):
+        self.index = index
+        self.kind = t.get("kind", "p2p")
+        self.collective = t.get("collective")
+        self.tensor = t.get("tensor", "kv")
+        if self.kind not in ("p2p", "all_gather", "all_to_all", "reduce_scatter"):
+            raise PlanError(f"transfer {index}: unknown kind {self.kind!r}")
+        if self.tensor not in ("kv", "q", "out"):
+            raise PlanError(f"transfer {index}: unknown tensor {self.tensor!r}")
+        self.src, self.dst = int(t["src"]), int(t["dst"])
+        if not (0 <= self.src < plan.num_ranks and 0 <= self.dst < plan.num_ranks):
+            raise PlanError(f"transfer {index}: rank out of range")
+        self.ranges = [_range(r, f"transfer {index}") for r in t["ranges"]]
+        self.heads = tuple(t["heads"]) if t.get("heads") is not None else None
+        self.issue_at, self.arrive_by = int(t["issue_at"]), int(t["arrive_by"])
+
+    def call_key(self):
+        """Pieces of one collective call share this key (as the simulator groups them)."""
+        if self.kind == "p2p" or self.collective is None:
+            return None
+        return (self.collective, self.kind)
+
+
+class Plan:
+    def __init__(self, obj, origin):
+        if not isinstance(obj, dict):
+            raise PlanError(f"{origin}: not a JSON object")
+        if obj.get("version") != 1:
+            raise PlanError(f"{origin}: plan format version {obj.get('version')!r}, this executor reads version 1")
+        try:
+            self.scheme = obj["scheme"]["name"]
+            self.num_ranks = int(obj["num_ranks"])
+            self.mask = obj["mask"]
+            self.q_heads, self.kv_heads = int(obj["q_heads"]), int(obj["kv_heads"])
+            self.model = obj.get("model")
+            self.hardware = obj.get("hardware")
+            self.extent = [int(d["len"]) + int(d.get("pad", 0)) for d in obj["documents"]]
+            ranks = obj["ranks"]
+            if len(ranks) != self.num_ranks:
+                raise PlanError(f"{origin}: num_ranks is {self.num_ranks} but {len(ranks)} ranks are listed")
+            self.owned = [[_range(r, f"rank {i} owned") for r in rp["owned"]] for i, rp in enumerate(ranks)]
+            self.steps = []
+            for i, rp in enumerate(ranks):
+                steps = []
+                for s in rp["steps"]:
+                    tasks = []
+                    for t in s["tasks"]:
+                        h = tuple(t["heads"]) if t.get("heads") is not None else None
+                        tasks.append((_range(t["q"], f"rank {i} task"), _range(t["kv"], f"rank {i} task"), h))
+                    steps.append(tasks)
+                self.steps.append(steps)
+            layout = obj.get("input_layout")
+            self.initial = ([[_range(r, "input_layout") for r in rs] for rs in layout]
+                            if layout is not None else self.owned)
+            self.transfers = [Transfer(i, t, self) for i, t in enumerate(obj["transfers"])]
+        except (KeyError, TypeError, ValueError) as e:
+            raise PlanError(f"{origin}: not a valid fcp plan: {type(e).__name__}: {e}") from None
+        if self.mask not in ("causal", "full"):
+            raise PlanError(f"{origin}: unknown mask {self.mask!r}")
+        if self.kv_heads < 1 or self.q_heads % self.kv_heads:
+            raise PlanError(f"{origin}: q_heads {self.q_heads} is not a multiple of kv_heads {self.kv_heads}")
+        for rank_ranges in list(self.owned) + list(self.initial):
+            for (d, s, e) in rank_ranges:
+                if d >= len(self.extent) or e > self.extent[d] or s >= e:
+                    raise PlanError(f"{origin}: range {[d, s, e]} lies outside its document")
+        self.nsteps = max((len(s) for s in self.steps), default=0)
+
+    @staticmethod
+    def load(path):
+        try:
+            with open(path) as f:
+                obj = json.load(f)
+        except OSError as e:
+            raise PlanError(f"{path}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{path}: not JSON: {e}") from None
+        return Plan(obj, path)
+
+    @property
+    def group(self):
+        return self.q_heads // self.kv_heads
+
+    def kv_heads_of(self, heads):
+        """K/V heads serving query heads `heads` (GQA groups, rounded out)."""
+        if heads is None:
+            return (0, self.kv_heads)
+        g = self.group
+        return (heads[0] // g, -(-heads[1] // g))
+
+    def q_heads_of(self, heads):
+        return heads if heads is not None else (0, self.q_heads)
+
+    def total_tokens(self):
+        return sum(self.extent)
+
+
+def _overlaps(a, b):
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def _heads_overlap(a, b):
+    return a is None or b is None or (a[0] < b[1] and b[0] < a[1])
+
+
+def depths(plan, tensors):
+    """Forwarding depth of each transfer of `tensors`: 0 when its source had the data without
+    a transfer of the same tensor, else 1 + the depth of the transfers that delivered it.
+    Reverse passes (dO delivery, gradient returns) run in decreasing depth, so a rank passes
+    a gradient back only after everything it forwarded has sent its gradient back to it."""
+    ts = [t for t in plan.transfers if t.tensor in tensors]
+    into = {}
+    for t in ts:
+        into.setdefault((t.dst, t.tensor), []).append(t)
+    memo, visiting = {}, set()
+
+    def depth(t):
+        if t.index in memo:
+            return memo[t.index]
+        if t.index in visiting:
+            raise PlanError(f"transfer {t.index}: its data is forwarded in a cycle")
+        visiting.add(t.index)
+        d = 0
+        for u in into.get((t.src, t.tensor), []):
+            if u.arrive_by <= t.issue_at and _heads_overlap(u.heads, t.heads) and any(
+                _overlaps(a, b) for a in u.ranges for b in t.ranges
+            ):
+                d = max(d, 1 + depth(u))
+        visiting.discard(t.index)
+        memo[t.index] = d
+        return d
+
+    return {t.index: depth(t) for t in ts}
+
+
+def forwarded(plan):
+    """Indices of transfers whose source sends data it received (it must wait for that data,
+    as the simulator's `forwards` flag says), with the transfers it must wait for."""
+    deps = {}
+    for t in plan.transfers:
+        need = [
+            u.index
+            for u in plan.transfers
+            if u.dst == t.src and u.tensor == t.tensor and u.arrive_by <= t.issue_at
+            and _heads_overlap(u.heads, t.heads)
+            and any(_overlaps(a, b) for a in u.ranges for b in t.ranges)
+        ]
+        if need:
+            deps[t.index] = need
+    return deps

@@ -1,0 +1,531 @@
+"""Running a plan: per-rank stores, the step loop with its messages and collectives, the
+backward pass derived from the forward plan, timing, and the check against dense attention.
+
+Data movement follows the plan and nothing else: a rank starts with the Q/K/V of its input
+layout (its `owned` ranges when the plan has none) and every other row it reads must arrive by
+a transfer first — reading a row that is not there is an error, so a plan that drops a transfer
+fails loudly. Partial outputs travel with their log-sum-exp and are merged on arrival; sending
+an `out` row hands it over (the sender forgets it), so a row merged twice cannot go unnoticed.
+
+The backward pass is derived the way the simulator derives it (src/sim/program.rs): `out`
+transfers become the reverse delivery of dO (with the merged output's lse and
+delta = rowsum(dO·O)) before step 0; every Q and K/V transfer runs again with the same timing;
+each step runs the backward of its tasks; and the gradient of every Q/K/V transfer goes back
+along the reverse edge, deepest forwarding first, after the last step.
+"""
+
+import math
+import time
+
+import torch
+
+from .attention import merge_into, pieces
+from .plan import depths, forwarded
+
+
+class ExecError(Exception):
+    """The plan cannot be executed as written (exit 1)."""
+
+
+def fmt(r):
+    return f"doc {r[0]} [{r[1]}, {r[2]})"
+
+
+class Data:
+    """The batch's global Q, K, V and dO. `full`: every document generated whole from the seed
+    (identical on every rank, so each rank can check its rows against dense attention);
+    otherwise random rows of the right shapes, made where they are needed (large plans)."""
+
+    def __init__(self, plan, d, seed, device, dtype, full):
+        self.plan, self.d, self.seed, self.device, self.dtype, self.full = plan, d, seed, device, dtype, full
+        self.cache = {}
+
+    def doc(self, doc):
+        if doc not in self.cache:
+            p, E = self.plan, self.plan.extent[doc]
+            g = torch.Generator(device="cpu").manual_seed(self.seed * 1_000_003 + doc)
+            mk = lambda h: torch.randn(E, h, self.d, generator=g, dtype=torch.float64)
+            q, k, v, do = mk(p.q_heads), mk(p.kv_heads), mk(p.kv_heads), mk(p.q_heads)
+            self.cache[doc] = tuple(x.to(device=self.device, dtype=self.dtype) for x in (q, k, v, do))
+        return self.cache[doc]
+
+    def rows(self, which, doc, s, e):
+        """Rows s..e of tensor `which` (0 q, 1 k, 2 v, 3 dO) of document `doc`."""
+        if self.full:
+            return self.doc(doc)[which][s:e]
+        h = self.plan.q_heads if which in (0, 3) else self.plan.kv_heads
+        return torch.randn(e - s, h, self.d, device=self.device, dtype=self.dtype)
+
+
+class Store:
+    """What one rank holds, per document, allocated on first use over the whole document."""
+
+    def __init__(self, plan, d, device, dtype, acc):
+        self.plan, self.d, self.device, self.dtype, self.acc = plan, d, device, dtype, acc
+        self.t = {}
+
+    def get(self, name, doc):
+        key = (name, doc)
+        if key not in self.t:
+            E, p = self.plan.extent[doc], self.plan
+            H = p.kv_heads if name in ("k", "v", "kvhave", "dk", "dv") else p.q_heads
+            if name in ("qhave", "kvhave", "bhave"):
+                x = torch.zeros(E, H, dtype=torch.bool, device=self.device)
+            elif name in ("l", "lf"):
+                x = torch.full((E, H), -math.inf, dtype=self.acc, device=self.device)
+            elif name == "delta":
+                x = torch.zeros(E, H, dtype=self.acc, device=self.device)
+            elif name in ("q", "k", "v", "do"):
+                x = torch.zeros(E, H, self.d, dtype=self.dtype, device=self.device)
+            else:  # o, dq, dk, dv
+                x = torch.zeros(E, H, self.d, dtype=self.acc, device=self.device)
+            self.t[key] = x
+        return self.t[key]
+
+    def docs(self, name):
+        return sorted(d for (n, d) in self.t if n == name)
+
+    def require(self, have, r, heads, what, rank):
+        h0, h1 = heads
+        if not bool(self.get(have, r[0])[r[1]:r[2], h0:h1].all()):
+            raise ExecError(f"rank {rank}: {what} of {fmt(r)} heads [{h0}, {h1}) is not on this rank")
+
+
+def load_initial(store, data, ranges, with_grad_inputs=False):
+    for (doc, s, e) in ranges:
+        store.get("q", doc)[s:e] = data.rows(0, doc, s, e)
+        store.get("k", doc)[s:e] = data.rows(1, doc, s, e)
+        store.get("v", doc)[s:e] = data.rows(2, doc, s, e)
+        store.get("qhave", doc)[s:e] = True
+        store.get("kvhave", doc)[s:e] = True
+
+
+# ---------------------------------------------------------------- messages
+
+class Msg:
+    """One transfer of one phase: the plan's transfer, the payload it carries, the direction."""
+
+    __slots__ = ("t", "payload", "src", "dst", "issue", "due", "tag", "reverse")
+
+    def __init__(self, t, payload, reverse, tag, nsteps):
+        self.t, self.payload, self.reverse, self.tag = t, payload, reverse, tag
+        self.src, self.dst = (t.dst, t.src) if reverse else (t.src, t.dst)
+        self.issue = min(t.issue_at, nsteps)
+        self.due = min(t.arrive_by, nsteps)
+
+
+def heads_for(plan, payload, heads):
+    if payload in ("kv", "dkv"):
+        return plan.kv_heads_of(heads)
+    return plan.q_heads_of(heads)
+
+
+def msg_numel(plan, m, d):
+    h0, h1 = heads_for(plan, m.payload, m.t.heads)
+    rows = sum(e - s for (_, s, e) in m.t.ranges) * (h1 - h0)
+    per = {"q": d, "kv": 2 * d, "out": d + 1, "dout": d + 2, "dq": d, "dkv": 2 * d}[m.payload]
+    return rows * per
+
+
+def msg_dtype(store, payload):
+    return store.dtype if payload in ("q", "kv") else store.acc
+
+
+def pack(store, m, rank):
+    """Flatten what `m` sends from `store`; outputs and gradients are handed over (cleared)."""
+    p, parts = store.plan, []
+    h0, h1 = heads_for(p, m.payload, m.t.heads)
+    for r in m.t.ranges:
+        doc, s, e = r
+        if m.payload == "q":
+            store.require("qhave", r, (h0, h1), "Q", rank)
+            parts.append(store.get("q", doc)[s:e, h0:h1])
+        elif m.payload == "kv":
+            store.require("kvhave", r, (h0, h1), "K/V", rank)
+            parts += [store.get("k", doc)[s:e, h0:h1], store.get("v", doc)[s:e, h0:h1]]
+        elif m.payload == "out":
+            o, l = store.get("o", doc)[s:e, h0:h1], store.get("l", doc)[s:e, h0:h1]
+            parts += [o.clone(), l.clone()]
+            o.zero_()
+            l.fill_(-math.inf)
+        elif m.payload == "dout":
+            store.require("bhave", r, (h0, h1), "dO", rank)
+            parts += [store.get("do", doc)[s:e, h0:h1].to(store.acc), store.get("lf", doc)[s:e, h0:h1],
+                      store.get("delta", doc)[s:e, h0:h1]]
+        elif m.payload == "dq":
+            g = store.get("dq", doc)[s:e, h0:h1]
+            parts.append(g.clone())
+            g.zero_()
+        else:  # dkv
+            gk, gv = store.get("dk", doc)[s:e, h0:h1], store.get("dv", doc)[s:e, h0:h1]
+            parts += [gk.clone(), gv.clone()]
+            gk.zero_()
+            gv.zero_()
+    dt = msg_dtype(store, m.payload)
+    if not parts:
+        return torch.empty(0, dtype=dt, device=store.device)
+    return torch.cat([x.reshape(-1).to(dt) for x in parts])
+
+
+def unpack(store, m, flat):
+    p, d, off = store.plan, store.d, 0
+    h0, h1 = heads_for(p, m.payload, m.t.heads)
+    H = h1 - h0
+
+    def take(n_rows, width):
+        nonlocal off
+        n = n_rows * H * width
+        x = flat[off:off + n]
+        off += n
+        return x.view(n_rows, H, width) if width > 1 else x.view(n_rows, H)
+
+    for (doc, s, e) in m.t.ranges:
+        n = e - s
+        if m.payload == "q":
+            store.get("q", doc)[s:e, h0:h1] = take(n, d)
+            store.get("qhave", doc)[s:e, h0:h1] = True
+        elif m.payload == "kv":
+            store.get("k", doc)[s:e, h0:h1] = take(n, d)
+            store.get("v", doc)[s:e, h0:h1] = take(n, d)
+            store.get("kvhave", doc)[s:e, h0:h1] = True
+        elif m.payload == "out":
+            o, l = take(n, d), take(n, 1)
+            merge_into(store.get("o", doc)[s:e, h0:h1], store.get("l", doc)[s:e, h0:h1], o, l)
+        elif m.payload == "dout":
+            store.get("do", doc)[s:e, h0:h1] = take(n, d).to(store.dtype)
+            store.get("lf", doc)[s:e, h0:h1] = take(n, 1)
+            store.get("delta", doc)[s:e, h0:h1] = take(n, 1)
+            store.get("bhave", doc)[s:e, h0:h1] = True
+        elif m.payload == "dq":
+            store.get("dq", doc)[s:e, h0:h1] += take(n, d)
+        else:
+            store.get("dk", doc)[s:e, h0:h1] += take(n, d)
+            store.get("dv", doc)[s:e, h0:h1] += take(n, d)
+
+
+# ---------------------------------------------------------------- compute
+
+def _task_views(plan, task):
+    (qd, qs, qe), (kd, ks, ke), heads = task
+    if qd != kd:
+        raise ExecError(f"task {fmt(task[0])} × {fmt(task[1])} mixes two documents")
+    h0, h1 = plan.q_heads_of(heads)
+    k0, k1 = plan.kv_heads_of(heads)
+    return qd, (h0, h1), (k0, k1)
+
+
+def _kv_for(plan, x, h, kh):
+    """K or V rows for query heads h: direct when h covers whole GQA groups, else expanded."""
+    g = plan.group
+    if h[0] % g == 0 and h[1] % g == 0:
+        return x[:, kh[0]:kh[1]], False
+    idx = torch.arange(h[0], h[1], device=x.device) // g
+    return x.index_select(1, idx), True
+
+
+def compute_forward(plan, store, backend, tasks, rank, scale, check_have=True):
+    for task in tasks:
+        doc, h, kh = _task_views(plan, task)
+        for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
+            if check_have:
+                store.require("qhave", (doc, q0, q1), h, "Q", rank)
+                store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
+            q = store.get("q", doc)[q0:q1, h[0]:h[1]]
+            k, _ = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)
+            v, _ = _kv_for(plan, store.get("v", doc)[k0:k1], h, kh)
+            o, lse = backend.forward(q, k, v, causal, scale)
+            merge_into(store.get("o", doc)[q0:q1, h[0]:h[1]], store.get("l", doc)[q0:q1, h[0]:h[1]], o, lse)
+
+
+def compute_backward(plan, store, backend, tasks, rank, scale, check_have=True):
+    g = plan.group
+    for task in tasks:
+        doc, h, kh = _task_views(plan, task)
+        for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
+            if check_have:
+                store.require("qhave", (doc, q0, q1), h, "Q", rank)
+                store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
+                store.require("bhave", (doc, q0, q1), h, "dO", rank)
+            q = store.get("q", doc)[q0:q1, h[0]:h[1]]
+            k, expanded = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)
+            v, _ = _kv_for(plan, store.get("v", doc)[k0:k1], h, kh)
+            do = store.get("do", doc)[q0:q1, h[0]:h[1]]
+            lf = store.get("lf", doc)[q0:q1, h[0]:h[1]]
+            delta = store.get("delta", doc)[q0:q1, h[0]:h[1]]
+            dq, dk, dv = backend.backward(q, k, v, do, lf, delta, causal, scale)
+            store.get("dq", doc)[q0:q1, h[0]:h[1]] += dq.to(store.acc)
+            DK, DV = store.get("dk", doc)[k0:k1], store.get("dv", doc)[k0:k1]
+            if expanded:
+                idx = torch.arange(h[0], h[1], device=DK.device) // g
+                DK.index_add_(1, idx, dk.to(store.acc))
+                DV.index_add_(1, idx, dv.to(store.acc))
+            else:
+                DK[:, kh[0]:kh[1]] += dk.to(store.acc)
+                DV[:, kh[0]:kh[1]] += dv.to(store.acc)
+
+
+def prepare_backward(plan, store, data, final_ranges):
+    """Seed dO, the merged lse and delta on the rows whose final output this rank holds."""
+    for (doc, s, e) in final_ranges:
+        o = store.get("o", doc)[s:e]
+        do = data.rows(3, doc, s, e)
+        store.get("do", doc)[s:e] = do
+        store.get("lf", doc)[s:e] = store.get("l", doc)[s:e]
+        store.get("delta", doc)[s:e] = (do.to(store.acc) * o).sum(-1)
+        store.get("bhave", doc)[s:e] = True
+
+
+# ---------------------------------------------------------------- clock
+
+class Clock:
+    """Wall time in ms that waits for the device first, so a span covers the kernels it
+    launched (a step is timed from its first launch to its last kernel's end)."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def now(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() * 1e3
+
+
+class PassTiming:
+    def __init__(self, name, nsteps):
+        self.name = name
+        self.compute = [0.0] * nsteps
+        self.wait = [0.0] * nsteps
+        self.spans = []  # (start, end) of this rank's messages and collectives, ms
+        self.start = 0.0
+        self.end = 0.0
+
+    def as_json(self, with_comm):
+        comm = union_len(self.spans)
+        return {
+            "pass": self.name,
+            "compute_ms": sum(self.compute),
+            "comm_ms": comm if with_comm else None,
+            "exposed_comm_ms": (sum(self.wait) + max(0.0, self.end - self.start - sum(self.compute) - sum(self.wait)))
+            if with_comm else None,
+            "end_ms": self.end - self.start if with_comm else None,
+            "steps": [{"step": i, "compute_ms": c, "wait_ms": w if with_comm else None}
+                      for i, (c, w) in enumerate(zip(self.compute, self.wait))],
+        }
+
+
+def union_len(spans):
+    total, cur = 0.0, None
+    for a, b in sorted(spans):
+        if cur and a <= cur[1]:
+            cur = (cur[0], max(cur[1], b))
+        else:
+            if cur:
+                total += cur[1] - cur[0]
+            cur = (a, b)
+    if cur:
+        total += cur[1] - cur[0]
+    return total
+
+
+# ---------------------------------------------------------------- distributed phases
+
+class Exchange:
+    """The messages of one phase on one rank over torch.distributed: receives are posted up
+    front, sends leave at their issue step (forwarded data once it has arrived), receives are
+    unpacked before the step they are due by; a collective call whose pieces span the whole
+    group runs as one all_to_all_single (pieces as its splits) when every rank meets the calls
+    in the same order, else its pieces go point to point."""
+
+    def __init__(self, ctx, msgs, deps, collectives):
+        self.ctx, self.msgs, self.deps = ctx, msgs, deps
+        rank, n = ctx.rank, ctx.world
+        self.by_index = {m.t.index: m for m in msgs}
+        calls = {}
+        if collectives:
+            for m in msgs:
+                key = m.t.call_key()
+                if key is not None:
+                    calls.setdefault(key, []).append(m)
+        whole = {k: ms for k, ms in calls.items()
+                 if len({x for m in ms for x in (m.src, m.dst)}) == n
+                 and len({m.payload in ("q", "kv") for m in ms}) == 1}
+        # Every rank must meet the whole-group calls in the same order.
+        orders = []
+        for r in range(n):
+            joins = sorted((min(m.issue for m in ms if r in (m.src, m.dst)), k) for k, ms in whole.items())
+            orders.append([k for _, k in joins])
+        if any(o != orders[0] for o in orders):
+            whole = {}
+        self.calls = whole
+        in_call = {m.t.index for ms in whole.values() for m in ms}
+        self.p2p_send = [m for m in msgs if m.src == rank and m.t.index not in in_call]
+        self.p2p_recv = [m for m in msgs if m.dst == rank and m.t.index not in in_call]
+        self.my_calls = [(min(m.issue for m in ms if rank in (m.src, m.dst)), k) for k, ms in whole.items()]
+        self.my_calls.sort()
+        self.pending = {}  # index -> (work, buf, msg, issued_ms) for receives
+        self.call_pending = {}
+        self.sends = []
+        self.done = set()
+
+    def post_receives(self, store):
+        import torch.distributed as dist
+        for m in sorted(self.p2p_recv, key=lambda m: m.t.index):
+            buf = torch.empty(msg_numel(store.plan, m, store.d), dtype=msg_dtype(store, m.payload), device=store.device)
+            self.pending[m.t.index] = (dist.irecv(buf, src=m.src, tag=m.tag), buf, m)
+
+    def _wait_recv(self, store, index, timing, clock):
+        if index in self.done:
+            return
+        if index in self.pending:
+            work, buf, m = self.pending.pop(index)
+            t0 = clock.now()
+            work.wait()
+            t1 = clock.now()
+            timing.spans.append((t0, t1))
+            unpack(store, m, buf)
+            self.done.add(index)
+        else:
+            for key, (work, outbuf, plan_in, t0) in list(self.call_pending.items()):
+                if any(m.t.index == index for m in self.calls[key]):
+                    self._finish_call(store, key, timing, clock)
+                    return
+
+    def _finish_call(self, store, key, timing, clock):
+        work, outbuf, recv_list, t0 = self.call_pending.pop(key)
+        work.wait()
+        t1 = clock.now()
+        timing.spans.append((t0, t1))
+        off = 0
+        for m in recv_list:
+            n = msg_numel(store.plan, m, store.d)
+            unpack(store, m, outbuf[off:off + n])
+            off += n
+            self.done.add(m.t.index)
+        for m in self.calls[key]:
+            self.done.add(m.t.index)
+
+    def _wait_deps(self, store, m, timing, clock):
+        for i in self.deps.get(m.t.index, []):
+            if i in self.by_index and self.by_index[i].dst == self.ctx.rank:
+                self._wait_recv(store, i, timing, clock)
+
+    def issue(self, store, step, timing, clock):
+        """Sends and collective joins at `step` (owned data first, then forwarded)."""
+        import torch.distributed as dist
+        rank = self.ctx.rank
+        mine = sorted((m for m in self.p2p_send if m.issue == step), key=lambda m: (m.t.index in self.deps, m.t.index))
+        for m in mine:
+            self._wait_deps(store, m, timing, clock)
+            buf = pack(store, m, rank)
+            t0 = clock.now()
+            self.sends.append((dist.isend(buf, dst=m.dst, tag=m.tag), buf, t0))
+        for join, key in self.my_calls:
+            if join != step or key in self.call_pending:
+                continue
+            ms = sorted(self.calls[key], key=lambda m: m.t.index)
+            for m in ms:
+                if m.src == rank:
+                    self._wait_deps(store, m, timing, clock)
+            ins, outs, parts, recv_list = [], [], [], []
+            for peer in range(self.ctx.world):
+                out_peer = [m for m in ms if m.src == rank and m.dst == peer]
+                in_peer = [m for m in ms if m.dst == rank and m.src == peer]
+                bufs = [pack(store, m, rank) for m in out_peer]
+                parts += bufs
+                ins.append(sum(b.numel() for b in bufs))
+                outs.append(sum(msg_numel(store.plan, m, store.d) for m in in_peer))
+                recv_list += in_peer
+            dt = msg_dtype(store, ms[0].payload)
+            inbuf = torch.cat(parts) if parts else torch.empty(0, dtype=dt, device=store.device)
+            outbuf = torch.empty(sum(outs), dtype=dt, device=store.device)
+            t0 = clock.now()
+            work = dist.all_to_all_single(outbuf, inbuf, output_split_sizes=outs, input_split_sizes=ins, async_op=True)
+            self.call_pending[key] = (work, outbuf, recv_list, t0)
+
+    def arrivals(self, store, step, timing, clock):
+        """Unpack everything due by `step`."""
+        for m in sorted(self.msgs, key=lambda m: m.t.index):
+            if m.dst == self.ctx.rank and m.due <= step and m.t.index not in self.done:
+                self._wait_recv(store, m.t.index, timing, clock)
+        for key in list(self.call_pending):
+            if any(m.dst == self.ctx.rank and m.due <= step for m in self.calls[key]):
+                self._finish_call(store, key, timing, clock)
+
+    def finish(self, store, timing, clock):
+        for m in sorted(self.msgs, key=lambda m: m.t.index):
+            if m.dst == self.ctx.rank and m.t.index not in self.done:
+                self._wait_recv(store, m.t.index, timing, clock)
+        for key in list(self.call_pending):
+            self._finish_call(store, key, timing, clock)
+        for work, _, t0 in self.sends:
+            work.wait()
+            timing.spans.append((t0, clock.now()))
+        self.sends = []
+
+
+class Ctx:
+    def __init__(self, rank, world):
+        self.rank, self.world = rank, world
+
+
+PHASE_TAG = {"fwd": 0, "bwd": 1, "dout": 2, "grad": 3}
+
+
+def _msgs(plan, tensors, payload_of, reverse, phase):
+    return [Msg(t, payload_of(t), reverse, t.index * 4 + PHASE_TAG[phase], plan.nsteps)
+            for t in plan.transfers if t.tensor in tensors]
+
+
+def run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute, timing, clock, scale):
+    ex = Exchange(ctx, msgs, deps, collectives)
+    ex.post_receives(store)
+    S = plan.nsteps
+    tasks = plan.steps[ctx.rank]
+    for s in range(S + 1):
+        ex.issue(store, s, timing, clock)
+        if s == S:
+            break
+        t0 = clock.now()
+        ex.arrivals(store, s, timing, clock)
+        t1 = clock.now()
+        compute(plan, store, backend, tasks[s] if s < len(tasks) else [], ctx.rank, scale)
+        t2 = clock.now()
+        timing.wait[s] += t1 - t0
+        timing.compute[s] += t2 - t1
+    ex.finish(store, timing, clock)
+
+
+def run_reverse(plan, ctx, store, msgs, depth, timing, clock):
+    """Reverse-edge phase (dO delivery or gradient return): deepest forwarding first, each
+    level as one exchange that every rank completes before the next."""
+    levels = sorted({depth[m.t.index] for m in msgs}, reverse=True)
+    for lv in levels:
+        ms = [m for m in msgs if depth[m.t.index] == lv]
+        ex = Exchange(ctx, ms, {}, False)
+        ex.post_receives(store)
+        for m in ms:
+            m.issue = 0
+        ex.issue(store, 0, timing, clock)
+        ex.finish(store, timing, clock)
+
+
+def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock, scale, timing):
+    """Run `which` ('fwd' or 'bwd') on this rank; fills `timing`."""
+    import torch.distributed as dist
+    dist.barrier()
+    timing.start = clock.now()
+    if which == "fwd":
+        msgs = _msgs(plan, ("q", "kv", "out"), lambda t: t.tensor, False, "fwd")
+        run_steps(plan, ctx, store, backend, msgs, forwarded(plan), collectives, compute_forward, timing, clock, scale)
+    else:
+        dmsgs = _msgs(plan, ("out",), lambda t: "dout", True, "dout")
+        t0 = clock.now()
+        run_reverse(plan, ctx, store, dmsgs, depths(plan, ("out",)), timing, clock)
+        if plan.nsteps:
+            timing.wait[0] += clock.now() - t0  # dO must be in place before step 0
+        msgs = _msgs(plan, ("q", "kv"), lambda t: t.tensor, False, "bwd")
+        deps = {i: ds for i, ds in forwarded(plan).items() if plan.transfers[i].tensor != "out"}
+        run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute_backward, timing, clock, scale)
+        gmsgs = _msgs(plan, ("q", "kv"), lambda t: "dq" if t.tensor == "q" else "dkv", True, "grad")
+        run_reverse(plan, ctx, store, gmsgs, depths(plan, ("q", "kv")), timing, clock)
+    timing.end = clock.now()

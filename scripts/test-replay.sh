@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# CPU replay tests (issue 10): installs PyTorch (scripts/setup-replay-env.sh), plans a small
+# batch with every scheme `fcp` knows at N = 4, replays each plan forward and backward with 4
+# processes on gloo and checks every rank's outputs and gradients against dense attention,
+# replays one in single-device mode, checks that corrupted plans fail, that `fcp validate`
+# reads what the replay wrote, and that calibrate.py's CPU dry run writes a profile fcp reads.
+#
+# Called by scripts/test-all.sh. FCP_SKIP_REPLAY=1 skips it (local development only: CI
+# always runs it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ "${FCP_SKIP_REPLAY:-}" == 1 ]]; then
+    echo "!!! FCP_SKIP_REPLAY=1: the executor's replay tests were SKIPPED !!!" >&2
+    exit 0
+fi
+t0=$(date +%s)
+PY=$(bash scripts/setup-replay-env.sh)
+TORCHRUN="$(dirname "$PY")/torchrun"
+t1=$(date +%s)
+cargo build --locked --quiet
+FCP="${CARGO_TARGET_DIR:-target}/debug/fcp"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+TRACE=tests/replay/tiny.csv
+MODEL=tests/replay/tiny.toml
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+replay() { # replay PLAN... OUT [args...]: 4 processes on gloo; log in OUT.log
+    local args=() out
+    while [[ $# -gt 0 && $1 != --* ]]; do args+=("$1"); shift; done
+    out=${args[-1]}
+    unset 'args[-1]'
+    "$TORCHRUN" --standalone --nproc_per_node 4 \
+        scripts/replay.py "${args[@]}" -o "$out" --head-dim 8 "$@" >"$out.log" 2>&1
+}
+
+# Every scheme, from the CLI's own list (the error message of an unknown scheme names them).
+schemes=$({ "$FCP" plan --scheme '?' --ranks 1 -o "$work/none.json" 2>&1 || true; } |
+    sed -n 's/.*known: \(.*\))$/\1/p' | tr -d ',')
+[[ -n "$schemes" ]] || { echo "could not list the schemes" >&2; exit 1; }
+plans=()
+for s in $schemes; do
+    extra=()
+    [[ $s == fcp ]] && extra=(--block 256)
+    "$FCP" plan --scheme "$s" --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 \
+        "${extra[@]}" -o "$work/$s.json" >/dev/null
+    plans+=("$work/$s.json")
+done
+# One launch replays every plan (process start-up and the dense reference are paid once).
+ta=$(date +%s)
+if replay "${plans[@]}" "$work/measured" --pass both; then rc=0; else rc=$?; fi
+echo "replayed ${#plans[@]} plans in one 4-process launch in $(( $(date +%s) - ta )) s (exit $rc)"
+for s in $schemes; do
+    m="$work/measured/$s.measured.json"
+    if [[ -f $m ]] && grep -q "^$s: .*PASS" "$work/measured.log"; then
+        ok "replay $s (4 ranks, gloo, fwd+bwd): $(grep "^$s: " "$work/measured.log" | sed 's/; wrote.*//')"
+    else
+        bad "replay $s"
+    fi
+done
+[[ $rc -eq 0 ]] || { tail -n 40 "$work/measured.log"; bad "replay launch exited $rc"; }
+
+# fcp validate reads a real measured.json (CPU vs an H100 profile: the numbers only prove the
+# plumbing; the accuracy aim is for GPU runs, scripts/gpu-session.sh).
+if "$FCP" validate --plan "$work/zigzag.json" --measured "$work/measured/zigzag.measured.json" \
+    --model "$MODEL" --json >"$work/validate.json"; then
+    ok "fcp validate on a replayed measured.json"
+else
+    bad "fcp validate on a replayed measured.json"
+fi
+
+# Single-device mode: one process runs each rank's compute in turn.
+if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 -o "$work/fcp-single.json" \
+    >"$work/single.log" 2>&1 && "$FCP" validate --plan "$work/fcp.json" \
+    --measured "$work/fcp-single.json" --model "$MODEL" >/dev/null; then
+    ok "single-device replay of fcp + validate: $(tail -n 1 "$work/single.log")"
+else
+    bad "single-device replay of fcp"; cat "$work/single.log"
+fi
+
+# Corrupted plans must fail: a dropped transfer (data never arrives), a dropped task (the
+# output misses a tile), a duplicated task (a tile counted twice).
+corrupt() { # corrupt IN OUT WHAT
+    "$PY" - "$1" "$2" "$3" <<'PYEOF'
+import json, sys
+src, dst, what = sys.argv[1:4]
+p = json.load(open(src))
+if what == "drop-transfer":
+    p["transfers"].pop(len(p["transfers"]) // 2)
+else:
+    steps = [s for r in p["ranks"] for s in r["steps"] if s["tasks"]]
+    step = steps[len(steps) // 2]
+    if what == "drop-task":
+        step["tasks"].pop()
+    else:
+        step["tasks"].append(step["tasks"][0])
+json.dump(p, open(dst, "w"))
+PYEOF
+}
+for case in "ring drop-transfer" "zigzag drop-task" "flashcp duplicate-task"; do
+    set -- $case
+    corrupt "$work/$1.json" "$work/bad-$1-$2.json" "$2"
+    if replay "$work/bad-$1-$2.json" "$work/bad-$1-$2-measured.json" --pass both; then
+        bad "corrupted plan ($1, $2) replayed without error"
+    else
+        ok "corrupted plan ($1, $2) fails: $(grep -m1 -E '^error|FAIL' "$work/bad-$1-$2-measured.json.log" || true)"
+    fi
+done
+corrupt "$work/zigzag.json" "$work/bad-single.json" drop-task
+if "$PY" scripts/replay.py "$work/bad-single.json" --single-device --head-dim 8 -o "$work/bad-single-m.json" \
+    >"$work/bad-single.log" 2>&1; then
+    bad "corrupted plan replayed on a single device without error"
+else
+    ok "corrupted plan fails on a single device"
+fi
+
+# calibrate.py on CPU: a tiny grid, and the CSV must load as a kernel profile.
+if "$PY" scripts/calibrate.py --dry-run -o "$work/cpu-profile.csv" >"$work/calibrate.log" 2>&1 &&
+    "$FCP" hw kernel --hardware h100 --profile "$work/cpu-profile.csv" --head-dim 16 --pass bwd --mask causal \
+        --q-len 256 --kv-len 256 >"$work/hw-kernel.log" 2>&1; then
+    ok "calibrate.py --dry-run writes a profile fcp reads: $(head -n 1 "$work/hw-kernel.log")"
+else
+    bad "calibrate.py --dry-run"; cat "$work/calibrate.log" "$work/hw-kernel.log" 2>/dev/null || true
+fi
+
+t2=$(date +%s)
+echo "replay tests: install/check $((t1 - t0)) s, tests $((t2 - t1)) s"
+echo "replay: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,177 @@
+//! `fcp validate`: the simulator against a replay's measurements (docs/executor.md).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use fcp::plan::Plan;
+use fcp::report::validate::{ErrorStats, Pair};
+use fcp::report::{validate, Measured, ValidationReport};
+use fcp::sim::Simulator;
+
+use super::common::ProfileArgs;
+use super::Exit;
+
+/// Arguments of `fcp validate`.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Plan file that was replayed.
+    #[arg(long)]
+    plan: PathBuf,
+    /// measured.json written by `scripts/replay.py`.
+    #[arg(long)]
+    measured: PathBuf,
+    #[command(flatten)]
+    profile: ProfileArgs,
+    /// Print JSON (summary, per-rank and per-step rows).
+    #[arg(long)]
+    json: bool,
+    /// Exit 1 when the mean relative error of per-rank compute exceeds this (e.g. 0.10).
+    #[arg(long)]
+    max_compute_error: Option<f64>,
+}
+
+pub fn run(a: ValidateArgs) -> Result<()> {
+    let plan = Plan::load(&a.plan)?;
+    let violations = fcp::plan::verify(&plan);
+    if let Some(first) = violations.first() {
+        anyhow::bail!(
+            "{} is not a valid plan ({} violations, first: {first}); `fcp verify` lists them",
+            a.plan.display(),
+            violations.len()
+        );
+    }
+    if let Some(x) = a.max_compute_error {
+        if !(x.is_finite() && x >= 0.0) {
+            anyhow::bail!("--max-compute-error must be a number ≥ 0, got {x}");
+        }
+    }
+    let measured = Measured::load(&a.measured)?;
+    let (hw, model) = a.profile.load()?;
+    let sim = Simulator::new(hw, model)?;
+    let report = validate(&plan, &sim, &measured, &a.measured.display().to_string())?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report)?;
+    }
+    if let (Some(limit), Some(rc)) = (a.max_compute_error, report.summary.rank_compute) {
+        if rc.mean > limit {
+            eprintln!(
+                "per-rank compute: mean relative error {:.1}% exceeds --max-compute-error {:.1}%",
+                100.0 * rc.mean,
+                100.0 * limit
+            );
+            return Err(Exit(1).into());
+        }
+    }
+    Ok(())
+}
+
+fn pct(e: Option<f64>) -> String {
+    e.map_or_else(|| "-".to_string(), |x| format!("{:.1}%", 100.0 * x))
+}
+
+fn stats(s: Option<ErrorStats>) -> String {
+    s.map_or_else(
+        || "not measured".to_string(),
+        |s| {
+            format!(
+                "mean {:.1}% · max {:.1}% ({} values)",
+                100.0 * s.mean,
+                100.0 * s.max,
+                s.n
+            )
+        },
+    )
+}
+
+fn pair(p: Option<Pair>) -> String {
+    p.map_or_else(
+        || format!("{:>10} {:>10} {:>7}", "-", "-", "-"),
+        |p| {
+            format!(
+                "{:>10.3} {:>10.3} {:>7}",
+                p.sim_ms,
+                p.measured_ms,
+                pct(p.rel_error)
+            )
+        },
+    )
+}
+
+fn print_table(r: &ValidationReport) -> Result<()> {
+    outln!(
+        "{} · {} ranks · simulated on {} · {} · pass {} · measured {} ({})",
+        r.scheme,
+        r.ranks.len(),
+        r.hardware,
+        r.model,
+        r.pass,
+        r.mode,
+        r.measured_on
+    );
+    outln!("per step (ms):");
+    outln!(
+        "{:>5} {:>4} {:>5} {:>6} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",
+        "rank",
+        "pass",
+        "step",
+        "tasks",
+        "sim_comp",
+        "meas_comp",
+        "err",
+        "sim_wait",
+        "meas_wait",
+        "err"
+    );
+    for s in &r.steps {
+        outln!(
+            "{:>5} {:>4} {:>5} {:>6} {} {}",
+            s.rank,
+            s.pass,
+            s.step,
+            s.tasks,
+            pair(Some(s.compute)),
+            pair(s.wait)
+        );
+    }
+    outln!("per rank (ms, passes summed):");
+    outln!(
+        "{:>5} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",
+        "rank",
+        "sim_comp",
+        "meas_comp",
+        "err",
+        "sim_comm",
+        "meas_comm",
+        "err",
+        "sim_end",
+        "meas_end",
+        "err"
+    );
+    for x in &r.ranks {
+        outln!(
+            "{:>5} {} {} {}",
+            x.rank,
+            pair(Some(x.compute)),
+            pair(x.comm),
+            pair(x.end)
+        );
+    }
+    let s = &r.summary;
+    outln!("compute per rank: {}", stats(s.rank_compute));
+    outln!("compute per step: {}", stats(s.step_compute));
+    outln!("comm per rank:    {}", stats(s.rank_comm));
+    match s.attention_time {
+        Some(p) => outln!(
+            "attention time:   simulated {:.3} ms · measured {:.3} ms · error {}",
+            p.sim_ms,
+            p.measured_ms,
+            pct(p.rel_error)
+        ),
+        None => outln!("attention time:   not measured"),
+    }
+    Ok(())
+}

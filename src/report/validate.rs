@@ -1,0 +1,587 @@
+//! Simulated vs measured: reads the executor's `measured.json` (docs/executor.md), simulates
+//! the same plan and reports, per rank and per step, how far the cost model is from what the
+//! GPU (or CPU) did — the check that the simulator's numbers mean something.
+//!
+//! Relative errors are taken against the measurement, `|sim − measured| / measured`. Steps
+//! without tasks are skipped (both sides are only launch or timer noise there), and so are
+//! measurements of zero.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+use crate::sim::{PassSel, SimError, Simulator};
+
+/// Format tag `measured.json` carries.
+pub const MEASURED_FORMAT: &str = "fcp-measured";
+/// Version of `measured.json` this build reads.
+pub const MEASURED_VERSION: u32 = 1;
+
+/// Errors reading a measurement or matching it to its plan (all exit 2 on the command line).
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    /// The file is not a measurement this build reads, or does not fit the plan.
+    #[error("{origin}: {message}")]
+    Measured {
+        /// File named in the message.
+        origin: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// Simulating the plan failed.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+}
+
+/// One step of one pass on one rank, as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredStep {
+    /// Step index.
+    pub step: u32,
+    /// Time the step's kernels ran.
+    pub compute_ms: f64,
+    /// Time the rank waited for the step's inputs (null in single-device mode).
+    #[serde(default)]
+    pub wait_ms: Option<f64>,
+}
+
+/// One pass on one rank, as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredPass {
+    /// `fwd` or `bwd`.
+    pub pass: String,
+    /// Sum of the steps' compute.
+    pub compute_ms: f64,
+    /// Time at least one of the rank's messages or collectives was in flight.
+    #[serde(default)]
+    pub comm_ms: Option<f64>,
+    /// From the pass start until the rank's last compute or communication ended.
+    #[serde(default)]
+    pub end_ms: Option<f64>,
+    /// Per step, in plan order.
+    pub steps: Vec<MeasuredStep>,
+}
+
+/// One rank, as measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredRank {
+    /// Rank id (equal to its index).
+    pub rank: u32,
+    /// Compute summed over the passes.
+    pub compute_ms: f64,
+    /// Communication time summed over the passes (null in single-device mode).
+    #[serde(default)]
+    pub comm_ms: Option<f64>,
+    /// End time summed over the passes (null in single-device mode).
+    #[serde(default)]
+    pub end_ms: Option<f64>,
+    /// Timed passes in order.
+    pub passes: Vec<MeasuredPass>,
+}
+
+/// What `scripts/replay.py` writes (docs/executor.md lists every field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Always [`MEASURED_FORMAT`].
+    pub format: String,
+    /// [`MEASURED_VERSION`].
+    pub version: u32,
+    /// `distributed` or `single-device`.
+    pub mode: String,
+    /// `fwd`, `bwd` or `both`.
+    pub pass: String,
+    /// Always `ms`, the simulator's unit.
+    pub time_unit: String,
+    /// Device name (`cpu` or the GPU's name).
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Attention kernels used.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Q/K/V dtype.
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// Slowest rank's end, summed over passes (null in single-device mode).
+    #[serde(default)]
+    pub attention_time_ms: Option<f64>,
+    /// Per rank.
+    pub ranks: Vec<MeasuredRank>,
+}
+
+impl Measured {
+    /// Parse and check a measurement; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Measured, ValidateError> {
+        let bad = |message: String| ValidateError::Measured {
+            origin: origin.to_string(),
+            message,
+        };
+        let m: Measured = serde_json::from_str(text)
+            .map_err(|e| bad(format!("not a measured.json from scripts/replay.py: {e}")))?;
+        if m.format != MEASURED_FORMAT {
+            return Err(bad(format!(
+                "format is `{}`, expected `{MEASURED_FORMAT}`",
+                m.format
+            )));
+        }
+        if m.version != MEASURED_VERSION {
+            return Err(bad(format!(
+                "measured.json version {}, this fcp reads version {MEASURED_VERSION}",
+                m.version
+            )));
+        }
+        if m.time_unit != "ms" {
+            return Err(bad(format!(
+                "time_unit is `{}`; only `ms` (the simulator's unit) is read",
+                m.time_unit
+            )));
+        }
+        if pass_sel(&m.pass).is_none() {
+            return Err(bad(format!(
+                "pass is `{}`, expected fwd, bwd or both",
+                m.pass
+            )));
+        }
+        let check = |what: String, x: f64| -> Result<(), ValidateError> {
+            if x.is_finite() && x >= 0.0 {
+                Ok(())
+            } else {
+                Err(bad(format!("{what} is {x}, expected a time ≥ 0")))
+            }
+        };
+        if let Some(t) = m.attention_time_ms {
+            check("attention_time_ms".into(), t)?;
+        }
+        for (i, r) in m.ranks.iter().enumerate() {
+            if r.rank as usize != i {
+                return Err(bad(format!("ranks[{i}] has rank {}", r.rank)));
+            }
+            check(format!("rank {i} compute_ms"), r.compute_ms)?;
+            for (k, v) in [("comm_ms", r.comm_ms), ("end_ms", r.end_ms)] {
+                if let Some(v) = v {
+                    check(format!("rank {i} {k}"), v)?;
+                }
+            }
+            for p in &r.passes {
+                for s in &p.steps {
+                    check(
+                        format!("rank {i} {} step {} compute_ms", p.pass, s.step),
+                        s.compute_ms,
+                    )?;
+                    if let Some(w) = s.wait_ms {
+                        check(format!("rank {i} {} step {} wait_ms", p.pass, s.step), w)?;
+                    }
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Read a measurement file.
+    pub fn load(path: &std::path::Path) -> Result<Measured, ValidateError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ValidateError::Measured {
+            origin: origin.clone(),
+            message: e.to_string(),
+        })?;
+        Measured::from_json(&text, &origin)
+    }
+}
+
+fn pass_sel(name: &str) -> Option<PassSel> {
+    match name {
+        "fwd" => Some(PassSel::Fwd),
+        "bwd" => Some(PassSel::Bwd),
+        "both" => Some(PassSel::Both),
+        _ => None,
+    }
+}
+
+/// Simulated and measured value of one quantity with their relative error.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Pair {
+    /// Simulated, ms.
+    pub sim_ms: f64,
+    /// Measured, ms.
+    pub measured_ms: f64,
+    /// |sim − measured| / measured; null when the measurement is zero.
+    pub rel_error: Option<f64>,
+}
+
+impl Pair {
+    fn new(sim_ms: f64, measured_ms: f64) -> Pair {
+        let rel_error = (measured_ms > 0.0).then(|| (sim_ms - measured_ms).abs() / measured_ms);
+        Pair {
+            sim_ms,
+            measured_ms,
+            rel_error,
+        }
+    }
+}
+
+/// One step of one pass on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepRow {
+    /// Rank.
+    pub rank: u32,
+    /// `fwd` or `bwd`.
+    pub pass: String,
+    /// Step index.
+    pub step: u32,
+    /// Tasks in the step (steps without any are left out of the statistics).
+    pub tasks: usize,
+    /// Kernel time.
+    pub compute: Pair,
+    /// Time waited for inputs before the step (simulated: the gap since the previous step).
+    pub wait: Option<Pair>,
+}
+
+/// One rank, summed over passes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankRow {
+    /// Rank.
+    pub rank: u32,
+    /// Compute time.
+    pub compute: Pair,
+    /// Communication time (messages or collectives in flight).
+    pub comm: Option<Pair>,
+    /// End of the rank's work from the pass start.
+    pub end: Option<Pair>,
+}
+
+/// Mean and max of relative errors over a set of comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ErrorStats {
+    /// Comparisons counted.
+    pub n: usize,
+    /// Mean relative error.
+    pub mean: f64,
+    /// Largest relative error.
+    pub max: f64,
+}
+
+impl ErrorStats {
+    fn of(errors: impl IntoIterator<Item = f64>) -> Option<ErrorStats> {
+        let v: Vec<f64> = errors.into_iter().collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(ErrorStats {
+            n: v.len(),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            max: v.iter().copied().fold(0.0, f64::max),
+        })
+    }
+}
+
+/// Summary errors; `None` where the measurement has no such numbers (single-device mode has no
+/// communication and no end-to-end time).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValidationSummary {
+    /// Per-rank compute time.
+    pub rank_compute: Option<ErrorStats>,
+    /// Per-step compute time (steps with tasks).
+    pub step_compute: Option<ErrorStats>,
+    /// Per-rank communication time.
+    pub rank_comm: Option<ErrorStats>,
+    /// End-to-end attention time (the slowest rank, summed over passes).
+    pub attention_time: Option<Pair>,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ValidationReport {
+    /// Scheme of the plan.
+    pub scheme: String,
+    /// Hardware profile simulated.
+    pub hardware: String,
+    /// Model simulated.
+    pub model: String,
+    /// Passes compared.
+    pub pass: String,
+    /// How the measurement was taken.
+    pub mode: String,
+    /// Device, kernels and dtype of the measurement.
+    pub measured_on: String,
+    /// Summary errors.
+    pub summary: ValidationSummary,
+    /// Per rank.
+    pub ranks: Vec<RankRow>,
+    /// Per rank, pass and step.
+    pub steps: Vec<StepRow>,
+}
+
+const NS_TO_MS: f64 = 1e-6;
+
+/// Simulate `plan` for the measured passes and compare.
+pub fn validate(
+    plan: &Plan,
+    sim: &Simulator,
+    measured: &Measured,
+    origin: &str,
+) -> Result<ValidationReport, ValidateError> {
+    let bad = |message: String| ValidateError::Measured {
+        origin: origin.to_string(),
+        message,
+    };
+    let passes = pass_sel(&measured.pass).ok_or_else(|| bad("unknown pass".into()))?;
+    if measured.ranks.len() != plan.ranks.len() {
+        return Err(bad(format!(
+            "measured {} ranks but the plan has {}; was it replayed from this plan?",
+            measured.ranks.len(),
+            plan.ranks.len()
+        )));
+    }
+    let names: Vec<&str> = passes
+        .passes()
+        .iter()
+        .map(|p| match p {
+            crate::hardware::Pass::Fwd => "fwd",
+            crate::hardware::Pass::Bwd => "bwd",
+        })
+        .collect();
+    for r in &measured.ranks {
+        let got: Vec<&str> = r.passes.iter().map(|p| p.pass.as_str()).collect();
+        if got != names {
+            return Err(bad(format!(
+                "rank {} has passes {got:?} but pass is `{}`",
+                r.rank, measured.pass
+            )));
+        }
+        for p in &r.passes {
+            let want = plan.ranks[r.rank as usize].steps.len();
+            if p.steps.len() != want {
+                return Err(bad(format!(
+                    "rank {} {} has {} steps but the plan gives it {want}; was it replayed from this plan?",
+                    r.rank,
+                    p.pass,
+                    p.steps.len()
+                )));
+            }
+        }
+    }
+    let (report, outcomes) = sim.simulate_traced(plan, passes)?;
+    let mut steps = Vec::new();
+    let mut ranks = Vec::new();
+    for (ri, mr) in measured.ranks.iter().enumerate() {
+        let rp = &plan.ranks[ri];
+        let mut sim_end = 0.0;
+        for (pi, mp) in mr.passes.iter().enumerate() {
+            let tl = &outcomes[pi].timeline[ri];
+            sim_end += outcomes[pi].ranks[ri].finish_ns as f64 * NS_TO_MS;
+            let mut prev_end = 0u64;
+            for (si, ms) in mp.steps.iter().enumerate() {
+                let (a, b) = tl.compute.get(si).copied().unwrap_or((prev_end, prev_end));
+                let wait = ms
+                    .wait_ms
+                    .map(|w| Pair::new(a.saturating_sub(prev_end) as f64 * NS_TO_MS, w));
+                prev_end = b;
+                steps.push(StepRow {
+                    rank: mr.rank,
+                    pass: mp.pass.clone(),
+                    step: si as u32,
+                    tasks: rp.steps[si].tasks.len(),
+                    compute: Pair::new((b - a) as f64 * NS_TO_MS, ms.compute_ms),
+                    wait,
+                });
+            }
+        }
+        let sr = &report.ranks[ri];
+        ranks.push(RankRow {
+            rank: mr.rank,
+            compute: Pair::new(sr.compute_ms, mr.compute_ms),
+            comm: mr.comm_ms.map(|c| Pair::new(sr.comm_ms, c)),
+            end: mr.end_ms.map(|e| Pair::new(sim_end, e)),
+        });
+    }
+    let summary = ValidationSummary {
+        rank_compute: ErrorStats::of(ranks.iter().filter_map(|r| r.compute.rel_error)),
+        step_compute: ErrorStats::of(
+            steps
+                .iter()
+                .filter(|s| s.tasks > 0)
+                .filter_map(|s| s.compute.rel_error),
+        ),
+        rank_comm: ErrorStats::of(
+            ranks
+                .iter()
+                .filter_map(|r| r.comm.and_then(|c| c.rel_error)),
+        ),
+        attention_time: measured
+            .attention_time_ms
+            .map(|t| Pair::new(report.metrics.attention_time_ms, t)),
+    };
+    let measured_on = format!(
+        "{} · {} · {}",
+        measured.device.as_deref().unwrap_or("?"),
+        measured.backend.as_deref().unwrap_or("?"),
+        measured.dtype.as_deref().unwrap_or("?")
+    );
+    Ok(ValidationReport {
+        scheme: plan.scheme.name.clone(),
+        hardware: report.hardware,
+        model: report.model,
+        pass: measured.pass.clone(),
+        mode: measured.mode.clone(),
+        measured_on,
+        summary,
+        ranks,
+        steps,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::Hardware;
+    use crate::model::Model;
+    use crate::plan::Mask;
+    use crate::planners::testing::with_ctx;
+    use crate::planners::{Planner, Zigzag};
+    use crate::trace::Batch;
+
+    fn setup() -> (Plan, Simulator) {
+        let plan = with_ctx(2, Mask::Causal, |c| {
+            Zigzag.plan(&Batch::new(0, vec![4096, 1024]), c)
+        })
+        .unwrap();
+        let sim = Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        (plan, sim)
+    }
+
+    /// A measurement equal to the simulation scaled by `k`, so every relative error is
+    /// |sim − k·sim| / (k·sim) = |1 − k| / k.
+    fn scaled(plan: &Plan, sim: &Simulator, k: f64, pass: &str) -> Measured {
+        let sel = pass_sel(pass).unwrap();
+        let (rep, outs) = sim.simulate_traced(plan, sel).unwrap();
+        let names: Vec<&str> = match pass {
+            "both" => vec!["fwd", "bwd"],
+            p => vec![p],
+        };
+        let ranks = (0..plan.ranks.len())
+            .map(|r| {
+                let passes: Vec<MeasuredPass> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(pi, n)| {
+                        let tl = &outs[pi].timeline[r];
+                        MeasuredPass {
+                            pass: n.to_string(),
+                            compute_ms: 0.0,
+                            comm_ms: None,
+                            end_ms: None,
+                            steps: tl
+                                .compute
+                                .iter()
+                                .enumerate()
+                                .map(|(s, (a, b))| MeasuredStep {
+                                    step: s as u32,
+                                    compute_ms: k * (b - a) as f64 * 1e-6,
+                                    wait_ms: Some(0.0),
+                                })
+                                .collect(),
+                        }
+                    })
+                    .collect();
+                MeasuredRank {
+                    rank: r as u32,
+                    compute_ms: k * rep.ranks[r].compute_ms,
+                    comm_ms: Some(k * rep.ranks[r].comm_ms),
+                    end_ms: None,
+                    passes,
+                }
+            })
+            .collect();
+        Measured {
+            format: MEASURED_FORMAT.into(),
+            version: 1,
+            mode: "distributed".into(),
+            pass: pass.into(),
+            time_unit: "ms".into(),
+            device: Some("test".into()),
+            backend: None,
+            dtype: None,
+            attention_time_ms: Some(k * rep.metrics.attention_time_ms),
+            ranks,
+        }
+    }
+
+    #[test]
+    fn a_measurement_equal_to_the_simulation_has_no_error() {
+        let (plan, sim) = setup();
+        let m = scaled(&plan, &sim, 1.0, "both");
+        let r = validate(&plan, &sim, &m, "m.json").unwrap();
+        let s = &r.summary;
+        assert!(s.rank_compute.unwrap().max < 1e-12, "{s:?}");
+        assert!(s.step_compute.unwrap().max < 1e-12, "{s:?}");
+        assert!(s.attention_time.unwrap().rel_error.unwrap() < 1e-12);
+        assert_eq!(
+            r.steps.len(),
+            2 * plan.ranks.iter().map(|r| r.steps.len()).sum::<usize>()
+        );
+    }
+
+    #[test]
+    fn scaled_measurements_give_the_expected_relative_error() {
+        let (plan, sim) = setup();
+        let m = scaled(&plan, &sim, 1.25, "fwd");
+        let r = validate(&plan, &sim, &m, "m.json").unwrap();
+        let want = 0.25 / 1.25;
+        let rc = r.summary.rank_compute.unwrap();
+        assert!(
+            (rc.mean - want).abs() < 1e-9 && (rc.max - want).abs() < 1e-9,
+            "{rc:?}"
+        );
+        let sc = r.summary.step_compute.unwrap();
+        assert!((sc.mean - want).abs() < 1e-6, "{sc:?}");
+        assert!((r.summary.rank_comm.unwrap().mean - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn mismatched_measurements_are_clear_errors() {
+        let (plan, sim) = setup();
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.ranks.pop();
+        let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
+        assert!(e.contains("measured 1 ranks but the plan has 2"), "{e}");
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.ranks[1].passes[0].steps.pop();
+        let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
+        assert!(e.contains("steps but the plan gives it"), "{e}");
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.pass = "both".into();
+        let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
+        assert!(e.contains("has passes"), "{e}");
+    }
+
+    #[test]
+    fn parser_rejects_wrong_format_version_unit_and_negative_times() {
+        let (plan, sim) = setup();
+        let good = serde_json::to_string(&scaled(&plan, &sim, 1.0, "fwd")).unwrap();
+        assert!(Measured::from_json(&good, "m").is_ok());
+        for (from, to, msg) in [
+            ("\"fcp-measured\"", "\"other\"", "format is"),
+            ("\"version\":1", "\"version\":7", "version 7"),
+            ("\"time_unit\":\"ms\"", "\"time_unit\":\"ns\"", "time_unit"),
+            (
+                "\"pass\":\"fwd\",\"time",
+                "\"pass\":\"up\",\"time",
+                "pass is",
+            ),
+        ] {
+            let text = good.replacen(from, to, 1);
+            assert_ne!(text, good, "{from}");
+            let e = Measured::from_json(&text, "m").unwrap_err().to_string();
+            assert!(e.contains(msg), "{e}");
+        }
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.ranks[0].passes[0].steps[0].compute_ms = -1.0;
+        let text = serde_json::to_string(&m).unwrap();
+        let e = Measured::from_json(&text, "m").unwrap_err().to_string();
+        assert!(e.contains("expected a time"), "{e}");
+        let e = Measured::from_json("{", "m").unwrap_err().to_string();
+        assert!(e.contains("not a measured.json"), "{e}");
+    }
+}

@@ -1,0 +1,200 @@
+//! End-to-end: `fcp validate` on a synthetic measured.json (no PyTorch needed), against the
+//! numbers `fcp simulate --json` prints for the same plan.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use support::fcp;
+
+fn plan(dir: &Path) -> PathBuf {
+    let out = dir.join("zigzag.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "4"])
+        .args(["--tokens-per-rank", "4096", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+fn simulate(plan: &Path, pass: &str) -> Value {
+    let out = fcp()
+        .arg("simulate")
+        .arg(plan)
+        .args(["--pass", pass, "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// A measurement in which every rank's compute is `factor` × the simulated compute, spread
+/// evenly over its steps (as a replay would write it).
+fn synthetic(plan_path: &Path, sim: &Value, factor: f64, pass: &str) -> Value {
+    let plan: Value = serde_json::from_str(&std::fs::read_to_string(plan_path).unwrap()).unwrap();
+    let names: Vec<&str> = if pass == "both" {
+        vec!["fwd", "bwd"]
+    } else {
+        vec![pass]
+    };
+    let ranks: Vec<Value> = plan["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(r, rp)| {
+            let compute = factor * sim["ranks"][r]["compute_ms"].as_f64().unwrap();
+            let steps = rp["steps"].as_array().unwrap().len();
+            let per_pass = compute / names.len() as f64;
+            let passes: Vec<Value> = names
+                .iter()
+                .map(|n| {
+                    json!({"pass": n, "compute_ms": per_pass, "comm_ms": 1.0, "end_ms": 2.0,
+                        "steps": (0..steps).map(|s| json!({"step": s,
+                            "compute_ms": per_pass / steps as f64, "wait_ms": 0.0})).collect::<Vec<_>>()})
+                })
+                .collect();
+            json!({"rank": r, "compute_ms": compute, "comm_ms": 1.0, "end_ms": 2.0, "passes": passes})
+        })
+        .collect();
+    json!({"format": "fcp-measured", "version": 1, "mode": "distributed", "pass": pass,
+        "time_unit": "ms", "device": "synthetic", "backend": "none", "dtype": "bfloat16",
+        "attention_time_ms": factor * sim["attention_time_ms"].as_f64().unwrap(),
+        "ranks": ranks})
+}
+
+#[test]
+fn validate_reports_the_error_of_a_known_measurement() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path());
+    for pass in ["fwd", "both"] {
+        let sim = simulate(&p, pass);
+        let m = dir.path().join(format!("measured-{pass}.json"));
+        std::fs::write(&m, synthetic(&p, &sim, 2.0, pass).to_string()).unwrap();
+        let out = fcp()
+            .args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(&m)
+            .arg("--json")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        // Measured = 2 × simulated: every per-rank and end-to-end error is 50%.
+        let rc = &v["summary"]["rank_compute"];
+        assert!((rc["mean"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{v}");
+        assert_eq!(rc["n"], 4);
+        let at = &v["summary"]["attention_time"];
+        assert!(
+            (at["rel_error"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{v}"
+        );
+        let steps = v["steps"].as_array().unwrap();
+        let per_rank: usize = 4 * if pass == "both" { 2 } else { 1 };
+        assert_eq!(steps.len(), per_rank * 4, "4 steps per rank and pass");
+        // The table form prints the same summary.
+        fcp()
+            .args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(&m)
+            .assert()
+            .success()
+            .stdout(predicates::str::contains("compute per rank: mean 50.0%"));
+        // A gate on the mean compute error.
+        fcp()
+            .args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(&m)
+            .args(["--max-compute-error", "0.1"])
+            .assert()
+            .code(1);
+    }
+}
+
+#[test]
+fn bad_measurements_exit_2_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path());
+    let sim = simulate(&p, "fwd");
+    let good = synthetic(&p, &sim, 1.0, "fwd");
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            {
+                let mut m = good.clone();
+                m["format"] = json!("x");
+                m
+            },
+            "format is",
+        ),
+        (
+            {
+                let mut m = good.clone();
+                m["time_unit"] = json!("us");
+                m
+            },
+            "time_unit",
+        ),
+        (
+            {
+                let mut m = good.clone();
+                m["ranks"].as_array_mut().unwrap().pop();
+                m
+            },
+            "the plan has 4",
+        ),
+        (
+            {
+                let mut m = good.clone();
+                m["pass"] = json!("bwd");
+                m
+            },
+            "has passes",
+        ),
+        (
+            {
+                let mut m = good.clone();
+                m["ranks"][0]["compute_ms"] = json!(-3.0);
+                m
+            },
+            "expected a time",
+        ),
+    ];
+    for (m, msg) in cases {
+        let f = dir.path().join("bad.json");
+        std::fs::write(&f, m.to_string()).unwrap();
+        fcp()
+            .args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(&f)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(msg));
+    }
+    let f = dir.path().join("not-json.json");
+    std::fs::write(&f, "nope").unwrap();
+    fcp()
+        .args(["validate", "--plan"])
+        .arg(&p)
+        .arg("--measured")
+        .arg(&f)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("not a measured.json"));
+    fcp()
+        .args(["validate", "--plan"])
+        .arg(&p)
+        .arg("--measured")
+        .arg(dir.path().join("missing.json"))
+        .assert()
+        .code(2);
+}
