@@ -18,16 +18,17 @@ def main(paths):
     cells = {}
     schemes = []
     for r in rows:
-        key = (r["hardware"], r["trace"], r["ranks"])
+        key = (r["hardware"], r["trace"].removeprefix("gen:").removesuffix(":seed=1"), r["ranks"])
         s = r["scheme"]
         if s not in schemes:
             schemes.append(s)
         if r.get("error"):
             cells.setdefault(key, {})[s] = None
             continue
+        m = r["metrics"]
         cells.setdefault(key, {})[s] = (
-            r["attention_time_ms_mean"],
-            r["vs_lower_bound_mean"],
+            m["attention_time_ms"]["mean"],
+            m["vs_lower_bound"]["mean"],
         )
     others = [s for s in schemes if s != OURS]
     for hw in sorted({k[0] for k in cells}):
