@@ -201,7 +201,7 @@ pub fn estimate(
     for rp in &plan.ranks {
         let mut total = 0.0;
         for (pass, scale) in [(Pass::Fwd, 1.0), (Pass::Bwd, 2.0)] {
-            for s in 0..=steps {
+            for (s, b) in bytes[rp.rank as usize].iter().enumerate() {
                 let compute = match rp.steps.get(s) {
                     Some(st) if !st.tasks.is_empty() => {
                         cm.launch(plan, &st.tasks, pass)
@@ -211,7 +211,6 @@ pub fn estimate(
                     }
                     _ => 0.0,
                 };
-                let b = bytes[rp.rank as usize][s];
                 let comm = scale * (b[0].max(b[1]) / nv).max(b[2].max(b[3]) / nic);
                 total += compute.max(comm);
             }
