@@ -64,7 +64,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            compute_slack: 0.01,
+            compute_slack: 0.03,
             target: 1.02,
             max_steps: 0,
             items: 8,
@@ -396,7 +396,20 @@ pub fn repair(
                             && st.load[a] - wu + wv <= load_limit
                             && st.load[b] - wv + wu <= load_limit
                     })
-                    .map(|v| ((items[v].weight - wu).abs(), v))
+                    .map(|v| {
+                        // What v's documents owe b: the traffic swapping it away relieves.
+                        let owed: f64 = st.item_docs[v]
+                            .iter()
+                            .flat_map(|&d| st.contrib[d as usize].iter())
+                            .filter(|e| e.0 == b as u32)
+                            .map(|e| e.1)
+                            .sum();
+                        (
+                            owed / mean_traffic
+                                + (items[v].weight - wu).abs() / mean_load.max(1e-30),
+                            v,
+                        )
+                    })
                     .collect();
                 swaps.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
                 for &(_, v) in swaps.iter().take(opts.swaps) {
