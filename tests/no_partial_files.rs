@@ -113,7 +113,10 @@ fn sigint_leaves_the_old_file_or_the_complete_new_one() {
         assert!(status.success());
     }
     let status = child.wait().unwrap();
-    eprintln!("interrupted: {interrupted}, temporaries left: {:?}", temps(d));
+    eprintln!(
+        "interrupted: {interrupted}, temporaries left: {:?}",
+        temps(d)
+    );
     let now = std::fs::read(&out).unwrap();
     if now != SENTINEL {
         // Only a finished run may replace the file, and then completely.

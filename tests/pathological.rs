@@ -112,3 +112,36 @@ fn fcp_block_larger_than_every_document() {
         check("fcp:block=16384", &c);
     }
 }
+
+/// At full scale ring and zigzag would need over 500M tiles (1024 documents of 32K tokens,
+/// each cut across all 1024 ranks): they refuse up front, saying why, instead of exhausting
+/// memory.
+#[test]
+fn ring_schemes_refuse_plans_too_large_to_hold() {
+    let hw = Hardware::load("h100").unwrap();
+    let model = Model::load("llama3-8b").unwrap();
+    let ctx = PlanContext {
+        ranks: 1024,
+        tokens_per_rank: 32768,
+        mask: Mask::Causal,
+        model: &model,
+        hardware: &hw,
+    };
+    let batch = Batch::new(0, vec![32768; 1024]);
+    for scheme in ["ring", "zigzag"] {
+        let start = Instant::now();
+        let err = match planner_for(scheme).unwrap().plan(&batch, &ctx) {
+            Ok(_) => panic!("{scheme} built a plan of over 500M tiles"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("attention tiles") && err.contains("1024 ranks"),
+            "{err}"
+        );
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "{scheme} took {:?}",
+            start.elapsed()
+        );
+    }
+}

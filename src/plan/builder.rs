@@ -15,6 +15,8 @@ use crate::trace::Batch;
 #[derive(Debug, Clone)]
 pub struct PlanBuilder {
     plan: Plan,
+    /// Tasks kept so far (for planners that bound their plan's size).
+    tasks: u64,
 }
 
 impl PlanBuilder {
@@ -64,7 +66,13 @@ impl PlanBuilder {
                 ranks,
                 transfers: Vec::new(),
             },
+            tasks: 0,
         }
+    }
+
+    /// Tasks kept so far.
+    pub fn task_count(&self) -> u64 {
+        self.tasks
     }
 
     /// The mask of the plan being built.
@@ -158,6 +166,7 @@ impl PlanBuilder {
             steps.resize(step as usize + 1, Step::default());
         }
         steps[step as usize].tasks.push(Task { q, kv, heads });
+        self.tasks += 1;
         true
     }
 

@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{HeadRange, PlanBuilder, TokenRange, Transfer, TransferKind, TransferTensor};
+use crate::plan::{
+    HeadRange, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+};
+use crate::planners::MAX_PLAN_TASKS;
 use crate::trace::Batch;
 
 /// Cut `[0, len)` into `parts` contiguous pieces whose sizes differ by at most one token, with
@@ -301,14 +304,20 @@ pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
 /// step `s − 1` computes, the double-buffered pass of ring-flash-attention) and computes its
 /// queries against it. All K/V travel the whole ring, as in ring-flash-attention, even where a
 /// causal mask makes a piece useless downstream; the simulator charges what the scheme sends.
-pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
+pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), PlanError> {
     let group: Vec<u32> = (0..shards.len() as u32).collect();
-    ring_pass_group(b, &group, shards);
+    ring_pass_group(b, &group, shards)
 }
 
 /// [`ring_pass`] inside a sub-group of ranks (ByteScale's per-group rings): `group` lists the
-/// ring's ranks in ring order and `shards` is indexed by global rank.
-pub fn ring_pass_group(b: &mut PlanBuilder, group: &[u32], shards: &[Vec<TokenRange>]) {
+/// ring's ranks in ring order and `shards` is indexed by global rank. Refuses, before building
+/// anything, a pass whose tiles would take the plan past [`MAX_PLAN_TASKS`].
+pub fn ring_pass_group(
+    b: &mut PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    check_ring_size(b, group, shards)?;
     let n = group.len();
     for &r in group {
         cross_tasks(b, r, 0, &shards[r as usize], &shards[r as usize]);
@@ -323,6 +332,46 @@ pub fn ring_pass_group(b: &mut PlanBuilder, group: &[u32], shards: &[Vec<TokenRa
             b.transfer(Transfer::kv(from, r, ranges, s as u32 - 1, s as u32));
         }
     }
+    Ok(())
+}
+
+/// A ring pass pairs every piece of a document with every other piece of it: `p` pieces give
+/// `p²` tiles, `p(p + 1)/2` of them non-empty under a causal mask. Counted from the shards in
+/// O(pieces), so an oversized batch is refused in microseconds, not after minutes of building.
+fn check_ring_size(
+    b: &PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    let mut pieces = vec![0u64; b.documents().len()];
+    for &r in group {
+        for piece in &shards[r as usize] {
+            if let Some(p) = pieces.get_mut(piece.doc as usize) {
+                *p += 1;
+            }
+        }
+    }
+    let causal = b.mask() == crate::plan::Mask::Causal;
+    let tiles = pieces.iter().fold(0u64, |acc, &p| {
+        let t = if causal {
+            p.saturating_mul(p + 1) / 2
+        } else {
+            p.saturating_mul(p)
+        };
+        acc.saturating_add(t)
+    });
+    let total = tiles.saturating_add(b.task_count());
+    if total > MAX_PLAN_TASKS {
+        return Err(PlanError::Planning(format!(
+            "this batch needs about {total} attention tiles on {} ranks (a ring pass cuts each \
+             document into one piece per rank and pairs every piece with every other), more \
+             than the {MAX_PLAN_TASKS} a plan may hold; use fewer ranks, smaller batches, or a \
+             scheme that does not split every document across all ranks (fcp, flashcp, \
+             per-doc, llama3, magi)",
+            group.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
