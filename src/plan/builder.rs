@@ -17,6 +17,8 @@ pub struct PlanBuilder {
     plan: Plan,
     /// Tasks kept so far (for planners that bound their plan's size).
     tasks: u64,
+    /// Token ranges carried by the transfers kept so far.
+    transfer_ranges: u64,
 }
 
 impl PlanBuilder {
@@ -67,7 +69,13 @@ impl PlanBuilder {
                 transfers: Vec::new(),
             },
             tasks: 0,
+            transfer_ranges: 0,
         }
+    }
+
+    /// Token ranges carried by the transfers kept so far.
+    pub fn transfer_range_count(&self) -> u64 {
+        self.transfer_ranges
     }
 
     /// Tasks kept so far.
@@ -173,6 +181,7 @@ impl PlanBuilder {
     /// Add a transfer unless it moves nothing.
     pub fn transfer(&mut self, t: Transfer) -> &mut Self {
         if t.tokens() > 0 {
+            self.transfer_ranges += t.ranges.len() as u64;
             self.plan.transfers.push(t);
         }
         self

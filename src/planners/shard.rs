@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use crate::plan::{
     HeadRange, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
 };
-use crate::planners::MAX_PLAN_TASKS;
+use crate::planners::MAX_PLAN_ITEMS;
 use crate::trace::Batch;
 
 /// Cut `[0, len)` into `parts` contiguous pieces whose sizes differ by at most one token, with
@@ -244,8 +244,8 @@ pub fn all_gather(
     shards: &[Vec<TokenRange>],
     id: u32,
     arrive_by: u32,
-) {
-    all_gather_heads(b, group, shards, id, 0, arrive_by, None);
+) -> Result<(), PlanError> {
+    all_gather_heads(b, group, shards, id, 0, arrive_by, None)
 }
 
 /// [`all_gather`] of the K/V heads in `heads` (query-head units, whole GQA groups), issued when
@@ -258,7 +258,22 @@ pub fn all_gather_heads(
     issue_at: u32,
     arrive_by: u32,
     heads: Option<HeadRange>,
-) {
+) -> Result<(), PlanError> {
+    // Every member's shard is listed once per receiver; refuse before building what could not
+    // be held (see [`MAX_PLAN_ITEMS`]).
+    let receivers = group.len().saturating_sub(1) as u64;
+    let ranges = group.iter().fold(b.transfer_range_count(), |acc, &src| {
+        acc.saturating_add(receivers.saturating_mul(shards[src as usize].len() as u64))
+    });
+    if ranges > MAX_PLAN_ITEMS {
+        return Err(PlanError::Planning(format!(
+            "this batch's all-gather on {} ranks lists about {ranges} token ranges (every rank's \
+             shard, one piece per document, sent to each of the other ranks), more than the \
+             {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a scheme \
+             that exchanges K/V point to point (fcp, magi)",
+            group.len()
+        )));
+    }
     for &src in group {
         for &dst in group {
             if src == dst {
@@ -278,13 +293,14 @@ pub fn all_gather_heads(
             });
         }
     }
+    Ok(())
 }
 
 /// All-gather attention over per-rank shards (already owned): step 0 computes each rank's
 /// queries against the K/V it owns while the all-gather (collective 0) runs; step 1 computes them
 /// against the gathered K/V of other ranks, restricted to the ranges the mask lets its queries
 /// see (each rank attends only to what its queries need; the pieces still carry everything).
-pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
+pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), PlanError> {
     let n = shards.len() as u32;
     let mask = b.mask();
     let lens: Vec<u64> = b.documents().iter().map(|d| d.extent()).collect();
@@ -295,7 +311,7 @@ pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
         cross_tasks(b, r, 1, own, &remote);
     }
     let group: Vec<u32> = (0..n).collect();
-    all_gather(b, &group, shards, 0, 1);
+    all_gather(b, &group, shards, 0, 1)
 }
 
 /// Ring attention over the given per-rank shards (already registered with
@@ -311,7 +327,7 @@ pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), 
 
 /// [`ring_pass`] inside a sub-group of ranks (ByteScale's per-group rings): `group` lists the
 /// ring's ranks in ring order and `shards` is indexed by global rank. Refuses, before building
-/// anything, a pass whose tiles would take the plan past [`MAX_PLAN_TASKS`].
+/// anything, a pass whose tiles would take the plan past [`MAX_PLAN_ITEMS`].
 pub fn ring_pass_group(
     b: &mut PlanBuilder,
     group: &[u32],
@@ -361,11 +377,11 @@ fn check_ring_size(
         acc.saturating_add(t)
     });
     let total = tiles.saturating_add(b.task_count());
-    if total > MAX_PLAN_TASKS {
+    if total > MAX_PLAN_ITEMS {
         return Err(PlanError::Planning(format!(
             "this batch needs about {total} attention tiles on {} ranks (a ring pass cuts each \
              document into one piece per rank and pairs every piece with every other), more \
-             than the {MAX_PLAN_TASKS} a plan may hold; use fewer ranks, smaller batches, or a \
+             than the {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a \
              scheme that does not split every document across all ranks (fcp, flashcp, \
              per-doc, llama3, magi)",
             group.len()
