@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 
-use fcp::output::write_atomic;
-use fcp::trace::{self, Lognormal, PackMode, PackOptions, Source, Trace};
+use fcp::output::{write_atomic, AtomicFile};
+use fcp::trace::{self, DocReader, Lognormal, PackMode, PackOptions, Source, Trace};
 
 /// Trace commands.
 #[derive(Debug, Args)]
@@ -187,13 +187,38 @@ fn gen(a: GenArgs) -> anyhow::Result<()> {
             source.name()
         );
     }
-    let t = trace::generate(&source, a.docs, a.seed)?;
-    emit(&a.output, t.to_csv().as_bytes())
+    if a.docs == 0 {
+        anyhow::bail!("--docs must be ≥ 1");
+    }
+    // Streamed: each length is written as it is drawn, so memory does not grow with --docs.
+    let lens = trace::Generator::new(&source, a.seed)?.take(a.docs);
+    let write = |out: &mut dyn Write| -> std::io::Result<()> {
+        out.write_all(b"doc_len\n")?;
+        for len in lens {
+            writeln!(out, "{len}")?;
+        }
+        Ok(())
+    };
+    if a.output == Path::new("-") {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        write(&mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
+    let ctx = || format!("cannot write {}", a.output.display());
+    let mut f = AtomicFile::create(&a.output).with_context(ctx)?;
+    write(&mut f).with_context(ctx)?;
+    f.commit().with_context(ctx)
 }
 
+/// Streamed: one pass over the file with exact counts per distinct length (see
+/// [`trace::StatsAccumulator`]), so a 10M-document trace needs megabytes, not gigabytes.
 fn stats(a: StatsArgs) -> anyhow::Result<()> {
-    let t = Trace::load(&a.file)?;
-    let s = t.stats()?;
+    let mut acc = trace::StatsAccumulator::default();
+    for doc in DocReader::open(&a.file)? {
+        acc.push(doc?.len);
+    }
+    let s = acc.finish()?;
     let text = if a.json {
         let mut j = serde_json::to_string_pretty(&s)?;
         j.push('\n');
@@ -204,10 +229,49 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
     emit(Path::new("-"), text.as_bytes())
 }
 
+/// Streamed for unpinned traces in a file: a first pass packs without keeping batches to count
+/// them (the summary line comes first, and a bad line fails before anything is printed), a
+/// second prints each batch as it closes. Pinned traces (batch ids may repeat anywhere) and
+/// stdin (cannot be read twice) are read whole.
 fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
-    let t = Trace::load(&a.file)?;
-    let p = trace::pack(&t, &a.pack.options(a.ranks, a.tokens_per_rank))?;
-    let text = if a.json {
+    let opts = a.pack.options(a.ranks, a.tokens_per_rank);
+    let stream = a.file != Path::new("-") && !DocReader::open(&a.file)?.is_pinned();
+    if !stream {
+        let p = trace::pack(&Trace::load(&a.file)?, &opts)?;
+        return emit(Path::new("-"), packed_text(&p, a.json)?.as_bytes());
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let (mut batches, mut tokens) = (0usize, 0u64);
+    let mut packer = trace::Packer::new(&opts)?;
+    let mut count = |b: trace::Batch| {
+        batches += 1;
+        tokens += b.tokens();
+    };
+    for doc in DocReader::open(&a.file)? {
+        packer.push(doc?.len, &mut count);
+    }
+    let truncated = packer.finish(&mut count);
+
+    let mut w = PackWriter::start(&mut out, a.json, batches, tokens, truncated)?;
+    let mut packer = trace::Packer::new(&opts)?;
+    let mut failed: std::io::Result<()> = Ok(());
+    let mut print = |b: trace::Batch| {
+        if failed.is_ok() {
+            failed = w.batch(&b);
+        }
+    };
+    for doc in DocReader::open(&a.file)? {
+        packer.push(doc?.len, &mut print);
+    }
+    packer.finish(&mut print);
+    failed?;
+    w.end()?;
+    Ok(out.flush()?)
+}
+
+/// `fcp trace pack` output of packed batches in memory: the whole value pretty-printed at once.
+fn packed_text(p: &trace::Packed, json: bool) -> anyhow::Result<String> {
+    Ok(if json {
         let batches: Vec<_> = p
             .batches
             .iter()
@@ -234,8 +298,78 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
             ));
         }
         s
-    };
-    emit(Path::new("-"), text.as_bytes())
+    })
+}
+
+/// Prints `fcp trace pack` output batch by batch, byte-identical to [`packed_text`] (a test
+/// compares the two: a file is streamed, stdin is packed in memory).
+struct PackWriter<'a, W: Write> {
+    out: &'a mut W,
+    json: bool,
+    first: bool,
+    truncated: usize,
+}
+
+impl<'a, W: Write> PackWriter<'a, W> {
+    fn start(
+        out: &'a mut W,
+        json: bool,
+        batches: usize,
+        tokens: u64,
+        truncated: usize,
+    ) -> std::io::Result<Self> {
+        if json {
+            out.write_all(b"{\n  \"batches\": [")?;
+            if batches == 0 {
+                out.write_all(b"]")?;
+            }
+        } else {
+            writeln!(
+                out,
+                "{batches} batches, {tokens} tokens, {truncated} truncated documents"
+            )?;
+        }
+        Ok(PackWriter {
+            out,
+            json,
+            first: true,
+            truncated,
+        })
+    }
+
+    fn batch(&mut self, b: &trace::Batch) -> std::io::Result<()> {
+        if !self.json {
+            return writeln!(
+                self.out,
+                "batch {:>5}: {:>5} docs {:>10} tokens",
+                b.index,
+                b.doc_lens.len(),
+                b.tokens()
+            );
+        }
+        let v = serde_json::json!({"index": b.index, "tokens": b.tokens(), "doc_lens": b.doc_lens});
+        let text = serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?;
+        self.out
+            .write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        for (i, line) in text.lines().enumerate() {
+            if i > 0 {
+                self.out.write_all(b"\n")?;
+            }
+            write!(self.out, "    {line}")?;
+        }
+        Ok(())
+    }
+
+    fn end(self) -> std::io::Result<()> {
+        if !self.json {
+            return Ok(());
+        }
+        if !self.first {
+            self.out.write_all(b"\n  ]")?;
+        }
+        writeln!(self.out, ",\n  \"truncated\": {}\n}}", self.truncated)
+    }
 }
 
 fn derive(a: DeriveArgs) -> anyhow::Result<()> {

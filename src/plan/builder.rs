@@ -15,6 +15,10 @@ use crate::trace::Batch;
 #[derive(Debug, Clone)]
 pub struct PlanBuilder {
     plan: Plan,
+    /// Tasks kept so far (for planners that bound their plan's size).
+    tasks: u64,
+    /// Token ranges carried by the transfers kept so far.
+    transfer_ranges: u64,
 }
 
 impl PlanBuilder {
@@ -64,7 +68,19 @@ impl PlanBuilder {
                 ranks,
                 transfers: Vec::new(),
             },
+            tasks: 0,
+            transfer_ranges: 0,
         }
+    }
+
+    /// Token ranges carried by the transfers kept so far.
+    pub fn transfer_range_count(&self) -> u64 {
+        self.transfer_ranges
+    }
+
+    /// Tasks kept so far.
+    pub fn task_count(&self) -> u64 {
+        self.tasks
     }
 
     /// The mask of the plan being built.
@@ -158,12 +174,14 @@ impl PlanBuilder {
             steps.resize(step as usize + 1, Step::default());
         }
         steps[step as usize].tasks.push(Task { q, kv, heads });
+        self.tasks += 1;
         true
     }
 
     /// Add a transfer unless it moves nothing.
     pub fn transfer(&mut self, t: Transfer) -> &mut Self {
         if t.tokens() > 0 {
+            self.transfer_ranges += t.ranges.len() as u64;
             self.plan.transfers.push(t);
         }
         self

@@ -103,7 +103,7 @@ impl Planner for ByteScale {
                     }
                 }
             }
-            ring_pass_group(&mut b, &group, &shards);
+            ring_pass_group(&mut b, &group, &shards)?;
         }
         if !short.is_empty() {
             let pool: Vec<u32> = (next..n).collect();

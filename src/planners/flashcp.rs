@@ -673,7 +673,7 @@ impl FlashCp {
             cross_tasks(&mut b, r as u32, 1, own, &remote);
         }
         let group: Vec<u32> = (0..n).collect();
-        all_gather(&mut b, &group, &exchanged(&s.shards, mask, n), 0, 1);
+        all_gather(&mut b, &group, &exchanged(&s.shards, mask, n), 0, 1)?;
         Ok(b.finish())
     }
 }

@@ -53,7 +53,7 @@ impl Planner for Llama3 {
                 own_all(&mut b, r as u32, &mine)
             })
             .collect();
-        gather_attend(&mut b, &shards);
+        gather_attend(&mut b, &shards)?;
         Ok(b.finish())
     }
 }
@@ -131,7 +131,7 @@ impl Planner for Llama3Contig {
                 stage.saturating_sub(1),
                 stage,
                 Some(heads),
-            );
+            )?;
         }
         Ok(b.finish())
     }

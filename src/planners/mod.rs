@@ -34,6 +34,15 @@ pub use ulysses::Ulysses;
 pub use wlb_llm::WlbLlm;
 pub use zigzag::Zigzag;
 
+/// The most attention tiles (tasks), and separately the most token ranges carried by transfers,
+/// a plan may hold: each limit is about 2 GB in memory, more as JSON, and minutes to verify and
+/// simulate. Schemes that cut every document across all N ranks (ring, zigzag, ByteScale's
+/// per-document rings) need about N²/2 tiles per long document, and all-gather schemes list
+/// every shard once per receiver (N² pieces of N·docs ranges); at 256–1024 ranks × 32K tokens
+/// both reach billions, so those planners refuse such batches up front, saying why, instead of
+/// exhausting memory.
+pub const MAX_PLAN_ITEMS: u64 = 1 << 25;
+
 /// What every planner is given besides the batch.
 #[derive(Debug, Clone)]
 pub struct PlanContext<'a> {

@@ -33,7 +33,7 @@ impl Planner for PerDoc {
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
             zigzag_pieces(len, ctx.ranks)
         });
-        gather_attend(&mut b, &shards);
+        gather_attend(&mut b, &shards)?;
         Ok(b.finish())
     }
 }

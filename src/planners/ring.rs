@@ -30,7 +30,7 @@ impl Planner for Ring {
         let n = ctx.ranks;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         let shards = assign_pieces(&mut b, batch, n, |len| contiguous_pieces(len, n));
-        ring_pass(&mut b, &shards);
+        ring_pass(&mut b, &shards)?;
         Ok(b.finish())
     }
 }

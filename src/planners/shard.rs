@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{HeadRange, PlanBuilder, TokenRange, Transfer, TransferKind, TransferTensor};
+use crate::plan::{
+    HeadRange, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+};
+use crate::planners::MAX_PLAN_ITEMS;
 use crate::trace::Batch;
 
 /// Cut `[0, len)` into `parts` contiguous pieces whose sizes differ by at most one token, with
@@ -241,8 +244,8 @@ pub fn all_gather(
     shards: &[Vec<TokenRange>],
     id: u32,
     arrive_by: u32,
-) {
-    all_gather_heads(b, group, shards, id, 0, arrive_by, None);
+) -> Result<(), PlanError> {
+    all_gather_heads(b, group, shards, id, 0, arrive_by, None)
 }
 
 /// [`all_gather`] of the K/V heads in `heads` (query-head units, whole GQA groups), issued when
@@ -255,7 +258,22 @@ pub fn all_gather_heads(
     issue_at: u32,
     arrive_by: u32,
     heads: Option<HeadRange>,
-) {
+) -> Result<(), PlanError> {
+    // Every member's shard is listed once per receiver; refuse before building what could not
+    // be held (see [`MAX_PLAN_ITEMS`]).
+    let receivers = group.len().saturating_sub(1) as u64;
+    let ranges = group.iter().fold(b.transfer_range_count(), |acc, &src| {
+        acc.saturating_add(receivers.saturating_mul(shards[src as usize].len() as u64))
+    });
+    if ranges > MAX_PLAN_ITEMS {
+        return Err(PlanError::Planning(format!(
+            "this batch's all-gather on {} ranks lists about {ranges} token ranges (every rank's \
+             shard, one piece per document, sent to each of the other ranks), more than the \
+             {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a scheme \
+             that exchanges K/V point to point (fcp, magi)",
+            group.len()
+        )));
+    }
     for &src in group {
         for &dst in group {
             if src == dst {
@@ -275,13 +293,14 @@ pub fn all_gather_heads(
             });
         }
     }
+    Ok(())
 }
 
 /// All-gather attention over per-rank shards (already owned): step 0 computes each rank's
 /// queries against the K/V it owns while the all-gather (collective 0) runs; step 1 computes them
 /// against the gathered K/V of other ranks, restricted to the ranges the mask lets its queries
 /// see (each rank attends only to what its queries need; the pieces still carry everything).
-pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
+pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), PlanError> {
     let n = shards.len() as u32;
     let mask = b.mask();
     let lens: Vec<u64> = b.documents().iter().map(|d| d.extent()).collect();
@@ -292,7 +311,7 @@ pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
         cross_tasks(b, r, 1, own, &remote);
     }
     let group: Vec<u32> = (0..n).collect();
-    all_gather(b, &group, shards, 0, 1);
+    all_gather(b, &group, shards, 0, 1)
 }
 
 /// Ring attention over the given per-rank shards (already registered with
@@ -301,14 +320,20 @@ pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
 /// step `s − 1` computes, the double-buffered pass of ring-flash-attention) and computes its
 /// queries against it. All K/V travel the whole ring, as in ring-flash-attention, even where a
 /// causal mask makes a piece useless downstream; the simulator charges what the scheme sends.
-pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) {
+pub fn ring_pass(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), PlanError> {
     let group: Vec<u32> = (0..shards.len() as u32).collect();
-    ring_pass_group(b, &group, shards);
+    ring_pass_group(b, &group, shards)
 }
 
 /// [`ring_pass`] inside a sub-group of ranks (ByteScale's per-group rings): `group` lists the
-/// ring's ranks in ring order and `shards` is indexed by global rank.
-pub fn ring_pass_group(b: &mut PlanBuilder, group: &[u32], shards: &[Vec<TokenRange>]) {
+/// ring's ranks in ring order and `shards` is indexed by global rank. Refuses, before building
+/// anything, a pass whose tiles would take the plan past [`MAX_PLAN_ITEMS`].
+pub fn ring_pass_group(
+    b: &mut PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    check_ring_size(b, group, shards)?;
     let n = group.len();
     for &r in group {
         cross_tasks(b, r, 0, &shards[r as usize], &shards[r as usize]);
@@ -323,6 +348,46 @@ pub fn ring_pass_group(b: &mut PlanBuilder, group: &[u32], shards: &[Vec<TokenRa
             b.transfer(Transfer::kv(from, r, ranges, s as u32 - 1, s as u32));
         }
     }
+    Ok(())
+}
+
+/// A ring pass pairs every piece of a document with every other piece of it: `p` pieces give
+/// `p²` tiles, `p(p + 1)/2` of them non-empty under a causal mask. Counted from the shards in
+/// O(pieces), so an oversized batch is refused in microseconds, not after minutes of building.
+fn check_ring_size(
+    b: &PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    let mut pieces = vec![0u64; b.documents().len()];
+    for &r in group {
+        for piece in &shards[r as usize] {
+            if let Some(p) = pieces.get_mut(piece.doc as usize) {
+                *p += 1;
+            }
+        }
+    }
+    let causal = b.mask() == crate::plan::Mask::Causal;
+    let tiles = pieces.iter().fold(0u64, |acc, &p| {
+        let t = if causal {
+            p.saturating_mul(p + 1) / 2
+        } else {
+            p.saturating_mul(p)
+        };
+        acc.saturating_add(t)
+    });
+    let total = tiles.saturating_add(b.task_count());
+    if total > MAX_PLAN_ITEMS {
+        return Err(PlanError::Planning(format!(
+            "this batch needs about {total} attention tiles on {} ranks (a ring pass cuts each \
+             document into one piece per rank and pairs every piece with every other), more \
+             than the {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a \
+             scheme that does not split every document across all ranks (fcp, flashcp, \
+             per-doc, llama3, magi)",
+            group.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ impl Planner for Zigzag {
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
             zigzag_pieces(len, ctx.ranks)
         });
-        ring_pass(&mut b, &shards);
+        ring_pass(&mut b, &shards)?;
         Ok(b.finish())
     }
 }

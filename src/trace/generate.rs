@@ -152,40 +152,71 @@ pub fn generate(source: &Source, docs: usize, seed: u64) -> Result<Trace, TraceE
     if docs == 0 {
         return Err(TraceError::BadParameter("--docs must be ≥ 1".into()));
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let lens: Vec<u64> = match source {
-        Source::Lognormal(p) => {
-            let d = LogNormal::new(p.mu, p.sigma)
-                .map_err(|e| TraceError::BadParameter(format!("lognormal: {e}")))?;
-            (0..docs)
-                .map(|_| round_clip(d.sample(&mut rng), p.min, p.max))
-                .collect()
-        }
-        Source::Magi => {
-            let bins: Vec<HistBin> = tables::read_table("magi", tables::MAGI_HISTOGRAM)?;
-            (0..docs)
-                .map(|_| sample_histogram(&bins, &mut rng))
-                .collect()
-        }
-        Source::WlbLlm | Source::Prolong => {
-            let (name, text) = match source {
-                Source::WlbLlm => ("wlb-llm", tables::WLB_LLM_QUANTILES),
-                _ => ("prolong", tables::PROLONG_QUANTILES),
-            };
-            let q = QuantileTable::parse(name, text)?;
-            (0..docs).map(|_| q.at(rng.gen::<f64>())).collect()
-        }
-        Source::Pile | Source::RedPajama => {
-            let (name, text) = match source {
-                Source::Pile => ("pile", tables::PILE_MIXTURE),
-                _ => ("redpajama", tables::REDPAJAMA_MIXTURE),
-            };
-            let comps: Vec<Component> = tables::read_table(name, text)?;
-            let mix = Mixture::new(&comps)?;
-            (0..docs).map(|_| mix.sample(&mut rng)).collect()
-        }
-    };
+    let lens: Vec<u64> = Generator::new(source, seed)?.take(docs).collect();
     Ok(Trace::from_lens(&lens))
+}
+
+/// An endless stream of document lengths from one source and seed: [`generate`] takes the first
+/// `docs`, `fcp trace gen` writes them as they come, so a 10M-document trace needs no more
+/// memory than a 10-document one. The n-th length is the same either way.
+pub struct Generator {
+    rng: ChaCha8Rng,
+    sampler: Sampler,
+}
+
+/// A source's sampler, its table parsed once.
+enum Sampler {
+    Lognormal(LogNormal<f64>, u64, u64),
+    Histogram(Vec<HistBin>),
+    Quantiles(QuantileTable),
+    Mixture(Mixture),
+}
+
+impl Generator {
+    /// The stream for `source` seeded with `seed`; errors on bad parameters or tables.
+    pub fn new(source: &Source, seed: u64) -> Result<Generator, TraceError> {
+        let sampler = match source {
+            Source::Lognormal(p) => Sampler::Lognormal(
+                LogNormal::new(p.mu, p.sigma)
+                    .map_err(|e| TraceError::BadParameter(format!("lognormal: {e}")))?,
+                p.min,
+                p.max,
+            ),
+            Source::Magi => Sampler::Histogram(tables::read_table("magi", tables::MAGI_HISTOGRAM)?),
+            Source::WlbLlm => {
+                Sampler::Quantiles(QuantileTable::parse("wlb-llm", tables::WLB_LLM_QUANTILES)?)
+            }
+            Source::Prolong => {
+                Sampler::Quantiles(QuantileTable::parse("prolong", tables::PROLONG_QUANTILES)?)
+            }
+            Source::Pile | Source::RedPajama => {
+                let (name, text) = match source {
+                    Source::Pile => ("pile", tables::PILE_MIXTURE),
+                    _ => ("redpajama", tables::REDPAJAMA_MIXTURE),
+                };
+                let comps: Vec<Component> = tables::read_table(name, text)?;
+                Sampler::Mixture(Mixture::new(&comps)?)
+            }
+        };
+        Ok(Generator {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            sampler,
+        })
+    }
+}
+
+impl Iterator for Generator {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        let rng = &mut self.rng;
+        Some(match &self.sampler {
+            Sampler::Lognormal(d, min, max) => round_clip(d.sample(rng), *min, *max),
+            Sampler::Histogram(bins) => sample_histogram(bins, rng),
+            Sampler::Quantiles(q) => q.at(rng.gen::<f64>()),
+            Sampler::Mixture(mix) => mix.sample(rng),
+        })
+    }
 }
 
 fn round_clip(x: f64, min: u64, max: u64) -> u64 {

@@ -17,10 +17,10 @@ pub use derive::{
     derive_quantiles, parse_json_lengths, quantile_grid, quantile_table_csv, QUANTILE_GRID,
 };
 pub use error::TraceError;
-pub use generate::{generate, sample_histogram, Lognormal, Source, MIXTURE_CAP};
-pub use pack::{pack, PackMode, PackOptions, Packed};
-pub use parse::Format;
-pub use stats::{percentile_sorted, stats, AboveShare, TraceStats, THRESHOLDS};
+pub use generate::{generate, sample_histogram, Generator, Lognormal, Source, MIXTURE_CAP};
+pub use pack::{pack, PackMode, PackOptions, Packed, Packer};
+pub use parse::{DocReader, Format};
+pub use stats::{percentile_sorted, stats, AboveShare, StatsAccumulator, TraceStats, THRESHOLDS};
 pub use tables::{
     read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM, PILE_MIXTURE,
     PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,

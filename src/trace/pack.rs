@@ -100,99 +100,104 @@ pub fn pack(trace: &Trace, opts: &PackOptions) -> Result<Packed, TraceError> {
     if trace.is_pinned() {
         return Ok(pack_pinned(trace, limit));
     }
-    let lens = trace.docs.iter().map(|d| d.len);
-    Ok(match opts.mode {
-        PackMode::Budget => pack_budget(lens, limit),
-        PackMode::Window => pack_window(lens, limit),
-        PackMode::Carry => pack_carry(lens, limit),
-    })
+    let mut packer = Packer::new(opts)?;
+    let mut batches = Vec::new();
+    for d in &trace.docs {
+        packer.push(d.len, &mut |b| batches.push(b));
+    }
+    let truncated = packer.finish(&mut |b| batches.push(b));
+    Ok(Packed { batches, truncated })
 }
 
-/// Accumulates documents into batches and numbers them.
-struct Builder {
-    batches: Vec<Batch>,
+/// Packing one document at a time (unpinned documents): each batch is handed to `emit` as soon
+/// as it closes, so packing a trace of any length holds one batch in memory. [`pack`] is this
+/// with the batches collected.
+#[derive(Debug, Clone)]
+pub struct Packer {
+    mode: PackMode,
+    limit: u64,
     current: Vec<u64>,
     fill: u64,
+    index: usize,
+    truncated: usize,
 }
 
-impl Builder {
-    fn new() -> Self {
-        Builder {
-            batches: Vec::new(),
+impl Packer {
+    /// A packer for `opts` (validated as [`PackOptions::batch_limit`] does).
+    pub fn new(opts: &PackOptions) -> Result<Packer, TraceError> {
+        Ok(Packer {
+            mode: opts.mode,
+            limit: opts.batch_limit()?,
             current: Vec::new(),
             fill: 0,
-        }
+            index: 0,
+            truncated: 0,
+        })
     }
-    fn push(&mut self, len: u64) {
-        self.current.push(len);
-        self.fill += len;
-    }
-    fn close(&mut self) {
-        if !self.current.is_empty() {
-            let docs = std::mem::take(&mut self.current);
-            self.batches.push(Batch::new(self.batches.len(), docs));
-            self.fill = 0;
-        }
-    }
-    fn finish(mut self, truncated: usize) -> Packed {
-        self.close();
-        Packed {
-            batches: self.batches,
-            truncated,
-        }
-    }
-}
 
-fn pack_budget(lens: impl Iterator<Item = u64>, budget: u64) -> Packed {
-    let mut b = Builder::new();
-    let mut truncated = 0;
-    for len in lens {
-        let len = if len > budget {
-            truncated += 1;
-            budget
-        } else {
-            len
-        };
-        if b.fill + len > budget {
-            b.close();
-        }
-        b.push(len);
-    }
-    b.finish(truncated)
-}
-
-fn pack_window(lens: impl Iterator<Item = u64>, context: u64) -> Packed {
-    let mut b = Builder::new();
-    let mut truncated = 0;
-    for len in lens {
-        let space = context - b.fill;
-        if len > space {
-            truncated += 1;
-            b.push(space);
-        } else {
-            b.push(len);
-        }
-        if b.fill == context {
-            b.close();
-        }
-    }
-    b.finish(truncated)
-}
-
-fn pack_carry(lens: impl Iterator<Item = u64>, budget: u64) -> Packed {
-    let mut b = Builder::new();
-    for len in lens {
-        let mut rest = len;
-        while rest > 0 {
-            let take = rest.min(budget - b.fill);
-            b.push(take);
-            rest -= take;
-            if b.fill == budget {
-                b.close();
+    /// Add the next document; `emit` receives every batch this closes, in order.
+    pub fn push(&mut self, len: u64, emit: &mut impl FnMut(Batch)) {
+        let limit = self.limit;
+        match self.mode {
+            // Budget: whole documents; one longer than the budget is cut to it.
+            PackMode::Budget => {
+                let len = if len > limit {
+                    self.truncated += 1;
+                    limit
+                } else {
+                    len
+                };
+                if self.fill + len > limit {
+                    self.close(emit);
+                }
+                self.add(len);
+            }
+            // Window: the crossing document fills the window and its rest is dropped.
+            PackMode::Window => {
+                let space = limit - self.fill;
+                if len > space {
+                    self.truncated += 1;
+                    self.add(space);
+                } else {
+                    self.add(len);
+                }
+                if self.fill == limit {
+                    self.close(emit);
+                }
+            }
+            // Carry: the crossing document's remainder opens the next batch.
+            PackMode::Carry => {
+                let mut rest = len;
+                while rest > 0 {
+                    let take = rest.min(limit - self.fill);
+                    self.add(take);
+                    rest -= take;
+                    if self.fill == limit {
+                        self.close(emit);
+                    }
+                }
             }
         }
     }
-    b.finish(0)
+
+    /// Close the last batch (if any) and return how many documents were cut.
+    pub fn finish(mut self, emit: &mut impl FnMut(Batch)) -> usize {
+        self.close(emit);
+        self.truncated
+    }
+
+    fn add(&mut self, len: u64) {
+        self.current.push(len);
+        self.fill += len;
+    }
+
+    fn close(&mut self, emit: &mut impl FnMut(Batch)) {
+        if !self.current.is_empty() {
+            emit(Batch::new(self.index, std::mem::take(&mut self.current)));
+            self.index += 1;
+            self.fill = 0;
+        }
+    }
 }
 
 fn pack_pinned(trace: &Trace, limit: u64) -> Packed {

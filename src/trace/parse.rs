@@ -4,7 +4,7 @@
 //! Parsing never panics on user input: every problem becomes a [`TraceError`] that names the
 //! line, so a user can fix a hand-edited trace quickly.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 use super::{Trace, TraceDoc, TraceError};
@@ -43,17 +43,7 @@ impl Trace {
     /// Read a trace from `path`; `-` reads stdin. The format follows the extension
     /// (`.jsonl`/`.json` → JSONL, else CSV); stdin is sniffed by its first character.
     pub fn load(path: &Path) -> Result<Trace, TraceError> {
-        let io_err = |source| TraceError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        if path == Path::new("-") {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).map_err(io_err)?;
-            return Trace::parse_str(&text, Format::sniff(&text));
-        }
-        let text = std::fs::read_to_string(path).map_err(io_err)?;
-        Trace::parse_str(&text, Format::from_path(path))
+        DocReader::open(path)?.collect_trace()
     }
 
     /// Parse text in the given format.
@@ -68,12 +58,113 @@ impl Trace {
     /// `batch` column that pins each document to a batch id. Lines starting with `#` are
     /// comments; fields are trimmed.
     pub fn from_csv_str(text: &str) -> Result<Trace, TraceError> {
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        DocReader::csv(text.as_bytes())?.collect_trace()
+    }
+
+    /// Parse JSONL: each non-blank line is an object with a `doc_lens` array of positive
+    /// integers and becomes one pinned batch (batch ids 0, 1, ... in line order). Other keys
+    /// are ignored. A file that is a single JSON array of lengths (DistCA's `dist_*.json`
+    /// format) is accepted too, as unpinned documents.
+    pub fn from_jsonl_str(text: &str) -> Result<Trace, TraceError> {
+        DocReader::jsonl(text.as_bytes())?.collect_trace()
+    }
+}
+
+/// A trace read one document at a time, so `fcp trace stats` and `fcp trace pack` handle a
+/// 10M-document file in bounded memory. The whole-trace parsers above are this reader
+/// collected, so both paths accept and reject exactly the same inputs with the same messages.
+///
+/// Yields documents in order, then — if there were none — one [`TraceError::Empty`]; after an
+/// error it yields nothing more. A JSON array of lengths (one value spanning the file) is the
+/// one form read whole.
+pub struct DocReader<R: BufRead> {
+    inner: Inner<R>,
+    /// Whether documents carry batch ids (known from the header / format before the first).
+    pinned: bool,
+    yielded: bool,
+    done: bool,
+    /// The path, for I/O errors met while reading (`None`: in-memory text).
+    path: Option<String>,
+}
+
+enum Inner<R: BufRead> {
+    Csv {
+        rdr: csv::Reader<R>,
+        len_col: usize,
+        batch_col: Option<usize>,
+        record: csv::StringRecord,
+    },
+    Jsonl {
+        src: R,
+        line: u64,
+        batch: u64,
+        buf: String,
+        pending: std::vec::IntoIter<TraceDoc>,
+    },
+    Array(std::vec::IntoIter<u64>),
+}
+
+impl DocReader<Box<dyn BufRead>> {
+    /// Open `path` (`-`: stdin, sniffed by its first non-blank character; otherwise the format
+    /// the extension names).
+    pub fn open(path: &Path) -> Result<Self, TraceError> {
+        let io_err = |source| TraceError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let (src, format): (Box<dyn BufRead>, Format) = if path == Path::new("-") {
+            // Read up to the first non-blank byte to sniff the format, then put it back.
+            let mut stdin = std::io::stdin().lock();
+            let mut head = Vec::new();
+            loop {
+                let buf = stdin.fill_buf().map_err(io_err)?;
+                if buf.is_empty() {
+                    break;
+                }
+                let blank = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
+                let found = blank < buf.len();
+                let take = if found { buf.len() } else { blank };
+                head.extend_from_slice(&buf[..take]);
+                stdin.consume(take);
+                if found {
+                    break;
+                }
+            }
+            let format = Format::sniff(&String::from_utf8_lossy(&head));
+            (Box::new(std::io::Cursor::new(head).chain(stdin)), format)
+        } else {
+            let f = std::fs::File::open(path).map_err(io_err)?;
+            (
+                Box::new(std::io::BufReader::with_capacity(1 << 16, f)),
+                Format::from_path(path),
+            )
+        };
+        // I/O errors surface through the parsers without a path; name it here.
+        let named = |e: TraceError| match e {
+            TraceError::Io { source, .. } => io_err(source),
+            e => e,
+        };
+        let mut r = match format {
+            Format::Csv => DocReader::csv(src),
+            Format::Jsonl => DocReader::jsonl(src),
+        }
+        .map_err(named)?;
+        r.path = Some(path.display().to_string());
+        Ok(r)
+    }
+}
+impl<R: BufRead> DocReader<R> {
+    /// Read CSV (see [`Trace::from_csv_str`]); the header is read and checked here.
+    pub fn csv(mut src: R) -> Result<Self, TraceError> {
+        // A UTF-8 byte-order mark (Excel) would otherwise glue itself to the first header.
+        if src.fill_buf().is_ok_and(|b| b.starts_with(b"\xEF\xBB\xBF")) {
+            src.consume(3);
+        }
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .comment(Some(b'#'))
             .trim(csv::Trim::All)
-            .from_reader(text.as_bytes());
+            .from_reader(src);
         let headers = rdr.headers().map_err(csv_error)?.clone();
         if headers.is_empty() || (headers.len() == 1 && headers[0].is_empty()) {
             return Err(TraceError::Empty);
@@ -84,79 +175,212 @@ impl Trace {
             }
         })?;
         let batch_col = headers.iter().position(|h| h == "batch");
-        let mut docs = Vec::new();
-        for record in rdr.records() {
-            let record = record.map_err(csv_error)?;
-            let line = record.position().map_or(0, |p| p.line());
-            let value = record.get(len_col).unwrap_or("");
-            let len = parse_len(value).ok_or_else(|| TraceError::BadLength {
-                line,
-                value: value.to_string(),
-            })?;
-            let batch = match batch_col {
-                None => None,
-                Some(c) => {
-                    let v = record.get(c).unwrap_or("");
-                    Some(v.parse::<u64>().map_err(|_| TraceError::BadBatch {
-                        line,
-                        value: v.to_string(),
-                    })?)
-                }
-            };
-            docs.push(TraceDoc { len, batch });
-        }
-        if docs.is_empty() {
-            return Err(TraceError::Empty);
-        }
-        Ok(Trace { docs })
+        Ok(DocReader {
+            inner: Inner::Csv {
+                rdr,
+                len_col,
+                batch_col,
+                record: csv::StringRecord::new(),
+            },
+            pinned: batch_col.is_some(),
+            yielded: false,
+            done: false,
+            path: None,
+        })
     }
 
-    /// Parse JSONL: each non-blank line is an object with a `doc_lens` array of positive
-    /// integers and becomes one pinned batch (batch ids 0, 1, ... in line order). Other keys
-    /// are ignored. A file that is a single JSON array of lengths (DistCA's `dist_*.json`
-    /// format) is accepted too, as unpinned documents.
-    pub fn from_jsonl_str(text: &str) -> Result<Trace, TraceError> {
-        if text.trim_start().starts_with('[') {
-            return Ok(Trace::from_lens(&super::parse_json_lengths(text)?));
-        }
-        let mut docs = Vec::new();
-        let mut batch = 0u64;
-        for (i, raw) in text.lines().enumerate() {
-            let line = i as u64 + 1;
-            let raw = raw.trim();
-            if raw.is_empty() {
-                continue;
+    /// Read JSONL (see [`Trace::from_jsonl_str`]). A JSON array of lengths is detected by its
+    /// first non-blank line and read whole.
+    pub fn jsonl(mut src: R) -> Result<Self, TraceError> {
+        // Skip blank lines to see the first value, counting them for line numbers; keep them
+        // so a JSON array's error positions match the file.
+        let mut head = String::new();
+        let mut start;
+        let mut line = 0u64;
+        loop {
+            start = head.len();
+            let n = src
+                .read_line(&mut head)
+                .map_err(|e| jsonl_io(line + 1, e))?;
+            if n == 0 || !head[start..].trim().is_empty() {
+                break;
             }
-            let json_err = |message: String| TraceError::Json { line, message };
-            let value: serde_json::Value =
-                serde_json::from_str(raw).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
-            let lens = value
-                .get("doc_lens")
-                .and_then(|v| v.as_array())
-                .ok_or_else(|| json_err("expected an object with a `doc_lens` array".into()))?;
-            if lens.is_empty() {
-                return Err(json_err("`doc_lens` is empty".into()));
-            }
-            for v in lens {
-                let len = v
-                    .as_u64()
-                    .filter(|&n| n >= 1)
-                    .ok_or_else(|| TraceError::BadLength {
-                        line,
-                        value: v.to_string(),
-                    })?;
-                docs.push(TraceDoc {
-                    len,
-                    batch: Some(batch),
-                });
-            }
-            batch += 1;
+            line += 1;
         }
-        if docs.is_empty() {
-            return Err(TraceError::Empty);
+        if head[start..].trim_start().starts_with('[') {
+            src.read_to_string(&mut head)
+                .map_err(|e| jsonl_io(line + 1, e))?;
+            let lens = super::parse_json_lengths(&head)?;
+            return Ok(DocReader {
+                inner: Inner::Array(lens.into_iter()),
+                pinned: false,
+                yielded: false,
+                done: false,
+                path: None,
+            });
         }
-        Ok(Trace { docs })
+        let buf = head.split_off(start);
+        let mut r = DocReader {
+            inner: Inner::Jsonl {
+                src,
+                line,
+                batch: 0,
+                buf: String::new(),
+                pending: Vec::new().into_iter(),
+            },
+            pinned: true,
+            yielded: false,
+            done: false,
+            path: None,
+        };
+        // The first non-blank line has been read; parse it as the first batch.
+        if let Inner::Jsonl {
+            line,
+            batch,
+            pending,
+            ..
+        } = &mut r.inner
+        {
+            if !buf.trim().is_empty() {
+                *line += 1;
+                *pending = jsonl_batch(&buf, *line, *batch)?.into_iter();
+                *batch += 1;
+            }
+        }
+        Ok(r)
     }
+
+    /// Whether the documents carry batch ids (a CSV `batch` column, or JSONL batches).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Read everything into a [`Trace`].
+    pub fn collect_trace(self) -> Result<Trace, TraceError> {
+        Ok(Trace {
+            docs: self.collect::<Result<Vec<_>, _>>()?,
+        })
+    }
+
+    /// The next document, `None` at the end of the input.
+    fn read(&mut self) -> Result<Option<TraceDoc>, TraceError> {
+        match &mut self.inner {
+            Inner::Csv {
+                rdr,
+                len_col,
+                batch_col,
+                record,
+            } => {
+                if !rdr.read_record(record).map_err(csv_error)? {
+                    return Ok(None);
+                }
+                let line = record.position().map_or(0, |p| p.line());
+                let value = record.get(*len_col).unwrap_or("");
+                let len = parse_len(value).ok_or_else(|| TraceError::BadLength {
+                    line,
+                    value: value.to_string(),
+                })?;
+                let batch = match batch_col {
+                    None => None,
+                    Some(c) => {
+                        let v = record.get(*c).unwrap_or("");
+                        Some(v.parse::<u64>().map_err(|_| TraceError::BadBatch {
+                            line,
+                            value: v.to_string(),
+                        })?)
+                    }
+                };
+                Ok(Some(TraceDoc { len, batch }))
+            }
+            Inner::Jsonl {
+                src,
+                line,
+                batch,
+                buf,
+                pending,
+            } => loop {
+                if let Some(d) = pending.next() {
+                    return Ok(Some(d));
+                }
+                buf.clear();
+                if src.read_line(buf).map_err(|e| jsonl_io(*line + 1, e))? == 0 {
+                    return Ok(None);
+                }
+                *line += 1;
+                if buf.trim().is_empty() {
+                    continue;
+                }
+                *pending = jsonl_batch(buf, *line, *batch)?.into_iter();
+                *batch += 1;
+            },
+            Inner::Array(lens) => Ok(lens.next().map(|len| TraceDoc { len, batch: None })),
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for DocReader<R> {
+    type Item = Result<TraceDoc, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = match self.read() {
+            Ok(Some(d)) => {
+                self.yielded = true;
+                return Some(Ok(d));
+            }
+            Ok(None) if self.yielded => None,
+            Ok(None) => Some(Err(TraceError::Empty)),
+            Err(e) => Some(Err(match (&self.path, e) {
+                (Some(path), TraceError::Io { source, .. }) => TraceError::Io {
+                    path: path.clone(),
+                    source,
+                },
+                (_, e) => e,
+            })),
+        };
+        self.done = true;
+        item
+    }
+}
+
+/// An I/O error met reading JSONL (invalid UTF-8, a failing disk), at `line`.
+fn jsonl_io(line: u64, e: std::io::Error) -> TraceError {
+    TraceError::Json {
+        line,
+        message: e.to_string(),
+    }
+}
+
+/// The documents of one JSONL line, pinned to `batch`.
+fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceError> {
+    let raw = raw.trim();
+    let json_err = |message: String| TraceError::Json { line, message };
+    let value: serde_json::Value =
+        serde_json::from_str(raw).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
+    let lens = value
+        .get("doc_lens")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| json_err("expected an object with a `doc_lens` array".into()))?;
+    if lens.is_empty() {
+        return Err(json_err("`doc_lens` is empty".into()));
+    }
+    lens.iter()
+        .map(|v| {
+            let len = v
+                .as_u64()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| TraceError::BadLength {
+                    line,
+                    value: v.to_string(),
+                })?;
+            Ok(TraceDoc {
+                len,
+                batch: Some(batch),
+            })
+        })
+        .collect()
 }
 
 /// A length: an integer ≥ 1, nothing else (no sign, no fraction, no exponent).
@@ -175,7 +399,14 @@ fn csv_error(e: csv::Error) -> TraceError {
         } => format!("expected {expected_len} fields, found {len}"),
         _ => e.to_string(),
     };
-    TraceError::Csv { line, message }
+    match e.into_kind() {
+        // The reader names the path (see `DocReader::next`).
+        csv::ErrorKind::Io(source) => TraceError::Io {
+            path: "input".into(),
+            source,
+        },
+        _ => TraceError::Csv { line, message },
+    }
 }
 
 #[cfg(test)]

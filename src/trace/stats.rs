@@ -49,46 +49,93 @@ pub struct TraceStats {
 /// Nearest-rank percentile of sorted data: the smallest value with at least `pct` % of the
 /// data at or below it. `sorted` must be non-empty and ascending; `pct` in `[0, 100]`.
 pub fn percentile_sorted(sorted: &[u64], pct: f64) -> u64 {
-    let n = sorted.len();
-    let rank = ((pct / 100.0) * n as f64).ceil() as usize;
-    sorted[rank.clamp(1, n) - 1]
+    sorted[nearest_rank(sorted.len() as u64, pct) as usize - 1]
+}
+
+/// The 1-based rank of the nearest-rank `pct` percentile among `n ≥ 1` values.
+fn nearest_rank(n: u64, pct: f64) -> u64 {
+    let rank = ((pct / 100.0) * n as f64).ceil() as u64;
+    rank.clamp(1, n)
 }
 
 /// Statistics of a list of lengths. Errors on an empty list.
 pub fn stats(lens: &[u64]) -> Result<TraceStats, TraceError> {
-    if lens.is_empty() {
-        return Err(TraceError::Empty);
+    let mut acc = StatsAccumulator::default();
+    lens.iter().for_each(|&l| acc.push(l));
+    acc.finish()
+}
+
+/// [`TraceStats`] computed one document at a time, in memory bounded by the number of
+/// *distinct* lengths (a count per length), not the number of documents: a 10M-document trace
+/// of lengths up to 512K holds at most 512K counters. Every figure is exact — percentiles walk
+/// the counts, sums are kept in `u128` — so streamed and in-memory statistics are equal.
+#[derive(Debug, Clone, Default)]
+pub struct StatsAccumulator {
+    counts: std::collections::BTreeMap<u64, u64>,
+    docs: u64,
+    tokens: u128,
+    sq: u128,
+}
+
+impl StatsAccumulator {
+    /// Count one document of `len` tokens.
+    pub fn push(&mut self, len: u64) {
+        *self.counts.entry(len).or_default() += 1;
+        self.docs += 1;
+        let l = u128::from(len);
+        self.tokens += l;
+        self.sq += l * l;
     }
-    let mut sorted = lens.to_vec();
-    sorted.sort_unstable();
-    let tokens: u128 = lens.iter().map(|&l| u128::from(l)).sum();
-    let sq: u128 = lens.iter().map(|&l| u128::from(l) * u128::from(l)).sum();
-    let above = THRESHOLDS
-        .iter()
-        .map(|&t| {
-            let long = lens.iter().filter(|&&l| l > t);
-            let (n, tok, s) = long.fold((0u64, 0u128, 0u128), |(n, tok, s), &l| {
-                let l = u128::from(l);
-                (n + 1, tok + l, s + l * l)
-            });
-            AboveShare {
-                threshold: t,
-                docs: n as f64 / lens.len() as f64,
-                tokens: tok as f64 / tokens as f64,
-                sq: s as f64 / sq as f64,
+
+    /// The statistics of everything pushed; errors if nothing was.
+    pub fn finish(&self) -> Result<TraceStats, TraceError> {
+        let n = self.docs;
+        let (Some((_, _)), Some((&max, _))) =
+            (self.counts.first_key_value(), self.counts.last_key_value())
+        else {
+            return Err(TraceError::Empty);
+        };
+        // One walk over the ascending counts answers all three percentiles.
+        let ranks = [50.0, 90.0, 99.0].map(|p| nearest_rank(n, p));
+        let mut pct = [0u64; 3];
+        let mut seen = 0u64;
+        let mut next = 0;
+        for (&len, &c) in &self.counts {
+            seen += c;
+            while next < 3 && seen >= ranks[next] {
+                pct[next] = len;
+                next += 1;
             }
+        }
+        let above = THRESHOLDS
+            .iter()
+            .map(|&t| {
+                let (k, tok, s) = self.counts.range(t + 1..).fold(
+                    (0u64, 0u128, 0u128),
+                    |(k, tok, s), (&l, &c)| {
+                        let (l, c) = (u128::from(l), u128::from(c));
+                        (k + c as u64, tok + c * l, s + c * l * l)
+                    },
+                );
+                AboveShare {
+                    threshold: t,
+                    docs: k as f64 / n as f64,
+                    tokens: tok as f64 / self.tokens as f64,
+                    sq: s as f64 / self.sq as f64,
+                }
+            })
+            .collect();
+        Ok(TraceStats {
+            docs: n,
+            tokens: u64::try_from(self.tokens).unwrap_or(u64::MAX),
+            mean: self.tokens as f64 / n as f64,
+            p50: pct[0],
+            p90: pct[1],
+            p99: pct[2],
+            max,
+            above,
         })
-        .collect();
-    Ok(TraceStats {
-        docs: lens.len() as u64,
-        tokens: u64::try_from(tokens).unwrap_or(u64::MAX),
-        mean: tokens as f64 / lens.len() as f64,
-        p50: percentile_sorted(&sorted, 50.0),
-        p90: percentile_sorted(&sorted, 90.0),
-        p99: percentile_sorted(&sorted, 99.0),
-        max: sorted[sorted.len() - 1],
-        above,
-    })
+    }
 }
 
 impl TraceStats {
@@ -170,6 +217,49 @@ mod tests {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert_eq!(v["above"][1]["threshold"], 32768);
+    }
+
+    /// The definitions applied directly to a sorted copy — what `stats` computed before it
+    /// streamed — must agree with the accumulator exactly, floats included.
+    #[test]
+    fn streaming_equals_sorting() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for n in [1usize, 2, 3, 10, 99, 100, 101, 1000, 4321] {
+            let lens: Vec<u64> = (0..n)
+                .map(|_| match rng.gen_range(0..4) {
+                    0 => rng.gen_range(1..10),
+                    1 => rng.gen_range(1..5000),
+                    2 => rng.gen_range(4000..200_000),
+                    _ => 32768,
+                })
+                .collect();
+            let mut sorted = lens.clone();
+            sorted.sort_unstable();
+            let tokens: u128 = lens.iter().map(|&l| u128::from(l)).sum();
+            let sq: u128 = lens.iter().map(|&l| u128::from(l).pow(2)).sum();
+            let s = stats(&lens).unwrap();
+            assert_eq!(s.docs, n as u64);
+            assert_eq!(u128::from(s.tokens), tokens);
+            assert_eq!(s.mean, tokens as f64 / n as f64);
+            assert_eq!(s.p50, percentile_sorted(&sorted, 50.0));
+            assert_eq!(s.p90, percentile_sorted(&sorted, 90.0));
+            assert_eq!(s.p99, percentile_sorted(&sorted, 99.0));
+            assert_eq!(s.max, sorted[n - 1]);
+            for a in &s.above {
+                let long: Vec<u128> = lens
+                    .iter()
+                    .filter(|&&l| l > a.threshold)
+                    .map(|&l| u128::from(l))
+                    .collect();
+                assert_eq!(a.docs, long.len() as f64 / n as f64);
+                assert_eq!(a.tokens, long.iter().sum::<u128>() as f64 / tokens as f64);
+                assert_eq!(
+                    a.sq,
+                    long.iter().map(|l| l * l).sum::<u128>() as f64 / sq as f64
+                );
+            }
+        }
     }
 
     #[test]

@@ -10,6 +10,109 @@ use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
 /// `(start, end, step, heads)`.
 type Run = (u64, u64, u32, Option<HeadRange>);
 
+/// Runs of one tensor on one rank, indexed for "is `[start, end)` covered by runs whose step
+/// passes a test". Plans at 1024 ranks hold about N pieces of a document per rank and ask about
+/// N² tasks, so a linear scan per question is N³ (minutes); this answers in O(log runs) plus the
+/// pieces the question overlaps.
+///
+/// Runs are grouped by their head range (all runs in a group serve the same readers). In each
+/// group the boundaries of all runs cut the tokens into disjoint segments, and each segment keeps
+/// the best step of the runs covering it — the earliest arrival, or the latest return. A segment
+/// is usable for a question exactly when its best step passes, so the answer is exact.
+struct StepIndex {
+    groups: Vec<(Option<HeadRange>, Vec<Segment>)>,
+}
+
+/// Disjoint tokens `[start, end)` with the best step of the runs covering them.
+type Segment = (u64, u64, u32);
+
+impl StepIndex {
+    /// Index `runs`, keeping per segment the step `better` prefers of two (`min` or `max`).
+    fn new(mut runs: Vec<Run>, better: fn(u32, u32) -> u32) -> StepIndex {
+        runs.sort_unstable_by_key(|r| (r.3.map(|h| (h.start, h.end)), r.0, r.1));
+        let mut groups = Vec::new();
+        for chunk in runs.chunk_by(|a, b| a.3 == b.3) {
+            groups.push((chunk[0].3, segments(chunk, better)));
+        }
+        StepIndex { groups }
+    }
+
+    /// Whether runs that carry `heads` and whose step passes `ok` cover `[start, end)`.
+    fn covers(
+        &self,
+        start: u64,
+        end: u64,
+        heads: Option<HeadRange>,
+        ok: impl Fn(u32) -> bool,
+    ) -> bool {
+        let mut usable: Vec<(u64, u64)> = Vec::new();
+        for (held, segs) in &self.groups {
+            if !heads_contain(*held, heads) {
+                continue;
+            }
+            let first = segs.partition_point(|s| s.1 <= start);
+            usable.extend(
+                segs[first..]
+                    .iter()
+                    .take_while(|s| s.0 < end)
+                    .filter(|s| ok(s.2))
+                    .map(|s| (s.0, s.1)),
+            );
+        }
+        if self.groups.len() > 1 {
+            usable.sort_unstable();
+        }
+        covers(&usable, start, end)
+    }
+}
+
+/// Disjoint sorted segments of `runs` (sorted by start) with the best step covering each.
+fn segments(runs: &[Run], better: fn(u32, u32) -> u32) -> Vec<Segment> {
+    let mut cuts: Vec<u64> = runs.iter().flat_map(|r| [r.0, r.1]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    // Sweep the cuts; runs enter in start order and leave when their end is passed. The
+    // active steps are a multiset so a leaving run removes only its own step.
+    let mut active: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut ends: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>> =
+        std::collections::BinaryHeap::new();
+    let mut next = 0;
+    let mut out: Vec<Segment> = Vec::new();
+    for w in cuts.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        while let Some(&std::cmp::Reverse((e, step))) = ends.peek() {
+            if e > a {
+                break;
+            }
+            ends.pop();
+            if let Some(n) = active.get_mut(&step) {
+                *n -= 1;
+                if *n == 0 {
+                    active.remove(&step);
+                }
+            }
+        }
+        while next < runs.len() && runs[next].0 <= a {
+            let r = runs[next];
+            if r.1 > a {
+                *active.entry(r.2).or_default() += 1;
+                ends.push(std::cmp::Reverse((r.1, r.2)));
+            }
+            next += 1;
+        }
+        let (Some((&lo, _)), Some((&hi, _))) = (active.first_key_value(), active.last_key_value())
+        else {
+            continue;
+        };
+        let step = better(lo, hi);
+        match out.last_mut() {
+            Some(last) if last.1 == a && last.2 == step => last.1 = b,
+            _ => out.push((a, b, step)),
+        }
+    }
+    out
+}
+
 /// Where a range of a tensor becomes available on a rank, keyed by (rank, doc, tensor).
 #[derive(Default)]
 struct Holdings {
@@ -31,6 +134,24 @@ impl Holdings {
             .push((r.start, r.end, step, heads));
     }
 
+    /// The holdings indexed for [`Held::has`], by earliest arrival.
+    fn index(self) -> Held {
+        Held {
+            runs: self
+                .runs
+                .into_iter()
+                .map(|(k, runs)| (k, StepIndex::new(runs, u32::min)))
+                .collect(),
+        }
+    }
+}
+
+/// [`Holdings`] indexed for queries.
+struct Held {
+    runs: BTreeMap<(u32, u32, TransferTensor), StepIndex>,
+}
+
+impl Held {
     /// Whether `r` (for `heads`) is fully available on `rank` at `step`.
     fn has(
         &self,
@@ -40,16 +161,9 @@ impl Holdings {
         step: u32,
         heads: Option<HeadRange>,
     ) -> bool {
-        let Some(runs) = self.runs.get(&(rank, r.doc, tensor)) else {
-            return false;
-        };
-        let mut usable: Vec<(u64, u64)> = runs
-            .iter()
-            .filter(|(_, _, from, h)| *from <= step && heads_contain(*h, heads))
-            .map(|(s, e, _, _)| (*s, *e))
-            .collect();
-        usable.sort_unstable();
-        covers(&usable, r.start, r.end)
+        self.runs
+            .get(&(rank, r.doc, tensor))
+            .is_some_and(|idx| idx.covers(r.start, r.end, heads, |from| from <= step))
     }
 }
 
@@ -102,6 +216,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
             held.add(t.dst, t.tensor, r, t.arrive_by, t.heads);
         }
     }
+    let held = held.index();
     for t in &plan.transfers {
         if t.tensor != Out && t.issue_at > t.arrive_by {
             out.push(v(
@@ -135,18 +250,16 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                 .push((r.start, r.end, t.issue_at, t.heads));
         }
     }
+    // Indexed by the latest return: a task's output may go back any time after its step.
+    let returned: BTreeMap<(u32, u32, u32), StepIndex> = returned
+        .into_iter()
+        .map(|(k, runs)| (k, StepIndex::new(runs, u32::max)))
+        .collect();
     let is_returned =
         |src: u32, dst: u32, piece: &TokenRange, step: u32, heads: Option<HeadRange>| {
-            let Some(runs) = returned.get(&(src, dst, piece.doc)) else {
-                return false;
-            };
-            let mut usable: Vec<(u64, u64)> = runs
-                .iter()
-                .filter(|(_, _, issue, h)| *issue > step && heads_contain(*h, heads))
-                .map(|(s, e, _, _)| (*s, *e))
-                .collect();
-            usable.sort_unstable();
-            covers(&usable, piece.start, piece.end)
+            returned
+                .get(&(src, dst, piece.doc))
+                .is_some_and(|idx| idx.covers(piece.start, piece.end, heads, |issue| issue > step))
         };
     for rp in &plan.ranks {
         for (s, step) in rp.steps.iter().enumerate() {
@@ -198,7 +311,7 @@ type Spans = Vec<(u64, u64, u32)>;
 /// With an input layout: every rank receives the Q and K/V of what it owns, and every output
 /// row reaches its input owner, sent by its planned owner after the last step that computes
 /// it there and after any partial output for it has arrived there.
-fn check_reshuffle(plan: &Plan, held: &Holdings, out: &mut Vec<Violation>) {
+fn check_reshuffle(plan: &Plan, held: &Held, out: &mut Vec<Violation>) {
     use TransferTensor::{Kv, Out, Q};
     for rp in &plan.ranks {
         for r in &rp.owned {

@@ -1,0 +1,133 @@
+//! No partial files (issue 11): every output is written to a temporary file and renamed, so a
+//! command that fails — before writing, or at the very end when the rename itself fails — or
+//! is interrupted leaves either the old file or the complete new one at the path, and never a
+//! temporary file there.
+
+mod support;
+
+use std::path::Path;
+use support::fcp;
+
+const SENTINEL: &[u8] = b"old contents, must survive\n";
+
+/// Hidden temporary files the atomic writer left in `dir`.
+fn temps(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".fcp-"))
+        .collect()
+}
+
+/// Commands that write `out`, each made to fail by bad input after it has started; the file
+/// already at `out` must be untouched.
+#[test]
+fn a_failing_command_leaves_the_old_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("bad.json"), "{\"not\": \"a plan\"}").unwrap();
+    std::fs::write(d.join("bad.csv"), "doc_len\n5\n0\n").unwrap();
+    let cases: &[&[&str]] = &[
+        &["trace", "gen", "--source", "nope", "-o", "out"],
+        &["plan", "--scheme", "ulysses", "--ranks", "7", "-o", "out"],
+        &["plan", "--scheme", "fcp", "--trace", "bad.csv", "-o", "out"],
+        &["plot", "gantt", "bad.json", "-o", "out.png"],
+        &["plot", "cdf", "bad.csv", "-o", "out.svg"],
+    ];
+    for args in cases {
+        let out = d.join(args[args.len() - 1]);
+        std::fs::write(&out, SENTINEL).unwrap();
+        fcp().current_dir(d).args(*args).assert().code(2);
+        assert_eq!(std::fs::read(&out).unwrap(), SENTINEL, "{args:?}");
+        assert!(temps(d).is_empty(), "{args:?}: {:?}", temps(d));
+    }
+}
+
+/// The output path is a directory that is not empty: everything is computed and written, and
+/// only the final rename fails. The directory stays as it was and the temporary file is gone.
+#[test]
+fn a_failing_rename_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[&[&str]] = &[
+        &[
+            "trace", "gen", "--source", "magi", "--docs", "100", "-o", "taken",
+        ],
+        &["plan", "--scheme", "zigzag", "--ranks", "4", "-o", "taken"],
+        &["plot", "cdf", "default", "-o", "taken.png"],
+    ];
+    for args in cases {
+        let taken = d.join(args[args.len() - 1]);
+        std::fs::create_dir_all(&taken).unwrap();
+        std::fs::write(taken.join("keep"), SENTINEL).unwrap();
+        fcp()
+            .current_dir(d)
+            .args(*args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("taken"));
+        assert_eq!(std::fs::read(taken.join("keep")).unwrap(), SENTINEL);
+        assert!(temps(d).is_empty(), "{args:?}: {:?}", temps(d));
+    }
+}
+
+/// SIGINT while `fcp trace gen` streams a large trace: the path holds the old file or the
+/// complete new one, never a prefix.
+#[cfg(unix)]
+#[test]
+fn sigint_leaves_the_old_file_or_the_complete_new_one() {
+    use std::time::{Duration, Instant};
+    const DOCS: usize = 20_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = d.join("big.csv");
+    std::fs::write(&out, SENTINEL).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("fcp"))
+        .current_dir(d)
+        .args(["trace", "gen", "--source", "wlb-llm", "--seed", "1", "-o"])
+        .arg(&out)
+        .args(["--docs", &DOCS.to_string()])
+        .spawn()
+        .unwrap();
+    // Interrupt once the temporary file has real data in it (mid-write).
+    let t0 = Instant::now();
+    let mid_write = || {
+        std::fs::read_dir(d).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(".fcp-")
+                && e.metadata().is_ok_and(|m| m.len() > 1 << 20)
+        })
+    };
+    while !mid_write() && t0.elapsed() < Duration::from_secs(60) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let interrupted = child.try_wait().unwrap().is_none();
+    if interrupted {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let status = child.wait().unwrap();
+    eprintln!(
+        "interrupted: {interrupted}, temporaries left: {:?}",
+        temps(d)
+    );
+    let now = std::fs::read(&out).unwrap();
+    if now != SENTINEL {
+        // Only a finished run may replace the file, and then completely.
+        assert!(status.success(), "{status:?} yet the file changed");
+        let lines = now.iter().filter(|&&b| b == b'\n').count();
+        assert_eq!(lines, DOCS + 1);
+    } else {
+        assert!(interrupted, "the run finished without writing its output");
+    }
+    // A kill can leave the hidden temporary file behind, but never under the output's name.
+    for t in temps(d) {
+        assert!(t.ends_with(".tmp"), "{t}");
+    }
+}
