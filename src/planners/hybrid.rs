@@ -248,7 +248,16 @@ impl Planner for Hybrid {
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
             let mut best: Option<(f64, usize)> = None;
-            for (i, (_, plan)) in cands.iter().enumerate().take(SIMULATE_TOP) {
+            // The leaders, and FCP's own default (4K blocks, nothing kept whole beyond a
+            // block) wherever it ranks: `hybrid` is then never slower than `fcp` here.
+            let fcp_default = cands
+                .iter()
+                .position(|c| c.0.block == super::fcp::DEFAULT_BLOCK && c.0.whole == 0);
+            let chosen = (0..cands.len())
+                .filter(|&i| i < SIMULATE_TOP || Some(i) == fcp_default)
+                .collect::<Vec<_>>();
+            for i in chosen {
+                let plan = &cands[i].1;
                 let t = sim
                     .simulate(plan, PassSel::Both)
                     .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?
@@ -323,8 +332,12 @@ mod tests {
             };
             let leaders: Vec<f64> = cands
                 .iter()
-                .take(SIMULATE_TOP)
-                .map(|c| time(&c.1))
+                .enumerate()
+                .filter(|(i, c)| {
+                    *i < SIMULATE_TOP
+                        || (c.0.block == crate::planners::fcp::DEFAULT_BLOCK && c.0.whole == 0)
+                })
+                .map(|(_, c)| time(&c.1))
                 .collect();
             let plan = h.plan(&batch, ctx).unwrap();
             let fastest = leaders.iter().copied().fold(f64::INFINITY, f64::min);
@@ -336,7 +349,8 @@ mod tests {
                         && plan.scheme.params["chosen_whole"] == c.0.whole
                 })
                 .unwrap();
-            assert!(chosen < SIMULATE_TOP);
+            let c = &cands[chosen].0;
+            assert!(chosen < SIMULATE_TOP || (c.block == 4096 && c.whole == 0));
         });
     }
 }
