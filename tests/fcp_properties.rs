@@ -73,3 +73,60 @@ proptest! {
         prop_assert!(plan.congestion_free);
     }
 }
+
+/// Issue 5's acceptance grid, scaled down to run in CI: the first budget-packed batch of every
+/// trace source, N from 1 to 256, blocks from 512 to 16K, for `fcp` and `hybrid`; every plan
+/// verifies structurally and numerically (sampled rows) and respects the token cap.
+#[test]
+fn fcp_and_hybrid_verify_on_every_source_rank_count_and_block() {
+    use fcp::trace::{generate, pack, PackMode, PackOptions, Source};
+    let hw = Hardware::load("h100").unwrap();
+    let model = Model::load("llama3-70b").unwrap();
+    let tpr = 2048;
+    for source in [
+        "wlb-llm",
+        "magi",
+        "prolong",
+        "pile",
+        "redpajama",
+        "lognormal",
+    ] {
+        for ranks in [1u32, 7, 64, 256] {
+            let opts = PackOptions {
+                mode: PackMode::Budget,
+                ranks,
+                tokens_per_rank: tpr,
+                context: None,
+            };
+            let trace = generate(&Source::from_name(source).unwrap(), 2000, 3).unwrap();
+            let batch = pack(&trace, &opts).unwrap().batches.swap_remove(0);
+            let ctx = PlanContext {
+                ranks,
+                tokens_per_rank: tpr,
+                mask: Mask::Causal,
+                model: &model,
+                hardware: &hw,
+            };
+            let mut specs: Vec<String> = [512u64, 4096, 16384]
+                .iter()
+                .map(|b| format!("fcp:block={b}"))
+                .collect();
+            specs.push("hybrid".into());
+            for spec in specs {
+                let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
+                let v = verify(&plan);
+                assert!(v.is_empty(), "{source} N={ranks} {spec}: {v:?}");
+                let opts = NumericOptions {
+                    max_rows_per_doc: 8,
+                    ..NumericOptions::default()
+                };
+                let r = check_numeric(&plan, &opts);
+                assert!(r.max_abs_error < 1e-9, "{source} N={ranks} {spec}: {r:?}");
+                for rp in &plan.ranks {
+                    let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
+                    assert!(t <= tpr.max(batch.tokens().div_ceil(u64::from(ranks))));
+                }
+            }
+        }
+    }
+}
