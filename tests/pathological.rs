@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use fcp::hardware::Hardware;
 use fcp::plan::{check_numeric, verify, Mask, NumericOptions};
-use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::planners::{planner_for, PlanContext, META_SCHEMES, SCHEMES};
 use fcp::{Batch, Model};
 
 /// One pathological batch: what it is, document lengths, CP group size, and the tokens per
@@ -99,7 +99,7 @@ fn check(scheme: &str, c: &Case) {
 
 #[test]
 fn every_planner_survives_pathological_batches() {
-    for scheme in SCHEMES {
+    for scheme in SCHEMES.iter().chain(META_SCHEMES) {
         for c in cases() {
             check(scheme, &c);
         }

@@ -192,6 +192,11 @@ struct WholeDoc<'a> {
     shards: Vec<Shard>,
     loads: Vec<u128>,
     tokens: Vec<u64>,
+    /// Indices into `shards` per rank and per document, kept in step with every move, so a
+    /// step looks only at the two ranks and the documents it touches (a scan of every shard
+    /// per candidate made 256-rank plans take seconds and 1024-rank plans minutes).
+    by_rank: Vec<Vec<usize>>,
+    by_doc: Vec<Vec<usize>>,
 }
 
 impl WholeDoc<'_> {
@@ -204,7 +209,8 @@ impl WholeDoc<'_> {
     /// was already exchanged; under a full mask every shard of a split document is exchanged.
     fn added_comm(&self, i: usize, take: u64) -> u64 {
         let s = &self.shards[i];
-        let siblings = self.shards.iter().filter(|x| x.doc == s.doc).count();
+        let same = &self.by_doc[s.doc as usize];
+        let siblings = same.len();
         if take == s.len() {
             // Moving a whole shard: a document that was whole becomes "split" only in name
             // (one shard, another rank): nothing new is exchanged.
@@ -212,10 +218,7 @@ impl WholeDoc<'_> {
         }
         match self.mask {
             Mask::Causal => {
-                let is_last = !self
-                    .shards
-                    .iter()
-                    .any(|x| x.doc == s.doc && x.start > s.start);
+                let is_last = !same.iter().any(|&x| self.shards[x].start > s.start);
                 if is_last {
                     take
                 } else {
@@ -242,15 +245,28 @@ impl WholeDoc<'_> {
         self.tokens[to as usize] += take;
         if take == s.len() {
             self.shards[i].rank = to;
+            self.by_rank[s.rank as usize].retain(|&x| x != i);
+            self.by_rank[to as usize].push(i);
         } else {
             self.shards[i].start += take;
+            let j = self.shards.len();
             self.shards.push(Shard {
                 doc: s.doc,
                 start: s.start,
                 end: s.start + take,
                 rank: to,
             });
+            self.by_rank[to as usize].push(j);
+            self.by_doc[s.doc as usize].push(j);
         }
+    }
+
+    /// Place a new shard (a whole document) and index it.
+    fn push(&mut self, s: Shard) {
+        let j = self.shards.len();
+        self.shards.push(s);
+        self.by_rank[s.rank as usize].push(j);
+        self.by_doc[s.doc as usize].push(j);
     }
 
     /// Candidate moves of `need` net tokens (or fewer, moving whole shorter shards) from
@@ -258,9 +274,7 @@ impl WholeDoc<'_> {
     fn candidates(&self, donor: u32, recv: u32, need: u64, want: i128) -> Vec<Move> {
         let mut out = Vec::new();
         let on = |r: u32| -> Vec<usize> {
-            let mut v: Vec<usize> = (0..self.shards.len())
-                .filter(|&i| self.shards[i].rank == r)
-                .collect();
+            let mut v: Vec<usize> = self.by_rank[r as usize].clone();
             v.sort_by_key(|&i| (std::cmp::Reverse(self.shards[i].len()), self.shards[i]));
             v
         };
@@ -408,6 +422,8 @@ fn attempt(
         shards: Vec::new(),
         loads,
         tokens,
+        by_rank: vec![Vec::new(); nu],
+        by_doc: vec![Vec::new(); lens.len()],
     };
     for &d in whole {
         let r = (0..nu)
@@ -416,7 +432,7 @@ fn attempt(
         let len = lens[d as usize];
         wd.loads[r] += shard_work(mask, len, 0, len);
         wd.tokens[r] += len;
-        wd.shards.push(Shard {
+        wd.push(Shard {
             doc: d,
             start: 0,
             end: len,
