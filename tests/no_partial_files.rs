@@ -77,7 +77,7 @@ fn a_failing_rename_leaves_no_temporary_file() {
 #[cfg(unix)]
 #[test]
 fn sigint_leaves_the_old_file_or_the_complete_new_one() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     const DOCS: usize = 20_000_000;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -91,27 +91,18 @@ fn sigint_leaves_the_old_file_or_the_complete_new_one() {
         .spawn()
         .unwrap();
     // Interrupt once the temporary file has real data in it (mid-write).
-    let t0 = Instant::now();
     let mid_write = || {
         std::fs::read_dir(d).unwrap().flatten().any(|e| {
             e.file_name().to_string_lossy().starts_with(".fcp-")
                 && e.metadata().is_ok_and(|m| m.len() > 1 << 20)
         })
     };
-    while !mid_write() && t0.elapsed() < Duration::from_secs(60) {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let interrupted = child.try_wait().unwrap().is_none();
-    if interrupted {
-        let status = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    let interrupted = support::interrupt_when(
+        &mut child,
+        mid_write,
+        Duration::from_millis(5),
+        Duration::from_secs(60),
+    );
     let status = child.wait().unwrap();
     eprintln!(
         "interrupted: {interrupted}, temporaries left: {:?}",

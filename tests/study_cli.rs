@@ -3,7 +3,7 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::fcp;
 
 use predicates::prelude::*;
@@ -106,21 +106,12 @@ tokens_per_rank = [32768]
             })
             .unwrap_or(0)
     };
-    let t0 = Instant::now();
-    while count(&cells) < 4 && t0.elapsed() < Duration::from_secs(120) {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let interrupted = child.try_wait().unwrap().is_none();
-    if interrupted {
-        let status = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    let interrupted = support::interrupt_when(
+        &mut child,
+        || count(&cells) >= 4,
+        Duration::from_millis(20),
+        Duration::from_secs(120),
+    );
     let _ = child.wait();
     // Every file left is complete JSON; the merged results are absent or complete.
     let mut finished = 0;

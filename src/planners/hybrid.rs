@@ -196,20 +196,18 @@ pub fn estimate(
         bytes[t.dst as usize][s][nic + 1] += b;
     }
     let (nv, nic) = (hw.nvlink_gbs * 1e9, hw.nic_gbs * 1e9);
-    let overhead = cm.launch_overhead_s();
     let mut worst: f64 = 0.0;
     for rp in &plan.ranks {
         let mut total = 0.0;
         for (pass, scale) in [(Pass::Fwd, 1.0), (Pass::Bwd, 2.0)] {
             for (s, b) in bytes[rp.rank as usize].iter().enumerate() {
                 let compute = match rp.steps.get(s) {
-                    Some(st) if !st.tasks.is_empty() => {
-                        cm.launch(plan, &st.tasks, pass)
+                    Some(st) => {
+                        cm.step(plan, &st.tasks, pass)
                             .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?
                             .seconds
-                            + overhead
                     }
-                    _ => 0.0,
+                    None => 0.0,
                 };
                 let comm = scale * (b[0].max(b[1]) / nv).max(b[2].max(b[3]) / nic);
                 total += compute.max(comm);

@@ -197,14 +197,8 @@ impl State<'_> {
     /// Per-rank traffic after applying `moved`, for the ranks it changes: (rank, new traffic).
     fn evaluate(&mut self, moved: &[(usize, u32)], out: &mut Vec<(u32, f64)>) {
         out.clear();
-        let mut docs: Vec<u32> = moved
-            .iter()
-            .flat_map(|&(i, _)| self.item_docs[i].iter().copied())
-            .collect();
-        docs.sort_unstable();
-        docs.dedup();
         let mut fresh = Vec::new();
-        for d in docs {
+        for d in self.touched_docs(moved) {
             self.traffic_of(d, moved, &mut fresh);
             let add = |out: &mut Vec<(u32, f64)>, r: u32, x: f64, base: &[f64]| match out
                 .iter_mut()
@@ -229,13 +223,19 @@ impl State<'_> {
         }
     }
 
-    fn apply(&mut self, moved: &[(usize, u32)]) {
+    /// The split documents the moved items hold chunks of, ascending and distinct.
+    fn touched_docs(&self, moved: &[(usize, u32)]) -> Vec<u32> {
         let mut docs: Vec<u32> = moved
             .iter()
             .flat_map(|&(i, _)| self.item_docs[i].iter().copied())
             .collect();
         docs.sort_unstable();
         docs.dedup();
+        docs
+    }
+
+    fn apply(&mut self, moved: &[(usize, u32)]) {
+        let docs = self.touched_docs(moved);
         for &(i, to) in moved {
             let from = self.rank[i];
             let (w, t) = (self.items[i].weight, self.items[i].tokens());
@@ -486,30 +486,6 @@ mod tests {
         assert!(out.is_empty());
     }
 
-    /// Exact traffic of a whole placement, by brute force over documents.
-    fn traffic(items: &[Item], rank: &[u32], n: usize, docs: usize, mask: Mask) -> Vec<f64> {
-        let mut t = vec![0.0; n];
-        for d in 0..docs as u32 {
-            let mut chunks: Vec<(TokenRange, u32)> = items
-                .iter()
-                .zip(rank)
-                .flat_map(|(it, &r)| {
-                    it.chunks
-                        .iter()
-                        .filter(|c| c.doc == d)
-                        .map(move |&c| (c, r))
-                })
-                .collect();
-            chunks.sort_by_key(|(c, r)| (c.start, *r));
-            let mut out = Vec::new();
-            doc_traffic(&chunks, mask, &mut out);
-            for (r, x) in out {
-                t[r as usize] += x;
-            }
-        }
-        t
-    }
-
     #[test]
     fn repair_lowers_peak_traffic_within_cap_and_compute_limit() {
         // Two long documents in 8 blocks each, plus short packs, badly placed: rank 0 holds
@@ -533,7 +509,7 @@ mod tests {
             rank.push(1 + p % 3);
         }
         let (n, docs) = (4, 10);
-        let before = traffic(&items, &rank, n, docs, Mask::Causal);
+        let before = traffic(&items, &rank, n as u32, docs, Mask::Causal);
         let cap = 100;
         let mut r2 = rank.clone();
         let out = repair(
@@ -549,7 +525,7 @@ mod tests {
                 ..Options::default()
             },
         );
-        let after = traffic(&items, &r2, n, docs, Mask::Causal);
+        let after = traffic(&items, &r2, n as u32, docs, Mask::Causal);
         let mean: f64 = before.iter().sum::<f64>() / n as f64;
         let peak = |t: &[f64]| t.iter().copied().fold(0.0, f64::max);
         assert!((out.before - peak(&before) / mean).abs() < 1e-9);
@@ -606,10 +582,10 @@ mod tests {
             };
             let mean_load = items.iter().map(|i| i.weight).sum::<f64>() / f64::from(n);
             let limit = (0..n).map(|r| load(&rank, r)).fold(0.0, f64::max).max(mean_load * 1.01);
-            let before = traffic(&items, &rank, n as usize, docs.len(), mask);
+            let before = traffic(&items, &rank, n, docs.len(), mask);
             let out = repair(&items, &mut rank, n, cap, docs.len(), mask,
                 Options { max_steps: 50, ..Options::default() });
-            let after = traffic(&items, &rank, n as usize, docs.len(), mask);
+            let after = traffic(&items, &rank, n, docs.len(), mask);
             let peak = |t: &[f64]| t.iter().copied().fold(0.0, f64::max);
             proptest::prop_assert!(peak(&after) <= peak(&before) + 1e-9);
             let m = after.iter().sum::<f64>() / f64::from(n);

@@ -168,6 +168,21 @@ impl<'a> ComputeModel<'a> {
         Ok(total)
     }
 
+    /// Cost of one step: [`ComputeModel::launch`] plus one launch overhead when it has any
+    /// task (the simulator's step time; `hybrid` scores its candidates with it too).
+    pub fn step(
+        &mut self,
+        plan: &Plan,
+        tasks: &[Task],
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let mut c = self.launch(plan, tasks, pass)?;
+        if !tasks.is_empty() {
+            c.seconds += self.launch_overhead_s();
+        }
+        Ok(c)
+    }
+
     /// Time of one whole document of `len` tokens run as one kernel (the lower bound's unit).
     pub fn whole_document(
         &mut self,

@@ -102,21 +102,16 @@ fn step_costs(
     cm: &mut ComputeModel<'_>,
     pass: Pass,
 ) -> Result<Vec<Vec<StepCost>>, HardwareError> {
-    let overhead = cm.launch_overhead_s();
     plan.ranks
         .iter()
         .map(|rp| {
             rp.steps
                 .iter()
                 .map(|st| {
-                    let c = cm.launch(plan, &st.tasks, pass)?;
-                    let (mut seconds, flops) = (c.seconds, c.flops);
-                    if !st.tasks.is_empty() {
-                        seconds += overhead;
-                    }
+                    let c = cm.step(plan, &st.tasks, pass)?;
                     Ok(StepCost {
-                        ns: (seconds * 1e9).round() as u64,
-                        flops,
+                        ns: (c.seconds * 1e9).round() as u64,
+                        flops: c.flops,
                     })
                 })
                 .collect()

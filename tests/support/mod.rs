@@ -19,3 +19,30 @@ pub fn proptest_config() -> ProptestConfig {
         ..ProptestConfig::default()
     }
 }
+
+/// Wait until `ready()` holds (polling every `poll`), the child exits, or `limit` passes; then
+/// send SIGINT if the child is still running. Returns whether it was interrupted (a fast
+/// machine may finish first, and the caller then checks the complete output instead).
+pub fn interrupt_when(
+    child: &mut std::process::Child,
+    mut ready: impl FnMut() -> bool,
+    poll: std::time::Duration,
+    limit: std::time::Duration,
+) -> bool {
+    let t0 = std::time::Instant::now();
+    while !ready() && t0.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(poll);
+    }
+    let interrupted = child.try_wait().unwrap().is_none();
+    if interrupted {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    interrupted
+}

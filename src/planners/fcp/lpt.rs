@@ -170,6 +170,8 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
             }
         }
     }
+    // `owned` is derived from the placed items (the same order, and the same sums).
+    st.a.regroup();
     st.a
 }
 
@@ -199,7 +201,6 @@ impl State {
     fn give(&mut self, r: u32, chunks: &[TokenRange], weight: f64) {
         let r_us = r as usize;
         let tokens: u64 = chunks.iter().map(TokenRange::len).sum();
-        self.a.owned[r_us].extend_from_slice(chunks);
         self.a.loads[r_us] += weight;
         self.a.tokens[r_us] += tokens;
         self.free[r_us] -= tokens;
