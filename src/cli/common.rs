@@ -155,3 +155,18 @@ impl BatchArgs {
 }
 
 pub use fcp::report::human_bytes as bytes;
+
+/// Load a plan file and refuse it unless it verifies: numbers simulated or validated for a
+/// broken plan would describe work that is not attention.
+pub fn load_verified_plan(path: &std::path::Path) -> anyhow::Result<fcp::plan::Plan> {
+    let plan = fcp::plan::Plan::load(path)?;
+    let violations = fcp::plan::verify(&plan);
+    if let Some(first) = violations.first() {
+        anyhow::bail!(
+            "{} is not a valid plan ({} violations, first: {first}); `fcp verify` lists them",
+            path.display(),
+            violations.len()
+        );
+    }
+    Ok(plan)
+}

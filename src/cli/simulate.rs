@@ -5,10 +5,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use fcp::plan::Plan;
 use fcp::sim::{SimReport, Simulator};
 
-use super::common::{bytes, PassArg, ProfileArgs};
+use super::common::{bytes, load_verified_plan, PassArg, ProfileArgs};
 
 /// Arguments of `fcp simulate`.
 #[derive(Debug, Args)]
@@ -26,16 +25,8 @@ pub struct SimulateArgs {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
-    let plan = Plan::load(&a.plan)?;
     // Simulating a broken plan would report numbers for work that is not attention.
-    let violations = fcp::plan::verify(&plan);
-    if let Some(first) = violations.first() {
-        anyhow::bail!(
-            "{} is not a valid plan ({} violations, first: {first}); `fcp verify` lists them",
-            a.plan.display(),
-            violations.len()
-        );
-    }
+    let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load()?;
     let sim = Simulator::new(hw, model)?;
     let report = sim.simulate(&plan, a.pass.into())?;

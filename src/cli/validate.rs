@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use fcp::plan::Plan;
 use fcp::report::validate::{ErrorStats, Pair};
 use fcp::report::{validate, Measured, ValidationReport};
 use fcp::sim::Simulator;
 
-use super::common::ProfileArgs;
+use super::common::{load_verified_plan, ProfileArgs};
 use super::Exit;
 
 /// Arguments of `fcp validate`.
@@ -33,15 +32,7 @@ pub struct ValidateArgs {
 }
 
 pub fn run(a: ValidateArgs) -> Result<()> {
-    let plan = Plan::load(&a.plan)?;
-    let violations = fcp::plan::verify(&plan);
-    if let Some(first) = violations.first() {
-        anyhow::bail!(
-            "{} is not a valid plan ({} violations, first: {first}); `fcp verify` lists them",
-            a.plan.display(),
-            violations.len()
-        );
-    }
+    let plan = load_verified_plan(&a.plan)?;
     if let Some(x) = a.max_compute_error {
         if !(x.is_finite() && x >= 0.0) {
             anyhow::bail!("--max-compute-error must be a number ≥ 0, got {x}");
