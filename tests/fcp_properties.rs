@@ -36,15 +36,19 @@ proptest! {
         pipeline in any::<bool>(),
         reshuffle in any::<bool>(),
         repair in any::<bool>(),
+        relay in any::<bool>(),
+        split in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
         // Packed for the group: N × T ≥ tokens, often exactly tight.
         let tpr = batch.tokens().div_ceil(ranks as u64) + slack;
-        let hw = Hardware::load("h100").unwrap();
+        // The relay only acts across nodes: two GPUs per node make most groups span several.
+        let hw = Hardware::load(if relay { "tests/replay/two-per-node.toml" } else { "h100" }).unwrap();
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair}");
+        let split_limit = if split { 0.25 } else { f64::INFINITY };
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{:?}", v);
@@ -57,6 +61,13 @@ proptest! {
             prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
         }
         prop_assert_eq!(plan.input_layout.is_some(), reshuffle);
+        prop_assert!(plan.congestion_free);
+        if relay {
+            // First hops and the relay's second hops are coloured apart (NIC vs NVLink
+            // ports): each round still has one send and one receive per rank (the verifier's
+            // check above), but the rounds are not Δ.
+            return Ok(());
+        }
         // Δ from the point-to-point transfers themselves (the reshuffler's all-to-all pieces
         // are scheduled by their collective); rounds used are exactly 0..Δ.
         let n = ranks as usize;
@@ -111,6 +122,7 @@ fn fcp_and_hybrid_verify_on_every_source_rank_count_and_block() {
                 .iter()
                 .map(|b| format!("fcp:block={b}"))
                 .collect();
+            specs.push("fcp:block=4096,relay=true,split_limit=0.5".into());
             specs.push("hybrid".into());
             for spec in specs {
                 let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();

@@ -37,7 +37,7 @@ pub const SIMULATE_TOP: usize = 3;
 pub const SIMULATE_MAX_RANKS: u32 = 64;
 
 /// Parameter names `hybrid:key=value` accepts.
-pub const PARAMS: [&str; 2] = ["block", "whole_frac"];
+pub const PARAMS: [&str; 4] = ["block", "relay", "split_limit", "whole_frac"];
 
 /// The `hybrid` planner (`hybrid`, `hybrid:block=4096,whole_frac=0.25`).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -46,17 +46,59 @@ pub struct Hybrid {
     pub block: Option<u64>,
     /// Fixed whole-document fraction (else every one of [`WHOLE_FRACTIONS`] is tried).
     pub whole_frac: Option<f64>,
+    /// Fixed node-level K/V relay ([`Fcp::relay`]; else both are tried when the group spans
+    /// nodes).
+    pub relay: Option<bool>,
+    /// Fixed heavy-block split limit ([`Fcp::split_limit`]; else `inf` and [`SPLIT_LIMIT`]
+    /// are tried).
+    pub split_limit: Option<f64>,
 }
+
+/// The heavy-block split limit tried besides none: blocks heavier than half a rank's mean
+/// load are halved (finer cuts move more K/V than they save in balance on the six traces of
+/// `docs/results/beyond.md`).
+pub const SPLIT_LIMIT: f64 = 0.5;
+
+/// A candidate is pruned, never built, when this fraction of its LPT compute bound (the
+/// busiest rank's f-load, which its estimate cannot beat) already exceeds the best estimate:
+/// the weigher and the step costs agree to a few percent, not exactly.
+pub const PRUNE_MARGIN: f64 = 0.97;
 
 /// One candidate's score.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Score {
-    /// Estimated time of the slowest rank (seconds, forward + backward).
+    /// Estimated attention time (seconds, forward + backward; [`estimate`]).
     pub seconds: f64,
     /// Block size and whole-document threshold (tokens) of the candidate.
     pub block: u64,
     /// See `block`.
     pub whole: u64,
+    /// Whether K/V is relayed inside nodes.
+    pub relay: bool,
+    /// Heavy-block split limit (`inf`: none).
+    pub split_limit: f64,
+}
+
+impl Score {
+    /// Whether this is FCP's own default plan (4K blocks, nothing whole beyond a block, no
+    /// relay, no split).
+    pub fn is_fcp_default(&self) -> bool {
+        self.block == super::fcp::DEFAULT_BLOCK
+            && self.whole == 0
+            && !self.relay
+            && self.split_limit.is_infinite()
+    }
+}
+
+/// What [`Hybrid::candidates`] evaluated.
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    /// Built and estimated candidates, in the order evaluated (best LPT bound first).
+    pub built: Vec<(Score, Plan)>,
+    /// Candidate placements considered (distributed), each built with and without relay.
+    pub placements: usize,
+    /// Placements pruned by their compute bound before building.
+    pub pruned: usize,
 }
 
 impl Hybrid {
@@ -73,6 +115,19 @@ impl Hybrid {
                     Ok(b) if b >= 1 => h.block = Some(b),
                     _ => return Err(bad(format!("`block` must be an integer ≥ 1, not `{v}`"))),
                 },
+                "relay" => match v.as_str() {
+                    "true" | "1" | "yes" | "on" => h.relay = Some(true),
+                    "false" | "0" | "no" | "off" => h.relay = Some(false),
+                    _ => return Err(bad(format!("`relay` must be true or false, not `{v}`"))),
+                },
+                "split_limit" => match v.parse::<f64>() {
+                    Ok(f) if f >= 0.0 => h.split_limit = Some(f),
+                    _ => {
+                        return Err(bad(format!(
+                            "`split_limit` must be a number ≥ 0, not `{v}`"
+                        )))
+                    }
+                },
                 "whole_frac" => match v.parse::<f64>() {
                     Ok(f) if f.is_finite() && f >= 0.0 => h.whole_frac = Some(f),
                     _ => return Err(bad(format!("`whole_frac` must be a number ≥ 0, not `{v}`"))),
@@ -88,17 +143,28 @@ impl Hybrid {
         Ok(h)
     }
 
-    /// Every candidate, distributed, built and scored, in the order tried; the caller keeps
-    /// the best.
+    /// Every candidate placement (block size × whole-document threshold × split limit),
+    /// distributed by LPT; then, best compute bound first, each placement not pruned by
+    /// [`PRUNE_MARGIN`] is repaired, built with and without the relay and estimated. FCP's
+    /// default is never pruned (the caller may need it).
     pub fn candidates(
         &self,
         batch: &Batch,
         ctx: &PlanContext<'_>,
-    ) -> Result<Vec<(Score, Plan)>, PlanError> {
+    ) -> Result<Candidates, PlanError> {
         let blocks: Vec<u64> = self.block.map_or(BLOCKS.to_vec(), |b| vec![b]);
         let fracs: Vec<f64> = self
             .whole_frac
             .map_or(WHOLE_FRACTIONS.to_vec(), |f| vec![f]);
+        let splits: Vec<f64> = self
+            .split_limit
+            .map_or(vec![f64::INFINITY, SPLIT_LIMIT], |f| vec![f]);
+        let multi_node = ctx.ranks > ctx.hardware.gpus_per_node.max(1);
+        let relays: Vec<bool> = match self.relay {
+            Some(r) => vec![r],
+            None if multi_node => vec![false, true],
+            None => vec![false],
+        };
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
         let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
@@ -107,7 +173,8 @@ impl Hybrid {
             .kernel_profile()
             .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?;
         let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
-        let mut out = Vec::new();
+        // Placements: LPT only (cheap), with the busiest rank's f-load as a bound.
+        let mut placements = Vec::new();
         let mut seen = Vec::new();
         for &block in &blocks {
             for &frac in &fracs {
@@ -121,29 +188,74 @@ impl Hybrid {
                     .max()
                     .unwrap_or(0);
                 let whole = if whole <= block { 0 } else { whole };
-                if seen.contains(&(block, whole)) {
-                    continue;
-                }
-                seen.push((block, whole));
-                let fcp = Fcp {
-                    block,
-                    whole,
-                    ..Fcp::default()
-                };
-                let dist = fcp.distribute(batch, ctx)?;
-                let plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                let seconds = estimate(&plan, ctx, &mut cm)?;
-                out.push((
-                    Score {
-                        seconds,
+                for &split_limit in &splits {
+                    let fcp = Fcp {
                         block,
                         whole,
+                        split_limit,
+                        repair: false,
+                        ..Fcp::default()
+                    };
+                    let dist = fcp.distribute(batch, ctx)?;
+                    // A split limit that splits nothing is the unsplit placement again.
+                    let split_limit = if dist.heavy_splits == 0 {
+                        f64::INFINITY
+                    } else {
+                        split_limit
+                    };
+                    let key = (block, whole, split_limit.to_bits());
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    let bound = dist.assignment.loads.iter().copied().fold(0.0, f64::max);
+                    placements.push((bound, Fcp { split_limit, ..fcp }, dist));
+                }
+            }
+        }
+        // Best bound first (stable: ties keep the order above).
+        placements.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let count = placements.len();
+        let mut built = Vec::new();
+        let mut best = f64::INFINITY;
+        let mut pruned = 0;
+        for (bound, fcp, mut dist) in placements {
+            // FCP's default is kept where the caller simulates it (see `plan`).
+            let default = ctx.ranks <= SIMULATE_MAX_RANKS
+                && fcp.block == super::fcp::DEFAULT_BLOCK
+                && fcp.whole == 0
+                && fcp.split_limit.is_infinite();
+            if bound * PRUNE_MARGIN > best && !default {
+                pruned += 1;
+                continue;
+            }
+            Fcp::repair_traffic(&mut dist.assignment, batch, ctx, dist.cap);
+            for &relay in &relays {
+                let fcp = Fcp {
+                    relay,
+                    repair: true,
+                    ..fcp
+                };
+                let plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
+                let seconds = estimate(&plan, ctx, &mut cm)?;
+                best = best.min(seconds);
+                built.push((
+                    Score {
+                        seconds,
+                        block: fcp.block,
+                        whole: fcp.whole,
+                        relay,
+                        split_limit: fcp.split_limit,
                     },
                     plan,
                 ));
             }
         }
-        Ok(out)
+        Ok(Candidates {
+            built,
+            placements: count,
+            pruned,
+        })
     }
 }
 
@@ -167,15 +279,20 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
         .collect()
 }
 
-/// The slowest rank's estimated time, step by step, forward then backward: each step costs
-/// the longer of its compute and the traffic issued during it (which must land by the next
-/// step) — so a stage whose transfers outlast its compute exposes the difference, as the
-/// simulator would show. Compute is exact: the simulator's own compute model on the built
-/// plan (fused launches, kernel efficiency at every tile's shape, one launch overhead per
-/// step). Traffic is the rank's K/V bytes sent and received in the step over the link each
-/// crosses (NVLink within a node, the NIC across), the slower direction and link bounding it;
-/// backward moves twice the bytes (K/V again, dK/dV back). No contention between ranks beyond
-/// that and no cross-rank waiting: an estimate to rank candidates, not a simulation.
+/// Estimated attention time (seconds, forward + backward) of a plan: a step-level timeline,
+/// far cheaper than the simulator's event-driven one but faithful to what decides between
+/// candidates — the slowest rank, the waiting between ranks, and contention on the links.
+///
+/// Per pass, every rank's step costs what the simulator's compute model says (fused launches,
+/// kernel efficiency at every tile's shape, one launch overhead per step). A transfer leaves
+/// when its source starts step `issue_at` and lasts the link latency plus the time its busier
+/// port (the source's send side, the destination's receive side; NVLink within a node, the
+/// NIC across) takes to drain everything issued through it in that step. A rank starts a step
+/// once its previous step is done and every transfer due by then has landed. The backward
+/// pass moves the K/V again on the same schedule and returns the gradients after the last
+/// step that used them, which only the end waits for. No fair-sharing within a step: an
+/// estimate to rank candidates; the simulator has the last word up to
+/// [`SIMULATE_MAX_RANKS`].
 pub fn estimate(
     plan: &Plan,
     ctx: &PlanContext<'_>,
@@ -184,38 +301,89 @@ pub fn estimate(
     let hw = ctx.hardware;
     let n = plan.num_ranks as usize;
     let steps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0);
-    let node = |r: u32| r / hw.gpus_per_node.max(1);
-    // bytes[rank][step] = (nvlink out, nvlink in, nic out, nic in)
-    let mut bytes = vec![vec![[0.0f64; 4]; steps + 1]; n];
-    let per_token = ctx.model.kv_bytes_per_token() as f64;
-    for t in &plan.transfers {
-        let b = t.tokens() as f64 * per_token;
+    let gpn = hw.gpus_per_node.max(1);
+    let cross = |a: u32, b: u32| a / gpn != b / gpn;
+    // Ports: 4 per rank (NVLink out, NVLink in, NIC out, NIC in), loaded per issue step.
+    let port = |t: &crate::plan::Transfer, send: bool| {
+        let nic = 2 * usize::from(cross(t.src, t.dst));
+        if send {
+            4 * t.src as usize + nic
+        } else {
+            4 * t.dst as usize + nic + 1
+        }
+    };
+    let bytes: Vec<f64> = plan
+        .transfers
+        .iter()
+        .map(|t| {
+            crate::plan::transfer_bytes(
+                t.tensor,
+                t.tokens(),
+                t.heads.map(|h| (h.start, h.end)),
+                plan,
+                ctx.model,
+            ) as f64
+        })
+        .collect();
+    let mut load = vec![vec![0.0f64; steps + 1]; 4 * n];
+    for (t, &b) in plan.transfers.iter().zip(&bytes) {
         let s = (t.issue_at as usize).min(steps);
-        let nic = usize::from(node(t.src) != node(t.dst)) * 2;
-        bytes[t.src as usize][s][nic] += b;
-        bytes[t.dst as usize][s][nic + 1] += b;
+        load[port(t, true)][s] += b;
+        load[port(t, false)][s] += b;
     }
-    let (nv, nic) = (hw.nvlink_gbs * 1e9, hw.nic_gbs * 1e9);
-    let mut worst: f64 = 0.0;
-    for rp in &plan.ranks {
-        let mut total = 0.0;
-        for (pass, scale) in [(Pass::Fwd, 1.0), (Pass::Bwd, 2.0)] {
-            for (s, b) in bytes[rp.rank as usize].iter().enumerate() {
-                let compute = match rp.steps.get(s) {
-                    Some(st) => {
-                        cm.step(plan, &st.tasks, pass)
-                            .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?
-                            .seconds
-                    }
-                    None => 0.0,
-                };
-                let comm = scale * (b[0].max(b[1]) / nv).max(b[2].max(b[3]) / nic);
-                total += compute.max(comm);
+    let duration = |i: usize| {
+        let t = &plan.transfers[i];
+        let s = (t.issue_at as usize).min(steps);
+        let (bw, alpha) = if cross(t.src, t.dst) {
+            (hw.nic_gbs * 1e9, hw.nic_latency_us * 1e-6)
+        } else {
+            (hw.nvlink_gbs * 1e9, hw.nvlink_latency_us * 1e-6)
+        };
+        alpha + load[port(t, true)][s].max(load[port(t, false)][s]) / bw
+    };
+    // Transfers by the step that waits for them.
+    let mut due: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    for (i, t) in plan.transfers.iter().enumerate() {
+        if t.issue_at < t.arrive_by {
+            due[(t.arrive_by as usize).min(steps)].push(i);
+        }
+    }
+    let mut total = 0.0;
+    for pass in [Pass::Fwd, Pass::Bwd] {
+        let mut compute = vec![vec![0.0f64; steps]; n];
+        for rp in &plan.ranks {
+            for (s, st) in rp.steps.iter().enumerate() {
+                compute[rp.rank as usize][s] = cm
+                    .step(plan, &st.tasks, pass)
+                    .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?
+                    .seconds;
             }
         }
-        worst = worst.max(total);
+        // start[r][s]; start[r][steps] is when rank r's compute is done.
+        let mut start = vec![vec![0.0f64; steps + 1]; n];
+        for s in 1..=steps {
+            for r in 0..n {
+                start[r][s] = start[r][s - 1] + compute[r][s - 1];
+            }
+            for &i in &due[s] {
+                let t = &plan.transfers[i];
+                let src = &start[t.src as usize];
+                let landed = src[(t.issue_at as usize).min(steps)] + duration(i);
+                let d = &mut start[t.dst as usize][s];
+                *d = d.max(landed);
+            }
+        }
+        let mut end: f64 = start.iter().map(|r| r[steps]).fold(0.0, f64::max);
+        if pass == Pass::Bwd {
+            // Gradients go back after the step that used them; only the end waits.
+            for (i, t) in plan.transfers.iter().enumerate() {
+                let used = (t.arrive_by as usize + 1).min(steps);
+                end = end.max(start[t.dst as usize][used] + duration(i));
+            }
+        }
+        total += end;
     }
-    Ok(worst)
+    Ok(total)
 }
 
 impl Planner for Hybrid {
@@ -231,26 +399,33 @@ impl Planner for Hybrid {
         if let Some(f) = self.whole_frac.and_then(serde_json::Number::from_f64) {
             p.insert("whole_frac".to_string(), serde_json::Value::Number(f));
         }
+        if let Some(r) = self.relay {
+            p.insert("relay".to_string(), r.into());
+        }
+        if let Some(f) = self.split_limit {
+            p.insert("split_limit".to_string(), limit_json(f));
+        }
         p
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let mut cands = self.candidates(batch, ctx)?;
-        let count = cands.len();
+        let Candidates {
+            built: mut cands,
+            placements,
+            pruned,
+        } = self.candidates(batch, ctx)?;
         // Best estimate first (ties: the earlier candidate; the sort is stable).
         cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
         // Up to SIMULATE_MAX_RANKS, the estimate's leaders are simulated and the fastest kept:
-        // the estimate sees compute exactly but not the waiting between ranks that exposes
-        // traffic; beyond, simulating one plan takes longer than planning should.
+        // the estimate is a step-level timeline, not the simulator's fair sharing of links;
+        // beyond, simulating one plan takes longer than planning should.
         let simulated = if ctx.ranks <= SIMULATE_MAX_RANKS && cands.len() > 1 {
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
             let mut best: Option<(f64, usize)> = None;
-            // The leaders, and FCP's own default (4K blocks, nothing kept whole beyond a
-            // block) wherever it ranks: `hybrid` is then never slower than `fcp` here.
-            let fcp_default = cands
-                .iter()
-                .position(|c| c.0.block == super::fcp::DEFAULT_BLOCK && c.0.whole == 0);
+            // The leaders, and FCP's own default wherever it ranks: `hybrid` is then never
+            // slower than `fcp` here.
+            let fcp_default = cands.iter().position(|c| c.0.is_fcp_default());
             let chosen = (0..cands.len())
                 .filter(|&i| i < SIMULATE_TOP || Some(i) == fcp_default)
                 .collect::<Vec<_>>();
@@ -269,15 +444,28 @@ impl Planner for Hybrid {
         } else {
             0
         };
+        let count = cands.len();
         let (score, mut plan) = cands.swap_remove(simulated);
         plan.scheme.name = self.name().to_string();
         let mut params = self.params();
         params.insert("chosen_block".to_string(), score.block.into());
         params.insert("chosen_whole".to_string(), score.whole.into());
+        params.insert("chosen_relay".to_string(), score.relay.into());
+        params.insert(
+            "chosen_split_limit".to_string(),
+            limit_json(score.split_limit),
+        );
         params.insert("candidates".to_string(), count.into());
+        params.insert("placements".to_string(), placements.into());
+        params.insert("pruned".to_string(), pruned.into());
         plan.scheme.params = params;
         Ok(plan)
     }
+}
+
+/// A limit as JSON: the number, or `"inf"` (JSON has no infinity).
+fn limit_json(f: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(f).map_or_else(|| "inf".into(), serde_json::Value::Number)
 }
 
 #[cfg(test)]
@@ -316,10 +504,12 @@ mod tests {
     #[test]
     fn the_fastest_of_the_estimates_leaders_is_built() {
         let batch = Batch::new(0, vec![30_000, 6_000, 5_000, 3_000, 2_000, 1_000, 100]);
-        with(8, 6144, Mask::Causal, |ctx| {
+        with(16, 6144, Mask::Causal, |ctx| {
             let h = Hybrid::default();
-            let mut cands = h.candidates(&batch, ctx).unwrap();
+            let mut cands = h.candidates(&batch, ctx).unwrap().built;
             assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
+            // 16 ranks span two nodes: every placement is built with and without the relay.
+            assert!(cands.iter().any(|c| c.0.relay) && cands.iter().any(|c| !c.0.relay));
             cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
             let time = |p: &Plan| {
@@ -331,24 +521,53 @@ mod tests {
             let leaders: Vec<f64> = cands
                 .iter()
                 .enumerate()
-                .filter(|(i, c)| {
-                    *i < SIMULATE_TOP
-                        || (c.0.block == crate::planners::fcp::DEFAULT_BLOCK && c.0.whole == 0)
-                })
+                .filter(|(i, c)| *i < SIMULATE_TOP || c.0.is_fcp_default())
                 .map(|(_, c)| time(&c.1))
                 .collect();
             let plan = h.plan(&batch, ctx).unwrap();
             let fastest = leaders.iter().copied().fold(f64::INFINITY, f64::min);
             assert_eq!(time(&plan), fastest);
+            let p = &plan.scheme.params;
             let chosen = cands
                 .iter()
                 .position(|c| {
-                    plan.scheme.params["chosen_block"] == c.0.block
-                        && plan.scheme.params["chosen_whole"] == c.0.whole
+                    p["chosen_block"] == c.0.block
+                        && p["chosen_whole"] == c.0.whole
+                        && p["chosen_relay"] == c.0.relay
+                        && p["chosen_split_limit"] == limit_json(c.0.split_limit)
                 })
                 .unwrap();
-            let c = &cands[chosen].0;
-            assert!(chosen < SIMULATE_TOP || (c.block == 4096 && c.whole == 0));
+            assert!(chosen < SIMULATE_TOP || cands[chosen].0.is_fcp_default());
+        });
+    }
+
+    #[test]
+    fn pruning_never_drops_the_best_estimate_of_the_full_search() {
+        // The bound prunes only placements whose busiest rank alone is slower than a plan
+        // already built (up to PRUNE_MARGIN): the best estimate is the full search's.
+        let mut lens = vec![60_000, 41_000, 30_000, 9_000, 7_000];
+        lens.extend(std::iter::repeat_n(1_500u64, 40));
+        let batch = Batch::new(0, lens);
+        with(16, 16384, Mask::Causal, |ctx| {
+            let all = Hybrid::default().candidates(&batch, ctx).unwrap();
+            let best =
+                |c: &[(Score, Plan)]| c.iter().map(|c| c.0.seconds).fold(f64::INFINITY, f64::min);
+            let mut full = Vec::new();
+            for block in BLOCKS {
+                for f in WHOLE_FRACTIONS {
+                    for split in [f64::INFINITY, SPLIT_LIMIT] {
+                        let h = Hybrid {
+                            block: Some(block),
+                            whole_frac: Some(f),
+                            split_limit: Some(split),
+                            relay: None,
+                        };
+                        full.extend(h.candidates(&batch, ctx).unwrap().built);
+                    }
+                }
+            }
+            assert_eq!(best(&all.built), best(&full));
+            assert!(all.placements >= all.pruned);
         });
     }
 }

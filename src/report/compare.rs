@@ -94,6 +94,8 @@ fn aggregate(all: &[PlanMetrics], f: impl Fn(&[f64]) -> f64) -> PlanMetrics {
         lower_bound_ms: col(&|m| m.lower_bound_ms),
         vs_lower_bound: col(&|m| m.vs_lower_bound),
         pad_tokens: col(&|m| m.pad_tokens as f64).round() as u64,
+        mean_compute_ms: col(&|m| m.mean_compute_ms),
+        max_compute_ms: col(&|m| m.max_compute_ms),
     }
 }
 

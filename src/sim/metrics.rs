@@ -59,6 +59,13 @@ pub struct PlanMetrics {
     pub lower_bound_ms: f64,
     /// attention_time_ms / lower_bound_ms.
     pub vs_lower_bound: f64,
+    /// Mean over ranks of the compute time (all passes). Over `lower_bound_ms` it is what the
+    /// plan's tiles cost in kernel efficiency, before any imbalance or waiting: `vs_lower_bound`
+    /// = (mean_compute / bound) · (max_compute / mean_compute) · (time / max_compute).
+    pub mean_compute_ms: f64,
+    /// The busiest rank's compute time (all passes): over `mean_compute_ms`, the imbalance;
+    /// `attention_time_ms` over it, the communication and waiting left exposed.
+    pub max_compute_ms: f64,
     /// Padding tokens the scheme computes, stores and moves as if they were data (counted in
     /// every figure above; the lower bound excludes them).
     pub pad_tokens: u64,
@@ -177,6 +184,8 @@ pub(super) fn report(
                 1.0
             },
             pad_tokens: plan.pad_tokens(),
+            mean_compute_ms: compute.iter().sum::<f64>() / compute.len().max(1) as f64,
+            max_compute_ms: compute.iter().copied().fold(0.0, f64::max),
         },
         ranks,
     }

@@ -41,6 +41,8 @@ pub const METRICS: &[(&str, MetricFn)] = &[
     ("mem_max_bytes", |m| m.mem_max_bytes as f64),
     ("lower_bound_ms", |m| m.lower_bound_ms),
     ("vs_lower_bound", |m| m.vs_lower_bound),
+    ("mean_compute_ms", |m| m.mean_compute_ms),
+    ("max_compute_ms", |m| m.max_compute_ms),
 ];
 
 /// One metric over a cell's batches.

@@ -177,6 +177,62 @@ pub fn break_heavy_pairs(
     Ok(broken)
 }
 
+/// Halve every one-block unit of a long document that `heavy` says is too coarse, again and
+/// again, until each piece passes or is down to `min_tokens` (pieces are re-weighed; `comm`
+/// is left 0: call [`set_comm`] again). Returns how many splits were made.
+///
+/// Why: under a causal mask the last block of a document of length L does about
+/// `block · L` of work — at 256 ranks the last 2K block of a 300K-token document outweighs a
+/// rank's whole share, and no placement of whole blocks can then be balanced. Queries cut
+/// finer there keep their tiles long (the kernel's efficiency follows √(q · kv), and kv is
+/// the whole prefix), so the pieces cost little efficiency; only the tail of the heaviest
+/// documents is cut, where FCP's fixed block is too coarse.
+pub fn split_heavy_blocks(
+    units: &mut Vec<Unit>,
+    heavy: impl Fn(&Unit) -> bool,
+    min_tokens: u64,
+    weigher: &mut Weigher<'_>,
+    doc_lens: &[u64],
+) -> Result<usize, PlanError> {
+    let mut splits = 0;
+    let mut out = Vec::with_capacity(units.len());
+    let mut todo: Vec<Unit> = Vec::new();
+    for u in units.drain(..) {
+        todo.push(u);
+        while let Some(u) = todo.pop() {
+            let piece = match u.blocks.as_slice() {
+                [b] if !b.packed && b.chunks.len() == 1 => Some(b.chunks[0]),
+                _ => None,
+            };
+            let c = match piece {
+                Some(c) if c.len() >= 2 * min_tokens.max(1) && heavy(&u) => c,
+                _ => {
+                    out.push(u);
+                    continue;
+                }
+            };
+            splits += 1;
+            let mid = c.start + c.len() / 2;
+            // Pushed last-first so the pieces come out in token order.
+            for (start, end) in [(mid, c.end), (c.start, mid)] {
+                let b = Block {
+                    chunks: vec![TokenRange::new(c.doc, start, end)],
+                    packed: false,
+                };
+                let weight = weigher.block(&b, doc_lens)?;
+                todo.push(Unit {
+                    blocks: vec![b],
+                    weight,
+                    comm: 0.0,
+                    home: u.home,
+                });
+            }
+        }
+    }
+    *units = out;
+    Ok(splits)
+}
+
 fn unit(blocks: Vec<Block>) -> Unit {
     Unit {
         blocks,

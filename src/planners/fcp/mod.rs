@@ -40,7 +40,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 11] = [
+pub const PARAMS: [&str; 13] = [
     "affinity",
     "block",
     "coalesce",
@@ -48,7 +48,9 @@ pub const PARAMS: [&str; 11] = [
     "comm_aware",
     "pair_limit",
     "pipeline",
+    "relay",
     "repair",
+    "split_limit",
     "reshuffle",
     "solver",
     "whole",
@@ -90,7 +92,19 @@ pub struct Fcp {
     /// Documents of at most this many tokens stay whole on one rank, never cut or moved
     /// (`whole`; 0 or ≤ `block` = FCP's own rule, only documents up to a block).
     pub whole: u64,
+    /// Node-level K/V relay (`relay`; off by default, as in the paper's flat P2P): a chunk
+    /// wanted by several ranks of another node crosses the NICs once and is forwarded over
+    /// NVLink inside the node ([`schedule::Options::relay`]).
+    pub relay: bool,
+    /// A one-block unit weighing more than this fraction of the mean rank load is halved,
+    /// repeatedly, down to [`MIN_SPLIT_TOKENS`] (`split_limit`, ≥ 0; `inf`, the default, never
+    /// splits: the paper's fixed blocks). See [`blocks::split_heavy_blocks`].
+    pub split_limit: f64,
 }
+
+/// Smallest piece [`Fcp::split_limit`] cuts a block into: 256 query rows still fill the GPU
+/// (64 heads × two 128-row tiles) when the keys are a long prefix.
+pub const MIN_SPLIT_TOKENS: u64 = 256;
 
 impl Default for Fcp {
     fn default() -> Self {
@@ -106,6 +120,8 @@ impl Default for Fcp {
             reshuffle: false,
             repair: true,
             whole: 0,
+            relay: false,
+            split_limit: f64::INFINITY,
         }
     }
 }
@@ -117,6 +133,8 @@ pub struct Distribution {
     pub cap: u64,
     /// Zig-zag pairs heavier than `pair_limit` × the mean rank load, assigned as two blocks.
     pub broken_pairs: usize,
+    /// Halvings of blocks heavier than `split_limit` × the mean rank load.
+    pub heavy_splits: usize,
     /// Units (blocks or zig-zag pairs) distributed.
     pub units: usize,
     /// f of the heaviest unit (seconds, forward + backward): no rank can carry less, so
@@ -168,6 +186,17 @@ impl Fcp {
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "repair" => f.repair = boolean(k, v)?,
+                "relay" => f.relay = boolean(k, v)?,
+                "split_limit" => {
+                    f.split_limit = match v.parse::<f64>() {
+                        Ok(x) if x >= 0.0 => x,
+                        _ => {
+                            return Err(bad(format!(
+                                "`split_limit` must be a number ≥ 0, not `{v}`"
+                            )))
+                        }
+                    }
+                }
                 "whole" => {
                     f.whole = v
                         .parse::<u64>()
@@ -261,6 +290,13 @@ impl Fcp {
             &mut weigher,
             &batch.doc_lens,
         )?;
+        let heavy_splits = blocks::split_heavy_blocks(
+            &mut units,
+            |u| u.weight > mean * self.split_limit,
+            MIN_SPLIT_TOKENS,
+            &mut weigher,
+            &batch.doc_lens,
+        )?;
         blocks::set_comm(&mut units, &batch.doc_lens, self.block, ctx.mask);
         if let Some(c) = &cuts {
             blocks::set_homes(&mut units, &batch.doc_lens, c);
@@ -277,28 +313,40 @@ impl Fcp {
             },
         );
         if self.repair {
-            repair::repair(
-                &assignment.items,
-                &mut assignment.item_rank,
-                ctx.ranks,
-                cap,
-                batch.doc_lens.len(),
-                ctx.mask,
-                repair::Options {
-                    max_steps: 2 * ctx.ranks as usize,
-                    ..repair::Options::default()
-                },
-            );
-            assignment.regroup();
+            Fcp::repair_traffic(&mut assignment, batch, ctx, cap);
         }
         Ok(Distribution {
             cap,
             broken_pairs,
+            heavy_splits,
             units: units.len(),
             heaviest_unit,
             assignment,
             unit_list: units,
         })
+    }
+
+    /// The traffic repair over an LPT assignment (what `repair` turns on in [`Fcp::distribute`]):
+    /// `hybrid` runs it only on the candidates it keeps.
+    pub fn repair_traffic(
+        assignment: &mut Assignment,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+        cap: u64,
+    ) {
+        repair::repair(
+            &assignment.items,
+            &mut assignment.item_rank,
+            ctx.ranks,
+            cap,
+            batch.doc_lens.len(),
+            ctx.mask,
+            repair::Options {
+                max_steps: 2 * ctx.ranks as usize,
+                ..repair::Options::default()
+            },
+        );
+        assignment.regroup();
     }
 
     /// The communication planner and pipeline (§4.2–4.3) over a given placement: `owned[r]`
@@ -333,6 +381,8 @@ impl Fcp {
                 solver: self.solver,
                 coalesce: self.coalesce_degree(),
                 local_first: bytes_in / (bytes_in + bytes_out),
+                relay: (self.relay && ctx.ranks > ctx.hardware.gpus_per_node)
+                    .then_some(ctx.hardware.gpus_per_node),
             },
             input.as_deref(),
         );
@@ -362,9 +412,15 @@ impl Planner for Fcp {
                     .map_or_else(|| "inf".into(), serde_json::Value::Number),
             ),
             ("pipeline".to_string(), self.pipeline.into()),
+            ("relay".to_string(), self.relay.into()),
             ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
+            (
+                "split_limit".to_string(),
+                serde_json::Number::from_f64(self.split_limit)
+                    .map_or_else(|| "inf".into(), serde_json::Value::Number),
+            ),
             ("whole".to_string(), self.whole.into()),
         ])
     }

@@ -29,6 +29,12 @@ pub struct Options {
     /// pairs) run first, while the inbound all-to-all flies; the rest runs last, while the
     /// outputs go back. The bytes in (Q + K/V) over the bytes in and out (Q + K/V + O + LSE).
     pub local_first: f64,
+    /// Node-level relay of K/V (`Some(gpus_per_node)`; `None` = every consumer fetches from
+    /// the owner): a chunk wanted by several ranks of another node crosses the NICs once, to
+    /// one of them (the gateway, the one with the least NIC traffic so far), which forwards it
+    /// over NVLink to the others one stage later. Across nodes a GPU's NIC is ~10× slower than
+    /// its NVLink, so this trades the scarce link for the plentiful one.
+    pub relay: Option<u32>,
 }
 
 /// What the communication planner built.
@@ -42,6 +48,8 @@ pub struct Schedule {
     pub substages: u32,
     /// Stages after coalescing.
     pub stages: u32,
+    /// Chunks forwarded inside a node by a gateway (second hops of the node relay).
+    pub relayed: usize,
 }
 
 /// Register `owned`, then emit every task and transfer of the plan.
@@ -105,10 +113,15 @@ pub fn schedule(
             }
         }
     }
-    // Consumers: (rank, its query chunks of one document), and the edges they need.
+    // Consumers: (rank, its query chunks of one document), and the edges they need: a
+    // first hop owner → consumer (or → gateway) in `graph`, and the relay's second hops
+    // gateway → consumer in `hops` (with the first hop they wait for).
     let mut groups: Vec<(u32, Vec<TokenRange>)> = Vec::new();
     let mut graph = TransferGraph::new(n);
-    let mut edge_data: Vec<(TokenRange, usize)> = Vec::new();
+    let mut edge_data: Vec<(TokenRange, Option<usize>)> = Vec::new();
+    let mut hops = TransferGraph::new(n);
+    let mut hop_data: Vec<(TokenRange, usize, usize)> = Vec::new();
+    let mut nic_in = vec![0u64; n as usize];
     for chunks in &mut by_doc {
         if chunks.len() < 2 {
             continue;
@@ -125,15 +138,59 @@ pub fn schedule(
                 groups.push((r, vec![c]));
             }
         }
+        // wanted[i]: the consumer groups (by rank) that need chunk i from another rank.
+        let relay = opts.relay.filter(|&g| g >= 1);
+        let mut wanted: Vec<Vec<usize>> = vec![Vec::new(); chunks.len()];
         for (g, (w, qs)) in groups.iter().enumerate().skip(first) {
             let limit = match mask {
                 Mask::Causal => qs.iter().map(|q| q.end).max().unwrap_or(0),
                 Mask::Full => u64::MAX,
             };
-            for &(c, o) in chunks.iter().take_while(|(c, _)| c.start < limit) {
-                if o != *w {
-                    graph.add_edge(o, *w);
-                    edge_data.push((c, g));
+            for (i, &(c, o)) in chunks
+                .iter()
+                .enumerate()
+                .take_while(|(_, (c, _))| c.start < limit)
+            {
+                match (o != *w, relay) {
+                    (false, _) => {}
+                    // Without the relay, edges go straight in, consumer by consumer.
+                    (true, None) => {
+                        graph.add_edge(o, *w);
+                        edge_data.push((c, Some(g)));
+                    }
+                    (true, Some(_)) => wanted[i].push(g),
+                }
+            }
+        }
+        let Some(gpn) = relay else { continue };
+        for (i, &(c, o)) in chunks.iter().enumerate() {
+            // Consumers are sorted by rank, so each node's are contiguous.
+            for run in wanted[i].chunk_by(|&x, &y| groups[x].0 / gpn == groups[y].0 / gpn) {
+                let node = groups[run[0]].0 / gpn;
+                if node == o / gpn || run.len() == 1 {
+                    for &g in run {
+                        graph.add_edge(o, groups[g].0);
+                        edge_data.push((c, Some(g)));
+                    }
+                    continue;
+                }
+                // The gateway: the node's rank with the least NIC traffic in so far (a
+                // consumer on ties, which then needs no second hop itself). Any rank of the
+                // node may relay, so all of its NICs share what the node takes in.
+                let members = node * gpn..((node + 1) * gpn).min(n);
+                let gate = members
+                    .min_by_key(|&r| {
+                        let consumer = run.iter().any(|&g| groups[g].0 == r);
+                        (nic_in[r as usize], !consumer, r)
+                    })
+                    .expect("a node has a rank");
+                nic_in[gate as usize] += c.len();
+                let gate_group = run.iter().copied().find(|&g| groups[g].0 == gate);
+                let e = graph.add_edge(o, gate);
+                edge_data.push((c, gate_group));
+                for &g in run.iter().filter(|&&g| Some(g) != gate_group) {
+                    hops.add_edge(gate, groups[g].0);
+                    hop_data.push((c, g, e));
                 }
             }
         }
@@ -145,6 +202,7 @@ pub fn schedule(
     };
     let stages = coalesce(&coloring, opts.coalesce);
     let mut last = base;
+    let mut timing = Vec::with_capacity(graph.len());
     for (e, &(src, dst)) in graph.edges().iter().enumerate() {
         let (chunk, g) = edge_data[e];
         let round = coloring.colors[e];
@@ -154,12 +212,31 @@ pub fn schedule(
         } else {
             (base, base + 1)
         };
+        timing.push(arrive);
         last = last.max(arrive);
-        for &q in &groups[g].1 {
+        for &q in g.map_or(&[][..], |g| &groups[g].1[..]) {
             b.task(dst, arrive, q, chunk);
         }
         let mut t = Transfer::kv(src, dst, vec![chunk], issue, arrive);
         t.round = Some(round);
+        b.transfer(t);
+    }
+    // Second hops leave when their first hop has landed at the gateway. Their rounds follow
+    // the first hops' (a separate colouring: they use NVLink ports, not NICs).
+    let hop_coloring = if opts.solver {
+        color_edges(&hops)
+    } else {
+        sequential_by_receiver(&hops)
+    };
+    for (e, &(src, dst)) in hops.edges().iter().enumerate() {
+        let (chunk, g, parent) = hop_data[e];
+        let issue = timing[parent];
+        last = last.max(issue + 1);
+        for &q in &groups[g].1 {
+            b.task(dst, issue + 1, q, chunk);
+        }
+        let mut t = Transfer::kv(src, dst, vec![chunk], issue, issue + 1);
+        t.round = Some(coloring.num_colors + hop_coloring.colors[e]);
         b.transfer(t);
     }
     b.congestion_free(opts.solver);
@@ -187,6 +264,7 @@ pub fn schedule(
         delta: graph.max_degree(),
         substages: coloring.num_colors,
         stages: stages.num_stages,
+        relayed: hops.len(),
     }
 }
 
