@@ -69,9 +69,9 @@ pub fn make_units(batch: &Batch, block: u64, mask: Mask) -> Vec<Unit> {
 /// (`group[doc]`; absent = one group): with the reshuffler, a group is the rank that holds the
 /// document in the user's layout, so a pack can stay where the user put it.
 ///
-/// Documents longer than `block` but at most `whole` tokens are kept whole, each its own
-/// unit (a one-document pack: one launch, no traffic) — the Whole-Doc half of FlashCP's
-/// idea, used by `hybrid`; `whole` ≤ `block` changes nothing.
+/// With `whole` > `block`, every document of at most `whole` tokens is kept whole, each its
+/// own unit (a one-document pack: one launch, no traffic), short ones included — the
+/// Whole-Doc half of FlashCP's idea, used by `hybrid`; `whole` ≤ `block` changes nothing.
 pub fn make_units_grouped(
     batch: &Batch,
     block: u64,
@@ -83,11 +83,14 @@ pub fn make_units_grouped(
     let mut short: Vec<(u32, u64, u32)> = Vec::new();
     for (doc, &len) in batch.doc_lens.iter().enumerate() {
         let doc = doc as u32;
-        if len <= block {
+        // With a whole-document threshold, every document up to it is its own unit — short
+        // ones too: packs of several would only coarsen LPT's balance, since each document
+        // is its own tile either way.
+        if len <= block && whole <= block {
             short.push((group.get(doc as usize).copied().unwrap_or(0), len, doc));
             continue;
         }
-        if len <= whole {
+        if len <= whole.max(block) {
             units.push(unit(vec![Block {
                 chunks: vec![TokenRange::new(doc, 0, len)],
                 packed: true,
