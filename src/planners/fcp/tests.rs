@@ -301,3 +301,100 @@ fn lpt_balances_a_long_document_exactly() {
     assert!(s.flops_imbalance < 1e-9, "{}", s.flops_imbalance);
     assert_eq!(owned_tokens(&plan), vec![2048; 4]);
 }
+
+/// Bytes each rank receives over its NIC (from another node), K/V tokens.
+fn nic_in_tokens(plan: &Plan, gpus_per_node: u32) -> Vec<u64> {
+    let mut v = vec![0u64; plan.num_ranks as usize];
+    for t in &plan.transfers {
+        if t.src / gpus_per_node != t.dst / gpus_per_node {
+            v[t.dst as usize] += t.tokens();
+        }
+    }
+    v
+}
+
+#[test]
+fn relay_crosses_each_node_once_per_chunk_and_stays_exact() {
+    // 16 ranks = two nodes of 8: one long document read by most ranks of both nodes.
+    let batch = Batch::new(0, vec![64 * 1024, 20_000, 9_000, 5_000]);
+    with(16, 8192, Mask::Causal, |ctx| {
+        let flat = fcp("fcp:block=2048").plan(&batch, ctx).unwrap();
+        let relayed = fcp("fcp:block=2048,relay=true").plan(&batch, ctx).unwrap();
+        assert_valid(&relayed);
+        assert!(relayed.congestion_free);
+        assert_eq!(relayed.scheme.params["relay"], true);
+        // Same placement, same work; cross-node traffic falls.
+        assert_eq!(owned_tokens(&flat), owned_tokens(&relayed));
+        let (a, b) = (nic_in_tokens(&flat, 8), nic_in_tokens(&relayed, 8));
+        assert!(
+            b.iter().sum::<u64>() < a.iter().sum::<u64>(),
+            "{b:?} vs {a:?}"
+        );
+        // Every chunk enters a node at most once.
+        let mut seen = std::collections::BTreeSet::new();
+        for t in relayed.transfers.iter().filter(|t| t.src / 8 != t.dst / 8) {
+            for c in &t.ranges {
+                assert!(
+                    seen.insert((t.dst / 8, c.doc, c.start)),
+                    "{c:?} enters node twice"
+                );
+            }
+        }
+        // Some chunks are forwarded by a rank that does not own them.
+        let owner = |c: &TokenRange| {
+            relayed
+                .ranks
+                .iter()
+                .position(|r| r.owned.iter().any(|o| o.doc == c.doc && o.start == c.start))
+        };
+        assert!(relayed
+            .transfers
+            .iter()
+            .any(|t| t.ranges.iter().any(|c| owner(c) != Some(t.src as usize))));
+    });
+    // A single node: nothing to relay, the plan is FCP's own.
+    with(8, 16384, Mask::Causal, |ctx| {
+        let a = fcp("fcp:block=2048").plan(&batch, ctx).unwrap();
+        let b = fcp("fcp:block=2048,relay=true").plan(&batch, ctx).unwrap();
+        assert_eq!(a.transfers, b.transfers);
+        assert_eq!(a.ranks, b.ranks);
+    });
+}
+
+#[test]
+fn split_limit_halves_only_the_heavy_tail_blocks() {
+    // One 200K document among short ones at 64 ranks: its last 4K blocks outweigh half a
+    // rank's share; the split pieces shrink towards the end, the head stays in 4K blocks.
+    let mut lens = vec![200_000u64];
+    lens.extend(std::iter::repeat_n(3_000u64, 600));
+    let batch = Batch::new(0, lens);
+    with(64, 32768, Mask::Causal, |ctx| {
+        let plain = fcp("fcp:block=4096").distribute(&batch, ctx).unwrap();
+        let split = fcp("fcp:block=4096,split_limit=0.5")
+            .distribute(&batch, ctx)
+            .unwrap();
+        assert_eq!(plain.heavy_splits, 0);
+        assert!(split.heavy_splits > 0);
+        let mean = split.assignment.loads.iter().sum::<f64>() / 64.0;
+        for u in &split.unit_list {
+            // Every unit passes the limit unless it is down to the smallest piece.
+            assert!(
+                u.weight <= 0.5 * mean * (1.0 + 1e-9)
+                    || u.blocks.len() > 1
+                    || u.tokens() < 2 * MIN_SPLIT_TOKENS,
+                "unit of {} tokens weighs {} > half of {}",
+                u.tokens(),
+                u.weight,
+                mean
+            );
+        }
+        let heaviest = |d: &Distribution| d.unit_list.iter().map(|u| u.weight).fold(0.0, f64::max);
+        assert!(heaviest(&split) < heaviest(&plain));
+        // Pieces still tile the document exactly.
+        let plan = fcp("fcp:block=4096,split_limit=0.5")
+            .plan(&batch, ctx)
+            .unwrap();
+        let v = verify(&plan);
+        assert!(v.is_empty(), "{v:?}");
+    });
+}
