@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use rayon::prelude::*;
+
 use crate::hardware::Pass;
 use crate::plan::{Plan, PlanError, TokenRange};
 use crate::sim::{ComputeModel, PassSel, Simulator};
@@ -63,6 +65,10 @@ pub const SPLIT_LIMIT: f64 = 0.5;
 /// busiest rank's f-load, which its estimate cannot beat) already exceeds the best estimate:
 /// the weigher and the step costs agree to a few percent, not exactly.
 pub const PRUNE_MARGIN: f64 = 0.97;
+
+/// Placements evaluated (repaired, built, estimated) in parallel per round of the search; a
+/// constant, so that the plans built — and the plan chosen — never depend on the machine.
+pub const EVAL_ROUND: usize = 4;
 
 /// One candidate's score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -172,10 +178,9 @@ impl Hybrid {
             .hardware
             .kernel_profile()
             .map_err(|e| PlanError::Planning(format!("hybrid: cost model: {e}")))?;
-        let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
-        // Placements: LPT only (cheap), with the busiest rank's f-load as a bound.
-        let mut placements = Vec::new();
-        let mut seen = Vec::new();
+        // Placements: LPT only (cheap), with the busiest rank's f-load as a bound. Distributed
+        // in parallel; kept in the order of the loops.
+        let mut specs = Vec::new();
         for &block in &blocks {
             for &frac in &fracs {
                 // The longest document light enough to stay whole (weight grows with length).
@@ -196,59 +201,88 @@ impl Hybrid {
                         repair: false,
                         ..Fcp::default()
                     };
-                    let dist = fcp.distribute(batch, ctx)?;
-                    // A split limit that splits nothing is the unsplit placement again.
-                    let split_limit = if dist.heavy_splits == 0 {
-                        f64::INFINITY
-                    } else {
-                        split_limit
-                    };
-                    let key = (block, whole, split_limit.to_bits());
-                    if seen.contains(&key) {
-                        continue;
+                    if !specs.contains(&fcp) {
+                        specs.push(fcp);
                     }
-                    seen.push(key);
-                    let bound = dist.assignment.loads.iter().copied().fold(0.0, f64::max);
-                    placements.push((bound, Fcp { split_limit, ..fcp }, dist));
                 }
             }
         }
-        // Best bound first (stable: ties keep the order above).
-        placements.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let count = placements.len();
-        let mut built = Vec::new();
-        let mut best = f64::INFINITY;
-        let mut pruned = 0;
-        for (bound, fcp, mut dist) in placements {
-            // FCP's default is kept where the caller simulates it (see `plan`).
-            let default = ctx.ranks <= SIMULATE_MAX_RANKS
-                && fcp.block == super::fcp::DEFAULT_BLOCK
-                && fcp.whole == 0
-                && fcp.split_limit.is_infinite();
-            if bound * PRUNE_MARGIN > best && !default {
-                pruned += 1;
+        let dists = specs
+            .par_iter()
+            .map(|fcp| fcp.distribute(batch, ctx))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut placements = Vec::new();
+        let mut seen = Vec::new();
+        for (fcp, dist) in specs.into_iter().zip(dists) {
+            // A split limit that splits nothing is the unsplit placement again.
+            let split_limit = if dist.heavy_splits == 0 {
+                f64::INFINITY
+            } else {
+                fcp.split_limit
+            };
+            let key = (fcp.block, fcp.whole, split_limit.to_bits());
+            if seen.contains(&key) {
                 continue;
             }
-            Fcp::repair_traffic(&mut dist.assignment, batch, ctx, dist.cap);
-            for &relay in &relays {
-                let fcp = Fcp {
-                    relay,
-                    repair: true,
-                    ..fcp
-                };
-                let plan = fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                let seconds = estimate(&plan, ctx, &mut cm)?;
-                best = best.min(seconds);
-                built.push((
-                    Score {
-                        seconds,
-                        block: fcp.block,
-                        whole: fcp.whole,
-                        relay,
-                        split_limit: fcp.split_limit,
-                    },
-                    plan,
-                ));
+            seen.push(key);
+            let bound = dist.assignment.loads.iter().copied().fold(0.0, f64::max);
+            placements.push((bound, Fcp { split_limit, ..fcp }, dist));
+        }
+        // Best bound first (stable: ties keep the order above), in rounds of EVAL_ROUND
+        // placements evaluated in parallel; pruning uses the best estimate of earlier rounds,
+        // so what is built does not depend on the number of threads.
+        placements.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let count = placements.len();
+        let mut built: Vec<(Score, Plan)> = Vec::new();
+        let mut best = f64::INFINITY;
+        let mut pruned = 0;
+        let mut rest = placements.into_iter().peekable();
+        while rest.peek().is_some() {
+            let round: Vec<_> = rest
+                .by_ref()
+                .take(EVAL_ROUND)
+                .filter(|(bound, fcp, _)| {
+                    // FCP's default is kept where the caller simulates it (see `plan`).
+                    let default = ctx.ranks <= SIMULATE_MAX_RANKS
+                        && fcp.block == super::fcp::DEFAULT_BLOCK
+                        && fcp.whole == 0
+                        && fcp.split_limit.is_infinite();
+                    let keep = default || bound * PRUNE_MARGIN <= best;
+                    pruned += usize::from(!keep);
+                    keep
+                })
+                .collect();
+            let scored = round
+                .into_par_iter()
+                .map(|(_, fcp, mut dist)| {
+                    let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
+                    Fcp::repair_traffic(&mut dist.assignment, batch, ctx, dist.cap);
+                    relays
+                        .iter()
+                        .map(|&relay| {
+                            let fcp = Fcp {
+                                relay,
+                                repair: true,
+                                ..fcp
+                            };
+                            let plan =
+                                fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
+                            let seconds = estimate(&plan, ctx, &mut cm)?;
+                            let score = Score {
+                                seconds,
+                                block: fcp.block,
+                                whole: fcp.whole,
+                                relay,
+                                split_limit: fcp.split_limit,
+                            };
+                            Ok((score, plan))
+                        })
+                        .collect::<Result<Vec<_>, PlanError>>()
+                })
+                .collect::<Result<Vec<_>, PlanError>>()?;
+            for c in scored.into_iter().flatten() {
+                best = best.min(c.0.seconds);
+                built.push(c);
             }
         }
         Ok(Candidates {
@@ -422,24 +456,23 @@ impl Planner for Hybrid {
         let simulated = if ctx.ranks <= SIMULATE_MAX_RANKS && cands.len() > 1 {
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
-            let mut best: Option<(f64, usize)> = None;
             // The leaders, and FCP's own default wherever it ranks: `hybrid` is then never
-            // slower than `fcp` here.
+            // slower than `fcp` here. Simulated in parallel; the first fastest is kept.
             let fcp_default = cands.iter().position(|c| c.0.is_fcp_default());
             let chosen = (0..cands.len())
                 .filter(|&i| i < SIMULATE_TOP || Some(i) == fcp_default)
                 .collect::<Vec<_>>();
-            for i in chosen {
-                let plan = &cands[i].1;
-                let t = sim
-                    .simulate(plan, PassSel::Both)
-                    .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?
-                    .metrics
-                    .attention_time_ms;
-                if best.is_none_or(|b| t < b.0) {
-                    best = Some((t, i));
-                }
-            }
+            let times = chosen
+                .par_iter()
+                .map(|&i| {
+                    sim.simulate(&cands[i].1, PassSel::Both)
+                        .map(|r| (r.metrics.attention_time_ms, i))
+                        .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let best = times
+                .into_iter()
+                .reduce(|a, b| if b.0 < a.0 { b } else { a });
             best.map_or(0, |b| b.1)
         } else {
             0
