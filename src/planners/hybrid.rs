@@ -23,7 +23,9 @@ use crate::sim::{ComputeModel, PassSel, Simulator};
 use crate::trace::Batch;
 
 use super::fcp::{blocks, Fcp};
-use super::{PlanContext, Planner, SchemeError, SchemeSpec};
+use super::{
+    param_bool, param_non_negative, param_positive, PlanContext, Planner, SchemeError, SchemeSpec,
+};
 
 /// Block sizes tried when `block` is not given: small blocks balance finely, large ones run
 /// the kernel nearer its best efficiency (FCP §3.1, Fig. 12).
@@ -117,27 +119,10 @@ impl Hybrid {
         let mut h = Hybrid::default();
         for (k, v) in &spec.params {
             match k.as_str() {
-                "block" => match v.parse::<u64>() {
-                    Ok(b) if b >= 1 => h.block = Some(b),
-                    _ => return Err(bad(format!("`block` must be an integer ≥ 1, not `{v}`"))),
-                },
-                "relay" => match v.as_str() {
-                    "true" | "1" | "yes" | "on" => h.relay = Some(true),
-                    "false" | "0" | "no" | "off" => h.relay = Some(false),
-                    _ => return Err(bad(format!("`relay` must be true or false, not `{v}`"))),
-                },
-                "split_limit" => match v.parse::<f64>() {
-                    Ok(f) if f >= 0.0 => h.split_limit = Some(f),
-                    _ => {
-                        return Err(bad(format!(
-                            "`split_limit` must be a number ≥ 0, not `{v}`"
-                        )))
-                    }
-                },
-                "whole_frac" => match v.parse::<f64>() {
-                    Ok(f) if f.is_finite() && f >= 0.0 => h.whole_frac = Some(f),
-                    _ => return Err(bad(format!("`whole_frac` must be a number ≥ 0, not `{v}`"))),
-                },
+                "block" => h.block = Some(param_positive(&spec.name, k, v)?),
+                "relay" => h.relay = Some(param_bool(&spec.name, k, v)?),
+                "split_limit" => h.split_limit = Some(param_non_negative(&spec.name, k, v, false)?),
+                "whole_frac" => h.whole_frac = Some(param_non_negative(&spec.name, k, v, true)?),
                 _ => {
                     return Err(bad(format!(
                         "takes no parameter `{k}` (known: {})",

@@ -214,6 +214,47 @@ impl Params {
     }
 }
 
+/// Parse one parameter value of `scheme`: a switch (`true`/`1`/`yes`/`on`,
+/// `false`/`0`/`no`/`off`). Shared by the planners that parse their own entries (FCP,
+/// `hybrid`), so every switch reads and fails alike.
+pub(crate) fn param_bool(scheme: &str, key: &str, v: &str) -> Result<bool, SchemeError> {
+    match v {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(SchemeError::BadParam {
+            scheme: scheme.to_string(),
+            message: format!("`{key}` must be true or false, not `{v}`"),
+        }),
+    }
+}
+
+/// Parse one parameter value of `scheme`: an integer ≥ 1.
+pub(crate) fn param_positive(scheme: &str, key: &str, v: &str) -> Result<u64, SchemeError> {
+    match v.parse::<u64>() {
+        Ok(x) if x >= 1 => Ok(x),
+        _ => Err(SchemeError::BadParam {
+            scheme: scheme.to_string(),
+            message: format!("`{key}` must be an integer ≥ 1, not `{v}`"),
+        }),
+    }
+}
+
+/// Parse one parameter value of `scheme`: a number ≥ 0; `inf` too unless `finite`.
+pub(crate) fn param_non_negative(
+    scheme: &str,
+    key: &str,
+    v: &str,
+    finite: bool,
+) -> Result<f64, SchemeError> {
+    match v.parse::<f64>() {
+        Ok(x) if x >= 0.0 && (x.is_finite() || !finite) => Ok(x),
+        _ => Err(SchemeError::BadParam {
+            scheme: scheme.to_string(),
+            message: format!("`{key}` must be a number ≥ 0, not `{v}`"),
+        }),
+    }
+}
+
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
 ///
 /// ```

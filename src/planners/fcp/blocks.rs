@@ -164,13 +164,7 @@ pub fn break_heavy_pairs(
         if u.blocks.len() > 1 && heavy(&u) {
             broken += 1;
             for b in u.blocks {
-                let weight = weigher.block(&b, doc_lens)?;
-                out.push(Unit {
-                    blocks: vec![b],
-                    weight,
-                    comm: 0.0,
-                    home: u.home,
-                });
+                out.push(one_block_unit(b, u.home, weigher, doc_lens)?);
             }
         } else {
             out.push(u);
@@ -222,18 +216,29 @@ pub fn split_heavy_blocks(
                     chunks: vec![TokenRange::new(c.doc, start, end)],
                     packed: false,
                 };
-                let weight = weigher.block(&b, doc_lens)?;
-                todo.push(Unit {
-                    blocks: vec![b],
-                    weight,
-                    comm: 0.0,
-                    home: u.home,
-                });
+                todo.push(one_block_unit(b, u.home, weigher, doc_lens)?);
             }
         }
     }
     *units = out;
     Ok(splits)
+}
+
+/// A unit of one block, weighed (its `comm` left 0 for [`set_comm`]): what breaking a pair and
+/// splitting a heavy block both produce.
+fn one_block_unit(
+    b: Block,
+    home: Option<u32>,
+    weigher: &mut Weigher<'_>,
+    doc_lens: &[u64],
+) -> Result<Unit, PlanError> {
+    let weight = weigher.block(&b, doc_lens)?;
+    Ok(Unit {
+        blocks: vec![b],
+        weight,
+        comm: 0.0,
+        home,
+    })
 }
 
 fn unit(blocks: Vec<Block>) -> Unit {

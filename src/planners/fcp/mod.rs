@@ -18,7 +18,10 @@ use std::collections::BTreeMap;
 use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
-use super::{repair, PlanContext, Planner, SchemeError, SchemeSpec};
+use super::{
+    param_bool, param_non_negative, param_positive, repair, PlanContext, Planner, SchemeError,
+    SchemeSpec,
+};
 
 pub mod blocks;
 pub mod lpt;
@@ -154,15 +157,9 @@ impl Fcp {
             scheme: spec.name.clone(),
             message,
         };
-        let boolean = |k: &str, v: &str| match v {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(bad(format!("`{k}` must be true or false, not `{v}`"))),
-        };
-        let positive = |k: &str, v: &str| match v.parse::<u64>() {
-            Ok(x) if x >= 1 => Ok(x),
-            _ => Err(bad(format!("`{k}` must be an integer ≥ 1, not `{v}`"))),
-        };
+        let name = spec.name.as_str();
+        let boolean = |k: &str, v: &str| param_bool(name, k, v);
+        let positive = |k: &str, v: &str| param_positive(name, k, v);
         let mut f = Fcp::default();
         for (k, v) in &spec.params {
             match k.as_str() {
@@ -172,45 +169,20 @@ impl Fcp {
                         .map_err(|_| bad(format!("`coalesce` {v} is too large")))?
                 }
                 "coalescer" => f.coalescer = boolean(k, v)?,
-                "pair_limit" => {
-                    f.pair_limit = match v.parse::<f64>() {
-                        Ok(x) if x >= 0.0 => x,
-                        _ => {
-                            return Err(bad(format!(
-                                "`pair_limit` must be a number ≥ 0, not `{v}`"
-                            )))
-                        }
-                    }
-                }
+                "pair_limit" => f.pair_limit = param_non_negative(name, k, v, false)?,
                 "pipeline" => f.pipeline = boolean(k, v)?,
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "repair" => f.repair = boolean(k, v)?,
                 "relay" => f.relay = boolean(k, v)?,
-                "split_limit" => {
-                    f.split_limit = match v.parse::<f64>() {
-                        Ok(x) if x >= 0.0 => x,
-                        _ => {
-                            return Err(bad(format!(
-                                "`split_limit` must be a number ≥ 0, not `{v}`"
-                            )))
-                        }
-                    }
-                }
+                "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
                     f.whole = v
                         .parse::<u64>()
                         .map_err(|_| bad(format!("`whole` must be an integer ≥ 0, not `{v}`")))?
                 }
                 "comm_aware" => f.comm_aware = boolean(k, v)?,
-                "affinity" => {
-                    f.affinity = match v.parse::<f64>() {
-                        Ok(x) if x >= 0.0 && x.is_finite() => x,
-                        _ => {
-                            return Err(bad(format!("`affinity` must be a number ≥ 0, not `{v}`")))
-                        }
-                    }
-                }
+                "affinity" => f.affinity = param_non_negative(name, k, v, true)?,
                 _ => {
                     return Err(bad(format!(
                         "takes no parameter `{k}` (known: {})",
