@@ -502,6 +502,27 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_does_not_depend_on_the_thread_count() {
+        // Placements are distributed and evaluated in parallel, in rounds of EVAL_ROUND
+        // whatever the pool: one thread and three give byte-identical plans.
+        let mut lens = vec![90_000, 52_000, 30_000, 12_000, 9_000];
+        lens.extend(std::iter::repeat_n(2_100u64, 60));
+        let batch = Batch::new(0, lens);
+        let plan_with = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                with(32, 16384, Mask::Causal, |ctx| {
+                    Hybrid::default().plan(&batch, ctx).unwrap().to_json()
+                })
+            })
+        };
+        assert_eq!(plan_with(1), plan_with(3));
+    }
+
+    #[test]
     fn light_documents_stay_whole_and_plans_verify() {
         // 16 ranks × 4K: a few long documents and many mid-size ones.
         let mut lens = vec![20_000, 9_000, 7_000];
