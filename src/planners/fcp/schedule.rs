@@ -32,7 +32,7 @@ pub struct Options {
     /// Node-level relay of K/V (`Some(gpus_per_node)`; `None` = every consumer fetches from
     /// the owner): a chunk wanted by several ranks of another node crosses the NICs once, to
     /// one of them (the gateway, the one with the least NIC traffic so far), which forwards it
-    /// over NVLink to the others one stage later. Across nodes a GPU's NIC is ~10× slower than
+    /// over NVLink to the others one stage later. Across nodes a GPU's NIC is ~8× slower than
     /// its NVLink, so this trades the scarce link for the plentiful one.
     pub relay: Option<u32>,
 }
@@ -61,6 +61,11 @@ pub struct Schedule {
 /// everything local; with pipelining, stage `g`'s transfers are issued at step `g` and arrive
 /// by step `g + 1`, where the tasks they unlock run — so each step's compute covers the next
 /// stage's transfers, and the local step covers the first.
+///
+/// With the relay ([`Options::relay`]), a chunk several ranks of another node need is one edge
+/// owner → gateway (coloured and staged with the rest) and one second hop gateway → consumer
+/// per other consumer there, issued when the first hop lands and coloured on its own (rounds
+/// after the first hops'), so every round still has one send and one receive per rank.
 ///
 /// With an `input` layout (the transparent reshuffler, §4.3), everything above moves one step
 /// later and is framed by the two all-to-alls: step 0 runs the local tasks whose Q and K/V the
