@@ -291,3 +291,30 @@ fn target_imbalance_flag_reaches_flashcp_and_only_flashcp() {
             "--target-imbalance does not apply",
         ));
 }
+
+#[test]
+fn hybrid_says_what_it_chose() {
+    // 16 ranks span two nodes: the relay is among the choices and is reported.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("h.json");
+    let assert = fcp()
+        .args(["plan", "--scheme", "hybrid", "--ranks", "16", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
+    let plan = fcp::Plan::load(&out).unwrap();
+    for key in [
+        "chosen_block",
+        "chosen_whole",
+        "chosen_relay",
+        "chosen_split_limit",
+    ] {
+        let v = &plan.scheme.params[key];
+        let shown = v.as_str().map_or(v.to_string(), String::from);
+        assert!(
+            stderr.contains(&format!("{key} {shown}")),
+            "{key} {shown} not in {stderr}"
+        );
+    }
+}

@@ -173,8 +173,16 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .map_or(String::new(), |x| {
                 format!(" · comm_saving {:.1}%", 100.0 * x)
             });
+        // Schemes that choose per batch (`hybrid`, `auto`) say what they chose.
+        let chosen: String = p
+            .scheme
+            .params
+            .iter()
+            .filter(|(k, _)| k.starts_with("chosen"))
+            .map(|(k, v)| format!(" · {k} {}", v.as_str().map_or(v.to_string(), String::from)))
+            .collect();
         eprintln!(
-            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}{}",
+            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}{}{}",
             a.output.display(),
             p.batch_index.unwrap_or(0),
             s.docs,
@@ -185,7 +193,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
             s.transfers,
             bytes(s.comm_bytes_total),
             s.max_over_mean,
-            saving
+            saving,
+            chosen
         );
     }
     Ok(())
