@@ -30,6 +30,11 @@ use super::{
 /// Block sizes tried when `block` is not given: small blocks balance finely, large ones run
 /// the kernel nearer its best efficiency (FCP §3.1, Fig. 12).
 pub const BLOCKS: [u64; 3] = [2048, 4096, 8192];
+/// Block sizes tried up to [`SIMULATE_MAX_RANKS`], where the simulator has the last word and
+/// planning is cheap: the in-between sizes trade tile efficiency against balance more finely
+/// (on the B200 profile, whose small tiles are slow, 6K blocks beat both 4K and 8K on magi
+/// and prolong at 16 ranks).
+pub const BLOCKS_SMALL_GROUPS: [u64; 5] = [2048, 3072, 4096, 6144, 8192];
 /// Whole-document thresholds tried, as a fraction of the mean rank load: a document stays whole
 /// when its whole-document attention weighs at most this much (0 = FCP's own rule; 1 = every
 /// document no heavier than a rank's share, as ByteScale and FlashCP's Whole-Doc keep them).
@@ -46,7 +51,8 @@ pub const PARAMS: [&str; 4] = ["block", "relay", "split_limit", "whole_frac"];
 /// The `hybrid` planner (`hybrid`, `hybrid:block=4096,whole_frac=0.25`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Hybrid {
-    /// Fixed block size (else every one of [`BLOCKS`] is tried).
+    /// Fixed block size (else every one of [`BLOCKS`], or [`BLOCKS_SMALL_GROUPS`] up to
+    /// [`SIMULATE_MAX_RANKS`] ranks, is tried).
     pub block: Option<u64>,
     /// Fixed whole-document fraction (else every one of [`WHOLE_FRACTIONS`] is tried).
     pub whole_frac: Option<f64>,
@@ -143,7 +149,12 @@ impl Hybrid {
         batch: &Batch,
         ctx: &PlanContext<'_>,
     ) -> Result<Candidates, PlanError> {
-        let blocks: Vec<u64> = self.block.map_or(BLOCKS.to_vec(), |b| vec![b]);
+        let all: &[u64] = if ctx.ranks <= SIMULATE_MAX_RANKS {
+            &BLOCKS_SMALL_GROUPS
+        } else {
+            &BLOCKS
+        };
+        let blocks: Vec<u64> = self.block.map_or(all.to_vec(), |b| vec![b]);
         let fracs: Vec<f64> = self
             .whole_frac
             .map_or(WHOLE_FRACTIONS.to_vec(), |f| vec![f]);
@@ -592,7 +603,7 @@ mod tests {
             let best =
                 |c: &[(Score, Plan)]| c.iter().map(|c| c.0.seconds).fold(f64::INFINITY, f64::min);
             let mut full = Vec::new();
-            for block in BLOCKS {
+            for block in BLOCKS_SMALL_GROUPS {
                 for f in WHOLE_FRACTIONS {
                     for split in [f64::INFINITY, SPLIT_LIMIT] {
                         let h = Hybrid {
