@@ -223,13 +223,19 @@ def _kv_for(plan, x, h, kh):
     return x.index_select(1, idx), True
 
 
+def _require_inputs(store, doc, rows, h, kh, rank):
+    """Fail unless this rank holds the Q rows and K/V rows a task piece reads."""
+    q0, q1, k0, k1 = rows
+    store.require("qhave", (doc, q0, q1), h, "Q", rank)
+    store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
+
+
 def compute_forward(plan, store, backend, tasks, rank, scale, check_have=True):
     for task in tasks:
         doc, h, kh = _task_views(plan, task)
         for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
             if check_have:
-                store.require("qhave", (doc, q0, q1), h, "Q", rank)
-                store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
+                _require_inputs(store, doc, (q0, q1, k0, k1), h, kh, rank)
             q = store.get("q", doc)[q0:q1, h[0]:h[1]]
             k, _ = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)
             v, _ = _kv_for(plan, store.get("v", doc)[k0:k1], h, kh)
@@ -243,8 +249,7 @@ def compute_backward(plan, store, backend, tasks, rank, scale, check_have=True):
         doc, h, kh = _task_views(plan, task)
         for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
             if check_have:
-                store.require("qhave", (doc, q0, q1), h, "Q", rank)
-                store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
+                _require_inputs(store, doc, (q0, q1, k0, k1), h, kh, rank)
                 store.require("bhave", (doc, q0, q1), h, "dO", rank)
             q = store.get("q", doc)[q0:q1, h[0]:h[1]]
             k, expanded = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)

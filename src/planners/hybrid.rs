@@ -24,7 +24,8 @@ use crate::trace::Batch;
 
 use super::fcp::{blocks, Fcp};
 use super::{
-    param_bool, param_non_negative, param_positive, PlanContext, Planner, SchemeError, SchemeSpec,
+    limit_json, param_bool, param_non_negative, param_positive, PlanContext, Planner, SchemeError,
+    SchemeSpec,
 };
 
 /// Block sizes tried when `block` is not given: small blocks balance finely, large ones run
@@ -97,11 +98,13 @@ impl Score {
     /// Whether this is FCP's own default plan (4K blocks, nothing whole beyond a block, no
     /// relay, no split).
     pub fn is_fcp_default(&self) -> bool {
-        self.block == super::fcp::DEFAULT_BLOCK
-            && self.whole == 0
-            && !self.relay
-            && self.split_limit.is_infinite()
+        fcp_default_placement(self.block, self.whole, self.split_limit) && !self.relay
     }
+}
+
+/// Whether a placement is FCP's default one (4K blocks, nothing whole beyond a block, no split).
+fn fcp_default_placement(block: u64, whole: u64, split_limit: f64) -> bool {
+    block == super::fcp::DEFAULT_BLOCK && whole == 0 && split_limit.is_infinite()
 }
 
 /// What [`Hybrid::candidates`] evaluated.
@@ -240,9 +243,7 @@ impl Hybrid {
                 .filter(|(bound, fcp, _)| {
                     // FCP's default is kept where the caller simulates it (see `plan`).
                     let default = ctx.ranks <= SIMULATE_MAX_RANKS
-                        && fcp.block == super::fcp::DEFAULT_BLOCK
-                        && fcp.whole == 0
-                        && fcp.split_limit.is_infinite();
+                        && fcp_default_placement(fcp.block, fcp.whole, fcp.split_limit);
                     let keep = default || bound * PRUNE_MARGIN <= best;
                     pruned += usize::from(!keep);
                     keep
@@ -361,16 +362,20 @@ pub fn estimate(
         load[port(t, true)][s] += b;
         load[port(t, false)][s] += b;
     }
-    let duration = |i: usize| {
-        let t = &plan.transfers[i];
-        let s = (t.issue_at as usize).min(steps);
-        let (bw, alpha) = if cross(t.src, t.dst) {
-            (hw.nic_gbs * 1e9, hw.nic_latency_us * 1e-6)
-        } else {
-            (hw.nvlink_gbs * 1e9, hw.nvlink_latency_us * 1e-6)
-        };
-        alpha + load[port(t, true)][s].max(load[port(t, false)][s]) / bw
-    };
+    // Each transfer's duration, the same in both passes.
+    let duration: Vec<f64> = plan
+        .transfers
+        .iter()
+        .map(|t| {
+            let s = (t.issue_at as usize).min(steps);
+            let (bw, alpha) = if cross(t.src, t.dst) {
+                (hw.nic_gbs * 1e9, hw.nic_latency_us * 1e-6)
+            } else {
+                (hw.nvlink_gbs * 1e9, hw.nvlink_latency_us * 1e-6)
+            };
+            alpha + load[port(t, true)][s].max(load[port(t, false)][s]) / bw
+        })
+        .collect();
     // Transfers by the step that waits for them.
     let mut due: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
     for (i, t) in plan.transfers.iter().enumerate() {
@@ -398,7 +403,7 @@ pub fn estimate(
             for &i in &due[s] {
                 let t = &plan.transfers[i];
                 let src = &start[t.src as usize];
-                let landed = src[(t.issue_at as usize).min(steps)] + duration(i);
+                let landed = src[(t.issue_at as usize).min(steps)] + duration[i];
                 let d = &mut start[t.dst as usize][s];
                 *d = d.max(landed);
             }
@@ -408,7 +413,7 @@ pub fn estimate(
             // Gradients go back after the step that used them; only the end waits.
             for (i, t) in plan.transfers.iter().enumerate() {
                 let used = (t.arrive_by as usize + 1).min(steps);
-                end = end.max(start[t.dst as usize][used] + duration(i));
+                end = end.max(start[t.dst as usize][used] + duration[i]);
             }
         }
         total += end;
@@ -490,11 +495,6 @@ impl Planner for Hybrid {
         plan.scheme.params = params;
         Ok(plan)
     }
-}
-
-/// A limit as JSON: the number, or `"inf"` (JSON has no infinity).
-fn limit_json(f: f64) -> serde_json::Value {
-    serde_json::Number::from_f64(f).map_or_else(|| "inf".into(), serde_json::Value::Number)
 }
 
 #[cfg(test)]

@@ -255,6 +255,12 @@ pub(crate) fn param_non_negative(
     }
 }
 
+/// A limit parameter as JSON, for `scheme.params`: the number, or `"inf"` (JSON has no
+/// infinity; the parsers above read `inf` back).
+pub(crate) fn limit_json(f: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(f).map_or_else(|| "inf".into(), serde_json::Value::Number)
+}
+
 /// Build the planner a scheme entry names (`ring`, `zigzag`, `fcp:block=2048`, ...).
 ///
 /// ```

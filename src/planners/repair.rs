@@ -181,6 +181,17 @@ struct State<'a> {
 }
 
 impl State<'_> {
+    /// What `rank`'s traffic owes to the documents item `i` holds chunks of: what moving the
+    /// item away from `rank` can relieve.
+    fn owed(&self, i: usize, rank: u32) -> f64 {
+        self.item_docs[i]
+            .iter()
+            .flat_map(|&d| self.contrib[d as usize].iter())
+            .filter(|e| e.0 == rank)
+            .map(|e| e.1)
+            .sum()
+    }
+
     /// Traffic of document `d` with items `moved` placed on the given ranks instead.
     fn traffic_of(&mut self, d: u32, moved: &[(usize, u32)], out: &mut Vec<(u32, f64)>) {
         self.scratch.clear();
@@ -363,12 +374,7 @@ pub fn repair(
                 continue;
             }
             // What the rank's traffic owes to the documents this item holds chunks of.
-            let share: f64 = st.item_docs[i]
-                .iter()
-                .flat_map(|&d| st.contrib[d as usize].iter())
-                .filter(|e| e.0 == a as u32)
-                .map(|e| e.1)
-                .sum();
+            let share = st.owed(i, a as u32);
             movable.push((share, i));
         }
         movable.sort_by(|x, y| y.0.total_cmp(&x.0).then(x.1.cmp(&y.1)));
@@ -398,12 +404,7 @@ pub fn repair(
                     })
                     .map(|v| {
                         // What v's documents owe b: the traffic swapping it away relieves.
-                        let owed: f64 = st.item_docs[v]
-                            .iter()
-                            .flat_map(|&d| st.contrib[d as usize].iter())
-                            .filter(|e| e.0 == b as u32)
-                            .map(|e| e.1)
-                            .sum();
+                        let owed = st.owed(v, b as u32);
                         (
                             owed / mean_traffic
                                 + (items[v].weight - wu).abs() / mean_load.max(1e-30),

@@ -19,8 +19,8 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::{
-    param_bool, param_non_negative, param_positive, repair, PlanContext, Planner, SchemeError,
-    SchemeSpec,
+    limit_json, param_bool, param_non_negative, param_positive, repair, PlanContext, Planner,
+    SchemeError, SchemeSpec,
 };
 
 pub mod blocks;
@@ -378,21 +378,13 @@ impl Planner for Fcp {
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
             ("comm_aware".to_string(), self.comm_aware.into()),
-            (
-                "pair_limit".to_string(),
-                serde_json::Number::from_f64(self.pair_limit)
-                    .map_or_else(|| "inf".into(), serde_json::Value::Number),
-            ),
+            ("pair_limit".to_string(), limit_json(self.pair_limit)),
             ("pipeline".to_string(), self.pipeline.into()),
             ("relay".to_string(), self.relay.into()),
             ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
             ("solver".to_string(), self.solver.into()),
-            (
-                "split_limit".to_string(),
-                serde_json::Number::from_f64(self.split_limit)
-                    .map_or_else(|| "inf".into(), serde_json::Value::Number),
-            ),
+            ("split_limit".to_string(), limit_json(self.split_limit)),
             ("whole".to_string(), self.whole.into()),
         ])
     }
