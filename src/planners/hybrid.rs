@@ -198,6 +198,7 @@ impl Hybrid {
                         whole,
                         split_limit,
                         repair: false,
+                        rebalance: true,
                         ..Fcp::default()
                     };
                     if !specs.contains(&fcp) {

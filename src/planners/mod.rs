@@ -16,6 +16,7 @@ pub mod hybrid;
 mod llama3;
 mod magi;
 mod per_doc;
+pub mod rebalance;
 pub mod repair;
 mod ring;
 mod shard;

@@ -19,8 +19,8 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::{
-    limit_json, param_bool, param_non_negative, param_positive, repair, PlanContext, Planner,
-    SchemeError, SchemeSpec,
+    limit_json, param_bool, param_non_negative, param_positive, rebalance, repair, PlanContext,
+    Planner, SchemeError, SchemeSpec,
 };
 
 pub mod blocks;
@@ -43,7 +43,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 13] = [
+pub const PARAMS: [&str; 14] = [
     "affinity",
     "block",
     "coalesce",
@@ -51,6 +51,7 @@ pub const PARAMS: [&str; 13] = [
     "comm_aware",
     "pair_limit",
     "pipeline",
+    "rebalance",
     "relay",
     "repair",
     "split_limit",
@@ -103,6 +104,10 @@ pub struct Fcp {
     /// repeatedly, down to [`MIN_SPLIT_TOKENS`] (`split_limit`, ≥ 0; `inf`, the default, never
     /// splits: the paper's fixed blocks). See [`blocks::split_heavy_blocks`].
     pub split_limit: f64,
+    /// Compute rebalance after LPT (`rebalance`; off by default, the paper's greedy alone):
+    /// moves and equal-size swaps that lower the busiest rank's compute under the token cap
+    /// ([`crate::planners::rebalance`]).
+    pub rebalance: bool,
 }
 
 /// Smallest piece [`Fcp::split_limit`] cuts a block into: 256 query rows still fill the GPU
@@ -125,6 +130,7 @@ impl Default for Fcp {
             whole: 0,
             relay: false,
             split_limit: f64::INFINITY,
+            rebalance: false,
         }
     }
 }
@@ -175,6 +181,7 @@ impl Fcp {
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "repair" => f.repair = boolean(k, v)?,
                 "relay" => f.relay = boolean(k, v)?,
+                "rebalance" => f.rebalance = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
                     f.whole = v
@@ -284,6 +291,9 @@ impl Fcp {
                 affinity: if self.reshuffle { self.affinity } else { 0.0 },
             },
         );
+        if self.rebalance {
+            Fcp::rebalance_compute(&mut assignment, ctx, cap);
+        }
         if self.repair {
             Fcp::repair_traffic(&mut assignment, batch, ctx, cap);
         }
@@ -296,6 +306,24 @@ impl Fcp {
             assignment,
             unit_list: units,
         })
+    }
+
+    /// The compute rebalance over an LPT assignment (what `rebalance` turns on in
+    /// [`Fcp::distribute`]).
+    pub fn rebalance_compute(assignment: &mut Assignment, ctx: &PlanContext<'_>, cap: u64) {
+        let out = rebalance::rebalance(
+            &assignment.items,
+            &mut assignment.item_rank,
+            ctx.ranks,
+            cap,
+            rebalance::Options {
+                max_steps: 4 * ctx.ranks as usize,
+                ..rebalance::Options::default()
+            },
+        );
+        if out.steps > 0 {
+            assignment.regroup();
+        }
     }
 
     /// The traffic repair over an LPT assignment (what `repair` turns on in [`Fcp::distribute`]):
@@ -380,6 +408,7 @@ impl Planner for Fcp {
             ("comm_aware".to_string(), self.comm_aware.into()),
             ("pair_limit".to_string(), limit_json(self.pair_limit)),
             ("pipeline".to_string(), self.pipeline.into()),
+            ("rebalance".to_string(), self.rebalance.into()),
             ("relay".to_string(), self.relay.into()),
             ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
