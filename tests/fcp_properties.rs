@@ -38,17 +38,20 @@ proptest! {
         repair in any::<bool>(),
         relay in any::<bool>(),
         split in any::<bool>(),
+        rebalance in any::<bool>(),
+        nodes in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
         // Packed for the group: N × T ≥ tokens, often exactly tight.
         let tpr = batch.tokens().div_ceil(ranks as u64) + slack;
-        // The relay only acts across nodes: two GPUs per node make most groups span several.
-        let hw = Hardware::load(if relay { "tests/replay/two-per-node.toml" } else { "h100" }).unwrap();
+        // The relay and node grouping only act across nodes: two GPUs per node make most
+        // groups span several.
+        let hw = Hardware::load(if relay || nodes { "tests/replay/two-per-node.toml" } else { "h100" }).unwrap();
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit}");
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},nodes={nodes}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{:?}", v);

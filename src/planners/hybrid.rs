@@ -92,19 +92,30 @@ pub struct Score {
     pub relay: bool,
     /// Heavy-block split limit (`inf`: none).
     pub split_limit: f64,
+    /// Whether LPT was followed by the compute rebalance and grouped by node (`hybrid`'s own
+    /// placements; only FCP's default contender has neither).
+    pub own: bool,
 }
 
 impl Score {
     /// Whether this is FCP's own default plan (4K blocks, nothing whole beyond a block, no
-    /// relay, no split).
+    /// relay, no split, flat LPT without rebalance): the plan `fcp` makes.
     pub fn is_fcp_default(&self) -> bool {
-        fcp_default_placement(self.block, self.whole, self.split_limit) && !self.relay
+        !self.own
+            && !self.relay
+            && self.block == super::fcp::DEFAULT_BLOCK
+            && self.whole == 0
+            && self.split_limit.is_infinite()
     }
 }
 
-/// Whether a placement is FCP's default one (4K blocks, nothing whole beyond a block, no split).
-fn fcp_default_placement(block: u64, whole: u64, split_limit: f64) -> bool {
-    block == super::fcp::DEFAULT_BLOCK && whole == 0 && split_limit.is_infinite()
+/// Whether a placement is FCP's own default one.
+fn fcp_default_placement(fcp: &Fcp) -> bool {
+    let default = Fcp {
+        repair: false,
+        ..Fcp::default()
+    };
+    *fcp == default
 }
 
 /// What [`Hybrid::candidates`] evaluated.
@@ -199,6 +210,7 @@ impl Hybrid {
                         split_limit,
                         repair: false,
                         rebalance: true,
+                        nodes: true,
                         ..Fcp::default()
                     };
                     if !specs.contains(&fcp) {
@@ -206,6 +218,14 @@ impl Hybrid {
                     }
                 }
             }
+        }
+        // Up to SIMULATE_MAX_RANKS, FCP's own default placement contends too (see `plan`):
+        // `hybrid` is then never slower than `fcp` there.
+        if ctx.ranks <= SIMULATE_MAX_RANKS && self == &Hybrid::default() {
+            specs.push(Fcp {
+                repair: false,
+                ..Fcp::default()
+            });
         }
         let dists = specs
             .par_iter()
@@ -220,7 +240,7 @@ impl Hybrid {
             } else {
                 fcp.split_limit
             };
-            let key = (fcp.block, fcp.whole, split_limit.to_bits());
+            let key = (fcp.block, fcp.whole, split_limit.to_bits(), fcp.rebalance);
             if seen.contains(&key) {
                 continue;
             }
@@ -242,10 +262,8 @@ impl Hybrid {
                 .by_ref()
                 .take(EVAL_ROUND)
                 .filter(|(bound, fcp, _)| {
-                    // FCP's default is kept where the caller simulates it (see `plan`).
-                    let default = ctx.ranks <= SIMULATE_MAX_RANKS
-                        && fcp_default_placement(fcp.block, fcp.whole, fcp.split_limit);
-                    let keep = default || bound * PRUNE_MARGIN <= best;
+                    // FCP's default is kept: the caller simulates it (see `plan`).
+                    let keep = fcp_default_placement(fcp) || bound * PRUNE_MARGIN <= best;
                     pruned += usize::from(!keep);
                     keep
                 })
@@ -272,6 +290,7 @@ impl Hybrid {
                                 whole: fcp.whole,
                                 relay,
                                 split_limit: fcp.split_limit,
+                                own: fcp.rebalance,
                             };
                             Ok((score, plan))
                         })
@@ -490,6 +509,10 @@ impl Planner for Hybrid {
             "chosen_split_limit".to_string(),
             limit_json(score.split_limit),
         );
+        params.insert(
+            "chosen_fcp_default".to_string(),
+            score.is_fcp_default().into(),
+        );
         params.insert("candidates".to_string(), count.into());
         params.insert("placements".to_string(), placements.into());
         params.insert("pruned".to_string(), pruned.into());
@@ -617,8 +640,40 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(best(&all.built), best(&full));
+            // FCP's own default contends in the default search only; compare the rest.
+            let own: Vec<_> = all.built.iter().filter(|c| c.0.own).cloned().collect();
+            assert_eq!(best(&own), best(&full));
             assert!(all.placements >= all.pruned);
         });
+    }
+
+    #[test]
+    fn never_slower_than_fcp_up_to_64_ranks() {
+        // FCP's own plan contends (simulated) wherever the simulator decides: on a batch
+        // where `hybrid`'s own placements are no better, its plan is `fcp`'s.
+        let sim_time = |ctx: &PlanContext<'_>, p: &Plan| {
+            Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+                .unwrap()
+                .simulate(p, PassSel::Both)
+                .unwrap()
+                .metrics
+                .attention_time_ms
+        };
+        for lens in [
+            vec![40_000, 20_000, 3_000, 1_000],
+            vec![8_192; 8],
+            vec![65_536, 100, 100],
+        ] {
+            let batch = Batch::new(0, lens);
+            with(16, 8192, Mask::Causal, |ctx| {
+                let h = Hybrid::default().plan(&batch, ctx).unwrap();
+                let f = Fcp::default().plan(&batch, ctx).unwrap();
+                assert!(sim_time(ctx, &h) <= sim_time(ctx, &f) * (1.0 + 1e-12));
+                let chosen_default = h.scheme.params["chosen_fcp_default"] == true;
+                if chosen_default {
+                    assert_eq!(h.ranks, f.ranks);
+                }
+            });
+        }
     }
 }

@@ -25,6 +25,7 @@ use super::{
 
 pub mod blocks;
 pub mod lpt;
+pub mod node_lpt;
 pub mod schedule;
 
 pub use lpt::Assignment;
@@ -43,12 +44,13 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 14] = [
+pub const PARAMS: [&str; 15] = [
     "affinity",
     "block",
     "coalesce",
     "coalescer",
     "comm_aware",
+    "nodes",
     "pair_limit",
     "pipeline",
     "rebalance",
@@ -108,6 +110,10 @@ pub struct Fcp {
     /// moves and equal-size swaps that lower the busiest rank's compute under the token cap
     /// ([`crate::planners::rebalance`]).
     pub rebalance: bool,
+    /// Node-grouped placement (`nodes`; off by default, the paper's flat LPT): a cut
+    /// document's units go to one node while they weigh at most half a node's share, then LPT
+    /// places each node's units on its ranks ([`node_lpt`]), so their K/V stays on NVLink.
+    pub nodes: bool,
 }
 
 /// Smallest piece [`Fcp::split_limit`] cuts a block into: 256 query rows still fill the GPU
@@ -131,6 +137,7 @@ impl Default for Fcp {
             relay: false,
             split_limit: f64::INFINITY,
             rebalance: false,
+            nodes: false,
         }
     }
 }
@@ -182,6 +189,7 @@ impl Fcp {
                 "repair" => f.repair = boolean(k, v)?,
                 "relay" => f.relay = boolean(k, v)?,
                 "rebalance" => f.rebalance = boolean(k, v)?,
+                "nodes" => f.nodes = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
                     f.whole = v
@@ -282,15 +290,16 @@ impl Fcp {
         }
         let cap = Fcp::cap(batch, ctx);
         let heaviest_unit = units.iter().map(|u| u.weight).fold(0.0, f64::max);
-        let mut assignment = lpt::assign_with(
-            &units,
-            ctx.ranks,
-            cap,
-            lpt::Options {
-                comm_aware: self.comm_aware,
-                affinity: if self.reshuffle { self.affinity } else { 0.0 },
-            },
-        );
+        let lpt_opts = lpt::Options {
+            comm_aware: self.comm_aware,
+            affinity: if self.reshuffle { self.affinity } else { 0.0 },
+        };
+        let mut assignment = if self.nodes {
+            let gpn = ctx.hardware.gpus_per_node;
+            node_lpt::assign_by_node(&units, ctx.ranks, gpn, cap, lpt_opts)
+        } else {
+            lpt::assign_with(&units, ctx.ranks, cap, lpt_opts)
+        };
         if self.rebalance {
             Fcp::rebalance_compute(&mut assignment, ctx, cap);
         }
@@ -406,6 +415,7 @@ impl Planner for Fcp {
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
             ("comm_aware".to_string(), self.comm_aware.into()),
+            ("nodes".to_string(), self.nodes.into()),
             ("pair_limit".to_string(), limit_json(self.pair_limit)),
             ("pipeline".to_string(), self.pipeline.into()),
             ("rebalance".to_string(), self.rebalance.into()),
