@@ -12,3 +12,7 @@ if [ -n "${CARGO_TARGET_DIR:-}" ]; then fcp="$CARGO_TARGET_DIR/release/fcp"; fi
 "$fcp" sweep configs/studies/beyond.toml -o "$out/16-64" --quiet
 "$fcp" sweep configs/studies/beyond-256.toml -o "$out/256" --quiet
 python3 scripts/beyond-table.py "$out/16-64/results.json" "$out/256/results.json"
+echo
+echo "### What the batches hold"
+echo
+python3 scripts/beyond-docs.py "$fcp"

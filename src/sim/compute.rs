@@ -10,7 +10,7 @@
 //! diagonal, causal one; other query ranges) is costed on its own, so a launch over many small
 //! fragments is still as slow as the GPU makes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
@@ -22,6 +22,9 @@ pub struct ComputeModel<'a> {
     profile: &'a KernelProfile,
     model: &'a Model,
     cache: HashMap<(Pass, Mask, u64, u64), f64>,
+    /// Scratch for [`ComputeModel::launch`]'s fused segments, kept between calls so that
+    /// costing a step allocates nothing.
+    fused: Vec<(FuseKey, u64, f64)>,
 }
 
 /// A fused launch segment: the query range (document, start, end) and its heads.
@@ -44,6 +47,7 @@ impl<'a> ComputeModel<'a> {
             profile,
             model,
             cache: HashMap::new(),
+            fused: Vec::new(),
         }
     }
 
@@ -129,13 +133,28 @@ impl<'a> ComputeModel<'a> {
         tasks: &[Task],
         pass: Pass,
     ) -> Result<TileCost, HardwareError> {
+        // (q doc, q start, q end, heads) → (fused key tokens, FLOPs): one entry per unmasked
+        // task, then sorted by key (stably: a key's FLOPs add up in task order) and summed
+        // per key in key order, so sums are deterministic.
+        let mut fused = std::mem::take(&mut self.fused);
+        fused.clear();
+        let total = self.fuse(plan, tasks, pass, &mut fused);
+        self.fused = fused;
+        total
+    }
+
+    /// [`ComputeModel::launch`] with its scratch.
+    fn fuse(
+        &mut self,
+        plan: &Plan,
+        tasks: &[Task],
+        pass: Pass,
+        fused: &mut Vec<(FuseKey, u64, f64)>,
+    ) -> Result<TileCost, HardwareError> {
         let mut total = TileCost {
             flops: 0.0,
             seconds: 0.0,
         };
-        // (q doc, q start, q end, heads) → (fused key tokens, FLOPs), in key order so sums are
-        // deterministic.
-        let mut fused: BTreeMap<FuseKey, (u64, f64)> = BTreeMap::new();
         for t in tasks {
             let pairs = allowed_pairs(plan.mask, t.q.start, t.q.end, t.kv.start, t.kv.end);
             if pairs == 0 {
@@ -151,19 +170,27 @@ impl<'a> ComputeModel<'a> {
                     t.q.end,
                     t.heads.map(|h| (h.start, h.end)),
                 );
-                let e = fused.entry(key).or_insert((0, 0.0));
-                e.0 += t.kv.len();
-                e.1 += self.flops(pass, pairs, share);
+                fused.push((key, t.kv.len(), self.flops(pass, pairs, share)));
             } else {
                 let c = self.tile(plan, t, pass)?;
                 total.flops += c.flops;
                 total.seconds += c.seconds;
             }
         }
-        for ((_, start, end, _), (kv, flops)) in fused {
-            let tflops = self.tflops(pass, Mask::Full, end - start, kv)?;
+        fused.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut i = 0;
+        while i < fused.len() {
+            let (key, mut kv, mut flops) = fused[i];
+            let mut j = i + 1;
+            while j < fused.len() && fused[j].0 == key {
+                kv += fused[j].1;
+                flops += fused[j].2;
+                j += 1;
+            }
+            let tflops = self.tflops(pass, Mask::Full, key.2 - key.1, kv)?;
             total.flops += flops;
             total.seconds += flops / (tflops * 1e12);
+            i = j;
         }
         Ok(total)
     }
