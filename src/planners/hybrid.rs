@@ -123,6 +123,8 @@ fn fcp_default_placement(fcp: &Fcp) -> bool {
 pub struct Candidates {
     /// Built and estimated candidates, in the order evaluated (best LPT bound first).
     pub built: Vec<(Score, Plan)>,
+    /// Every candidate's score, in the order evaluated (`built` may keep fewer plans).
+    pub scores: Vec<Score>,
     /// Candidate placements considered (distributed), each built with and without relay.
     pub placements: usize,
     /// Placements pruned by their compute bound before building.
@@ -157,11 +159,23 @@ impl Hybrid {
     /// Every candidate placement (block size × whole-document threshold × split limit),
     /// distributed by LPT; then, best compute bound first, each placement not pruned by
     /// [`PRUNE_MARGIN`] is repaired, built with and without the relay and estimated. FCP's
-    /// default is never pruned (the caller may need it).
+    /// default is never pruned (the caller may need it). Every plan built is kept.
     pub fn candidates(
         &self,
         batch: &Batch,
         ctx: &PlanContext<'_>,
+    ) -> Result<Candidates, PlanError> {
+        self.search(batch, ctx, None)
+    }
+
+    /// [`Hybrid::candidates`], keeping only the plans of the `keep` best estimates so far (ties:
+    /// the earlier) and FCP's default: no plan dropped could be among the final `keep` best,
+    /// and at 256 ranks keeping every plan costs memory and page faults.
+    fn search(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+        keep: Option<usize>,
     ) -> Result<Candidates, PlanError> {
         let all: &[u64] = if ctx.ranks <= SIMULATE_MAX_RANKS {
             &BLOCKS_SMALL_GROUPS
@@ -254,6 +268,7 @@ impl Hybrid {
         placements.sort_by(|a, b| a.0.total_cmp(&b.0));
         let count = placements.len();
         let mut built: Vec<(Score, Plan)> = Vec::new();
+        let mut scores = Vec::new();
         let mut best = f64::INFINITY;
         let mut pruned = 0;
         let mut rest = placements.into_iter().peekable();
@@ -299,11 +314,26 @@ impl Hybrid {
                 .collect::<Result<Vec<_>, PlanError>>()?;
             for c in scored.into_iter().flatten() {
                 best = best.min(c.0.seconds);
+                scores.push(c.0);
                 built.push(c);
+            }
+            if let Some(k) = keep {
+                let mut order: Vec<usize> = (0..built.len()).collect();
+                order.sort_by(|&a, &b| built[a].0.seconds.total_cmp(&built[b].0.seconds));
+                let mut kept = vec![false; built.len()];
+                for &i in order.iter().take(k) {
+                    kept[i] = true;
+                }
+                let mut i = 0;
+                built.retain(|c| {
+                    i += 1;
+                    kept[i - 1] || c.0.is_fcp_default()
+                });
             }
         }
         Ok(Candidates {
             built,
+            scores,
             placements: count,
             pruned,
         })
@@ -464,17 +494,19 @@ impl Planner for Hybrid {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        let simulate = ctx.ranks <= SIMULATE_MAX_RANKS;
         let Candidates {
             built: mut cands,
+            scores,
             placements,
             pruned,
-        } = self.candidates(batch, ctx)?;
+        } = self.search(batch, ctx, Some(if simulate { SIMULATE_TOP } else { 1 }))?;
         // Best estimate first (ties: the earlier candidate; the sort is stable).
         cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
         // Up to SIMULATE_MAX_RANKS, the estimate's leaders are simulated and the fastest kept:
         // the estimate is a step-level timeline, not the simulator's fair sharing of links;
         // beyond, simulating one plan takes longer than planning should.
-        let simulated = if ctx.ranks <= SIMULATE_MAX_RANKS && cands.len() > 1 {
+        let simulated = if simulate && cands.len() > 1 {
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
             // The leaders, and FCP's own default wherever it ranks: `hybrid` is then never
@@ -498,7 +530,7 @@ impl Planner for Hybrid {
         } else {
             0
         };
-        let count = cands.len();
+        let count = scores.len();
         let (score, mut plan) = cands.swap_remove(simulated);
         plan.scheme.name = self.name().to_string();
         let mut params = self.params();
