@@ -1,17 +1,18 @@
 //! `hybrid`: our planner. Documents whose attention is small next to a rank's share stay whole
 //! (FlashCP's Whole-Doc: no traffic, one launch at the kernel's best efficiency); the long tail
-//! is cut into FCP's zig-zag blocks, placed by comm-aware LPT under the token cap, repaired for
-//! traffic balance and moved in FCP's congestion-free, pipelined, coalesced stages. Which block
-//! size and which whole-document threshold is decided per batch by the shared cost model:
-//! every candidate is distributed and scored by its slowest rank, compute (the kernel profile's
-//! efficiency for every tile, as the simulator costs it) against traffic over the links it
-//! crosses, and the best is built.
+//! is cut into FCP's zig-zag blocks, placed node by node by comm-aware LPT under the token cap,
+//! rebalanced for compute, repaired for traffic balance and moved in FCP's congestion-free,
+//! pipelined, coalesced stages. Block size, whole-document threshold, heavy-block splitting
+//! and the node-level relay are decided per batch by the shared cost model: every candidate is
+//! bounded by its busiest rank's compute, the survivors built and scored by a step-level
+//! timeline (compute at the kernel profile's efficiency for every tile, transfers over the
+//! links they cross), and the best kept — up to 64 ranks, the simulator's fastest of the
+//! leaders and FCP's own plan.
 //!
-//! Why it beats both parents: FCP cuts every document longer than a block, paying traffic and
-//! small-tile efficiency for documents LPT could have placed whole; FlashCP keeps documents
-//! whole but balances by moving prefixes and is built for one node. Complexity: C candidates
-//! × (FCP's distributor, O(K log N + K·N) for K units, plus the repair's bounded steps) and one
-//! schedule build; `docs/schemes/hybrid.md`.
+//! Why it beats both parents: FCP cuts every document longer than a block and spreads its
+//! blocks over every node, paying traffic and small-tile efficiency for documents LPT could
+//! have kept whole or on one node; FlashCP keeps documents whole but balances by moving
+//! prefixes and is built for one node. Complexity and measurements: `docs/schemes/hybrid.md`.
 
 use std::collections::BTreeMap;
 
