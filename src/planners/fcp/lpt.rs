@@ -348,21 +348,10 @@ impl State {
         let mut rest: Vec<TokenRange> = b.chunks.clone();
         rest.reverse(); // pop from the front of the block
         while !rest.is_empty() {
-            let (mut room, r) = self
+            let (room, r) = self
                 .max_room()
                 .expect("cap × ranks below the batch's tokens");
-            let mut mine = Vec::new();
-            while room > 0 {
-                let Some(c) = rest.pop() else { break };
-                if c.len() <= room {
-                    room -= c.len();
-                    mine.push(c);
-                } else {
-                    mine.push(TokenRange::new(c.doc, c.start, c.start + room));
-                    rest.push(TokenRange::new(c.doc, c.start + room, c.end));
-                    room = 0;
-                }
-            }
+            let mine = take_front(&mut rest, room);
             let tokens: u64 = mine.iter().map(TokenRange::len).sum();
             let w = weight * tokens as f64 / total as f64;
             self.give(r, &mine, w);
@@ -374,6 +363,25 @@ impl State {
             self.requeue(r);
         }
     }
+}
+
+/// Up to `room` tokens taken off the front of `rest` (chunks in reverse order: the front is
+/// last), the chunk at the boundary cut in two: how a block is cut across ranks (or nodes)
+/// with room.
+pub(super) fn take_front(rest: &mut Vec<TokenRange>, mut room: u64) -> Vec<TokenRange> {
+    let mut mine = Vec::new();
+    while room > 0 {
+        let Some(c) = rest.pop() else { break };
+        if c.len() <= room {
+            room -= c.len();
+            mine.push(c);
+        } else {
+            mine.push(TokenRange::new(c.doc, c.start, c.start + room));
+            rest.push(TokenRange::new(c.doc, c.start + room, c.end));
+            room = 0;
+        }
+    }
+    mine
 }
 
 /// Room class of `free` tokens: ⌊log2 free⌋ (`free` ≥ 1).

@@ -14,7 +14,7 @@
 //! FCP's LPT over each node's units and ranks, under the per-rank cap.
 
 use super::blocks::{Block, Unit};
-use super::lpt::{assign_with, Assignment, Options};
+use super::lpt::{assign_with, take_front, Assignment, Options};
 use crate::plan::TokenRange;
 
 /// Largest group of one document's units kept together, as a fraction of a node's mean load:
@@ -176,19 +176,7 @@ fn place_on_nodes(units: &[Unit], nodes: usize, node_cap: u64, limit: f64) -> Ve
                 .max_by(|&a, &b| room[a].cmp(&room[b]).then(b.cmp(&a)))
                 .filter(|&n| room[n] > 0)
                 .expect("nodes × node_cap below the batch's tokens");
-            let mut left = room[n];
-            let mut mine = Vec::new();
-            while left > 0 {
-                let Some(c) = rest.pop() else { break };
-                if c.len() <= left {
-                    left -= c.len();
-                    mine.push(c);
-                } else {
-                    mine.push(TokenRange::new(c.doc, c.start, c.start + left));
-                    rest.push(TokenRange::new(c.doc, c.start + left, c.end));
-                    left = 0;
-                }
-            }
+            let mine = take_front(&mut rest, room[n]);
             let share = mine.iter().map(TokenRange::len).sum::<u64>() as f64 / total;
             let piece = Unit {
                 blocks: vec![Block {

@@ -399,19 +399,24 @@ fn split_limit_halves_only_the_heavy_tail_blocks() {
     });
 }
 
+/// The first batch of `docs` documents of `source` (seed 1), budget-packed for `ranks` × 32K.
+fn first_batch(source: &str, docs: usize, ranks: u32) -> Batch {
+    let trace = generate(&Source::from_name(source).unwrap(), docs, 1).unwrap();
+    let opts = PackOptions {
+        mode: PackMode::Budget,
+        ranks,
+        tokens_per_rank: 32768,
+        context: None,
+    };
+    pack(&trace, &opts).unwrap().batches.swap_remove(0)
+}
+
 #[test]
 fn rebalance_evens_out_compute_when_the_cap_binds() {
     // The first budget-packed prolong batch at 16 ranks fills ≥ 99% of the budget: LPT's
     // last placements take whatever fits. The rebalance lowers the busiest rank's f-load,
     // never the other way, and every rank stays within the cap.
-    let trace = generate(&Source::from_name("prolong").unwrap(), 2000, 1).unwrap();
-    let opts = PackOptions {
-        mode: PackMode::Budget,
-        ranks: 16,
-        tokens_per_rank: 32768,
-        context: None,
-    };
-    let batch = pack(&trace, &opts).unwrap().batches.swap_remove(0);
+    let batch = first_batch("prolong", 2000, 16);
     assert!(batch.tokens() * 100 >= 99 * 16 * 32768);
     with(16, 32768, Mask::Causal, |ctx| {
         let peak = |d: &Distribution| d.assignment.loads.iter().copied().fold(0.0, f64::max);
@@ -437,14 +442,7 @@ fn node_grouped_placement_keeps_kv_off_the_nics() {
     // magi's first budget-packed batch at 64 ranks (8 nodes of 8): grouping each cut
     // document's units on one node cuts the K/V tokens that cross nodes by over a quarter
     // (42% when this test was written), within the cap.
-    let trace = generate(&Source::from_name("magi").unwrap(), 4000, 1).unwrap();
-    let opts = PackOptions {
-        mode: PackMode::Budget,
-        ranks: 64,
-        tokens_per_rank: 32768,
-        context: None,
-    };
-    let batch = pack(&trace, &opts).unwrap().batches.swap_remove(0);
+    let batch = first_batch("magi", 4000, 64);
     with(64, 32768, Mask::Causal, |ctx| {
         let gpn = ctx.hardware.gpus_per_node;
         assert_eq!(gpn, 8);
