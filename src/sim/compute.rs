@@ -177,7 +177,7 @@ impl<'a> ComputeModel<'a> {
                 total.seconds += c.seconds;
             }
         }
-        fused.sort_by(|a, b| a.0.cmp(&b.0));
+        fused.sort_by_key(|e| e.0);
         let mut i = 0;
         while i < fused.len() {
             let (key, mut kv, mut flops) = fused[i];
