@@ -1,5 +1,5 @@
 //! Planning time of `fcp` (issue 5: aim for 1024 ranks × 32K tokens under 20 ms on one core)
-//! and of `hybrid` (issue 8: aim for 256 ranks under 50 ms).
+//! and of `hybrid`, full and quick search (issue 8: aim for 256 ranks under 50 ms).
 //!
 //! `cargo bench --bench fcp_plan`
 
@@ -44,6 +44,13 @@ fn bench(c: &mut Criterion) {
             if ranks == 256 {
                 group.bench_function(format!("{source}/{ranks}x32K/hybrid"), |b| {
                     b.iter(|| Hybrid::default().plan(&batch, &ctx).unwrap())
+                });
+                let quick = Hybrid {
+                    quick: true,
+                    ..Hybrid::default()
+                };
+                group.bench_function(format!("{source}/{ranks}x32K/hybrid-quick"), |b| {
+                    b.iter(|| quick.plan(&batch, &ctx).unwrap())
                 });
             }
         }

@@ -48,7 +48,12 @@ pub const SIMULATE_TOP: usize = 3;
 pub const SIMULATE_MAX_RANKS: u32 = 64;
 
 /// Parameter names `hybrid:key=value` accepts.
-pub const PARAMS: [&str; 4] = ["block", "relay", "split_limit", "whole_frac"];
+pub const PARAMS: [&str; 5] = ["block", "quick", "relay", "split_limit", "whole_frac"];
+
+/// Block sizes of the quick search ([`Hybrid::quick`]).
+pub const QUICK_BLOCKS: [u64; 2] = [2048, 4096];
+/// Whole-document fraction of the quick search.
+pub const QUICK_WHOLE_FRACTION: f64 = 0.25;
 
 /// The `hybrid` planner (`hybrid`, `hybrid:block=4096,whole_frac=0.25`).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -64,6 +69,11 @@ pub struct Hybrid {
     /// Fixed heavy-block split limit ([`Fcp::split_limit`]; else `inf` and [`SPLIT_LIMIT`]
     /// are tried).
     pub split_limit: Option<f64>,
+    /// Quick search (`quick=true`): [`QUICK_BLOCKS`] × [`QUICK_WHOLE_FRACTION`], no split,
+    /// relay on across nodes, the best estimate kept, nothing simulated — for planning under
+    /// a tight time budget (`docs/results/beyond.md` § Planning time). Fixed parameters
+    /// still win.
+    pub quick: bool,
 }
 
 /// The heavy-block split limit tried besides none: blocks heavier than half a rank's mean
@@ -146,6 +156,7 @@ impl Hybrid {
                 "relay" => h.relay = Some(param_bool(&spec.name, k, v)?),
                 "split_limit" => h.split_limit = Some(param_non_negative(&spec.name, k, v, false)?),
                 "whole_frac" => h.whole_frac = Some(param_non_negative(&spec.name, k, v, true)?),
+                "quick" => h.quick = param_bool(&spec.name, k, v)?,
                 _ => {
                     return Err(bad(format!(
                         "takes no parameter `{k}` (known: {})",
@@ -178,21 +189,30 @@ impl Hybrid {
         ctx: &PlanContext<'_>,
         keep: Option<usize>,
     ) -> Result<Candidates, PlanError> {
-        let all: &[u64] = if ctx.ranks <= SIMULATE_MAX_RANKS {
+        let all: &[u64] = if self.quick {
+            &QUICK_BLOCKS
+        } else if ctx.ranks <= SIMULATE_MAX_RANKS {
             &BLOCKS_SMALL_GROUPS
         } else {
             &BLOCKS
         };
         let blocks: Vec<u64> = self.block.map_or(all.to_vec(), |b| vec![b]);
-        let fracs: Vec<f64> = self
-            .whole_frac
-            .map_or(WHOLE_FRACTIONS.to_vec(), |f| vec![f]);
-        let splits: Vec<f64> = self
-            .split_limit
-            .map_or(vec![f64::INFINITY, SPLIT_LIMIT], |f| vec![f]);
+        let all: &[f64] = if self.quick {
+            &[QUICK_WHOLE_FRACTION]
+        } else {
+            &WHOLE_FRACTIONS
+        };
+        let fracs: Vec<f64> = self.whole_frac.map_or(all.to_vec(), |f| vec![f]);
+        let all = if self.quick {
+            vec![f64::INFINITY]
+        } else {
+            vec![f64::INFINITY, SPLIT_LIMIT]
+        };
+        let splits: Vec<f64> = self.split_limit.map_or(all, |f| vec![f]);
         let multi_node = ctx.ranks > ctx.hardware.gpus_per_node.max(1);
         let relays: Vec<bool> = match self.relay {
             Some(r) => vec![r],
+            None if self.quick => vec![multi_node],
             None if multi_node => vec![false, true],
             None => vec![false],
         };
@@ -491,11 +511,14 @@ impl Planner for Hybrid {
         if let Some(f) = self.split_limit {
             p.insert("split_limit".to_string(), limit_json(f));
         }
+        if self.quick {
+            p.insert("quick".to_string(), true.into());
+        }
         p
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let simulate = ctx.ranks <= SIMULATE_MAX_RANKS;
+        let simulate = ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick;
         let Candidates {
             built: mut cands,
             scores,
@@ -667,7 +690,7 @@ mod tests {
                             block: Some(block),
                             whole_frac: Some(f),
                             split_limit: Some(split),
-                            relay: None,
+                            ..Hybrid::default()
                         };
                         full.extend(h.candidates(&batch, ctx).unwrap().built);
                     }
@@ -708,5 +731,33 @@ mod tests {
                 }
             });
         }
+    }
+
+    #[test]
+    fn the_quick_search_builds_at_most_two_plans() {
+        // Two block sizes, one whole fraction, no split, the relay on across nodes: at most
+        // two placements, one plan each; the plan verifies and says it was quick.
+        let mut lens = vec![60_000, 41_000, 9_000];
+        lens.extend(std::iter::repeat_n(1_500u64, 40));
+        let batch = Batch::new(0, lens);
+        with(16, 16384, Mask::Causal, |ctx| {
+            let quick =
+                Hybrid::from_spec(&SchemeSpec::parse("hybrid:quick=true").unwrap()).unwrap();
+            let c = quick.candidates(&batch, ctx).unwrap();
+            assert!(
+                c.placements <= 2 && c.scores.len() <= 2,
+                "{} {}",
+                c.placements,
+                c.scores.len()
+            );
+            assert!(c
+                .scores
+                .iter()
+                .all(|s| s.relay && s.split_limit.is_infinite()));
+            let plan = quick.plan(&batch, ctx).unwrap();
+            assert_valid(&plan);
+            assert_eq!(plan.scheme.params["quick"], true);
+            assert_eq!(plan.scheme.params["chosen_fcp_default"], false);
+        });
     }
 }
