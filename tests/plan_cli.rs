@@ -309,6 +309,7 @@ fn hybrid_says_what_it_chose() {
         "chosen_whole",
         "chosen_relay",
         "chosen_split_limit",
+        "chosen_fcp_default",
     ] {
         let v = &plan.scheme.params[key];
         let shown = v.as_str().map_or(v.to_string(), String::from);
@@ -317,4 +318,30 @@ fn hybrid_says_what_it_chose() {
             "{key} {shown} not in {stderr}"
         );
     }
+}
+
+#[test]
+fn hybrid_quick_plans_and_says_so() {
+    // The quick search on the bundled trace: a verified plan that records `quick` and two
+    // candidates at most, with the relay on across the two nodes.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "hybrid:quick=true",
+            "--ranks",
+            "16",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    fcp().arg("verify").arg(&out).assert().success();
+    let plan = fcp::Plan::load(&out).unwrap();
+    let p = &plan.scheme.params;
+    assert_eq!(p["quick"], true);
+    assert!(p["candidates"].as_u64().unwrap() <= 2);
+    assert_eq!(p["chosen_relay"], true);
 }
