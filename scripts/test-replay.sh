@@ -54,6 +54,9 @@ done
 # across nodes, so on a 2-GPU-per-node profile.
 "$FCP" plan --scheme fcp:block=256,relay=true --hardware tests/replay/two-per-node.toml \
     --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/fcp-relay.json" >/dev/null
+# `hybrid` across two nodes: node-grouped placement and the compute rebalance in play.
+"$FCP" plan --scheme hybrid --hardware tests/replay/two-per-node.toml \
+    --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/hybrid-2x2.json" >/dev/null
 # One launch replays every plan (process start-up and the dense reference are paid once).
 ta=$(date +%s)
 if replay "${plans[@]}" "$work/measured" --pass both; then rc=0; else rc=$?; fi
@@ -68,10 +71,16 @@ for s in $schemes; do
 done
 [[ $rc -eq 0 ]] || { tail -n 40 "$work/measured.log"; bad "replay launch exited $rc"; }
 if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); own={(c[0],c[1]):r["rank"] for r in p["ranks"] for c in r["owned"]}; sys.exit(0 if any(own.get((c[0],c[1]))!=t["src"] for t in p["transfers"] for c in t["ranges"]) else 1)' "$work/fcp-relay.json" &&
-    replay "$work/fcp-relay.json" "$work/relay" --pass both && grep -q "^fcp: .*PASS" "$work/relay.log"; then
+    replay "$work/fcp-relay.json" "$work/hybrid-2x2.json" "$work/relay" --pass both &&
+    grep -q "^fcp: .*PASS" "$work/relay.log"; then
     ok "replay fcp:relay=true (2 nodes × 2, forwarded K/V, fwd+bwd): $(grep "^fcp: " "$work/relay.log" | sed 's/; wrote.*//')"
 else
     bad "replay fcp:relay=true (forwarded K/V)"; tail -n 20 "$work/relay.log" 2>/dev/null || true
+fi
+if grep -q "^hybrid: .*PASS" "$work/relay.log" 2>/dev/null; then
+    ok "replay hybrid (2 nodes × 2, node-grouped, fwd+bwd): $(grep "^hybrid: " "$work/relay.log" | sed 's/; wrote.*//')"
+else
+    bad "replay hybrid (2 nodes × 2)"
 fi
 
 # fcp validate reads a real measured.json (CPU vs an H100 profile: the numbers only prove the
