@@ -106,6 +106,8 @@ pub struct Score {
     /// Whether LPT was followed by the compute rebalance and grouped by node (`hybrid`'s own
     /// placements; only FCP's default contender has neither).
     pub own: bool,
+    /// Whether the rebalance tried two-item exchanges ([`Fcp::rebalance_pairs`]).
+    pub pairs: bool,
 }
 
 impl Score {
@@ -216,6 +218,13 @@ impl Hybrid {
             None if multi_node => vec![false, true],
             None => vec![false],
         };
+        // Up to SIMULATE_MAX_RANKS the rebalance runs both ways, with and without two-item
+        // exchanges: neither wins every batch, and the simulator decides there.
+        let pair_exchanges: Vec<bool> = if ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick {
+            vec![false, true]
+        } else {
+            vec![false]
+        };
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
         let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
@@ -239,17 +248,20 @@ impl Hybrid {
                     .unwrap_or(0);
                 let whole = if whole <= block { 0 } else { whole };
                 for &split_limit in &splits {
-                    let fcp = Fcp {
-                        block,
-                        whole,
-                        split_limit,
-                        repair: false,
-                        rebalance: true,
-                        nodes: true,
-                        ..Fcp::default()
-                    };
-                    if !specs.contains(&fcp) {
-                        specs.push(fcp);
+                    for &rebalance_pairs in &pair_exchanges {
+                        let fcp = Fcp {
+                            block,
+                            whole,
+                            split_limit,
+                            repair: false,
+                            rebalance: true,
+                            rebalance_pairs,
+                            nodes: true,
+                            ..Fcp::default()
+                        };
+                        if !specs.contains(&fcp) {
+                            specs.push(fcp);
+                        }
                     }
                 }
             }
@@ -275,7 +287,13 @@ impl Hybrid {
             } else {
                 fcp.split_limit
             };
-            let key = (fcp.block, fcp.whole, split_limit.to_bits(), fcp.rebalance);
+            let key = (
+                fcp.block,
+                fcp.whole,
+                split_limit.to_bits(),
+                fcp.rebalance,
+                fcp.rebalance_pairs,
+            );
             if seen.contains(&key) {
                 continue;
             }
@@ -327,6 +345,7 @@ impl Hybrid {
                                 relay,
                                 split_limit: fcp.split_limit,
                                 own: fcp.rebalance,
+                                pairs: fcp.rebalance_pairs,
                             };
                             Ok((score, plan))
                         })
@@ -565,6 +584,7 @@ impl Planner for Hybrid {
             "chosen_split_limit".to_string(),
             limit_json(score.split_limit),
         );
+        params.insert("chosen_rebalance_pairs".to_string(), score.pairs.into());
         params.insert(
             "chosen_fcp_default".to_string(),
             score.is_fcp_default().into(),

@@ -33,6 +33,9 @@ pub struct Options {
     pub partners: usize,
     /// Stop once the busiest rank is within this factor of the mean load.
     pub target: f64,
+    /// Also try two items for one and one for two, whose sizes match within the free room
+    /// ([`WINDOW`] candidates per anchor item).
+    pub pairs: bool,
 }
 
 impl Default for Options {
@@ -41,6 +44,7 @@ impl Default for Options {
             max_steps: 0,
             partners: 16,
             target: 1.005,
+            pairs: false,
         }
     }
 }
@@ -56,16 +60,21 @@ pub struct Outcome {
     pub after: f64,
 }
 
-/// One exchange between the busiest rank and a partner: the item the busiest rank gives, and
-/// the item it takes back (a swap) or none (a move); `peak` is the larger of the two ranks'
-/// loads after it.
+/// One exchange between the busiest rank and a partner: the one or two items the busiest rank
+/// gives, and the none, one or two it takes back; `peak` is the larger of the two ranks' loads
+/// after it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Exchange {
     peak: f64,
     partner: usize,
-    give: usize,
-    take: Option<usize>,
+    give: [Option<usize>; 2],
+    take: [Option<usize>; 2],
 }
+
+/// Window scanned per anchor item for a two-item exchange's second item (items whose tokens
+/// make the sizes match within the ranks' free room, in token order): bounds the cost where
+/// free room is large and single items already do the job.
+pub const WINDOW: usize = 16;
 
 /// Every rank's items, load and tokens.
 struct Ranks {
@@ -117,12 +126,14 @@ pub fn rebalance(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64, opts: O
         if st.load[h] <= opts.target * mean {
             break;
         }
-        let Some(e) = best_exchange(items, &st, &by_load, cap, opts.partners) else {
+        let Some(e) = best_exchange(items, &st, &by_load, cap, opts) else {
             break;
         };
-        st.hand(items, rank, e.give, h, e.partner);
-        if let Some(take) = e.take {
-            st.hand(items, rank, take, e.partner, h);
+        for i in e.give.into_iter().flatten() {
+            st.hand(items, rank, i, h, e.partner);
+        }
+        for i in e.take.into_iter().flatten() {
+            st.hand(items, rank, i, e.partner, h);
         }
         out.steps += 1;
     }
@@ -130,51 +141,96 @@ pub fn rebalance(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64, opts: O
     out
 }
 
-/// The exchange between the busiest rank (`by_load`'s last) and one of the `partners`
-/// least-loaded ranks that leaves the lowest maximum of the two, if below the busiest rank's
-/// load; ties go to the first found (partners by load, items in rank order).
+/// The exchange between the busiest rank (`by_load`'s last) and one of the
+/// [`Options::partners`] least-loaded ranks that leaves the lowest maximum of the two, if below
+/// the busiest rank's load: one item moved, one swapped for one, or — with [`Options::pairs`],
+/// for when the cap binds and no two items share a size — one for two or two for one whose
+/// sizes match within the free room. Ties go to the first found (partners by load, items in
+/// rank order, pairs in token order).
 fn best_exchange(
     items: &[Item],
     st: &Ranks,
     by_load: &[usize],
     cap: u64,
-    partners: usize,
+    opts: Options,
 ) -> Option<Exchange> {
     let n = by_load.len();
     let h = by_load[n - 1];
     let (load, tokens) = (&st.load, &st.tokens);
     // Room left on a rank; one above the cap keeps what it has (it never grows).
     let room = |r: usize| cap.saturating_sub(tokens[r]);
+    let w = |i: usize| items[i].weight;
+    let t = |i: usize| items[i].tokens();
+    // A rank's items in token order (ties: index), for the two-item windows.
+    let by_tokens = |r: usize| {
+        let mut v: Vec<usize> = st.on[r].clone();
+        v.sort_by_key(|&i| (t(i), i));
+        v
+    };
+    let mine = if opts.pairs { by_tokens(h) } else { Vec::new() };
     let mut best: Option<Exchange> = None;
-    for &l in by_load.iter().take(partners.min(n - 1)) {
+    for &l in by_load.iter().take(opts.partners.min(n - 1)) {
         // No exchange with this partner, or a later (more loaded) one, beats the midpoint.
         if best.is_some_and(|b| b.peak <= (load[h] + load[l]) / 2.0) {
             break;
         }
-        for &a in &st.on[h] {
-            let (wa, ta) = (items[a].weight, items[a].tokens());
-            if wa <= 0.0 {
-                continue;
+        let (rh, rl) = (room(h), room(l));
+        let mut consider = |give: [Option<usize>; 2], take: [Option<usize>; 2]| {
+            let sum = |x: [Option<usize>; 2]| x.into_iter().flatten().map(w).sum::<f64>();
+            let net = sum(give) - sum(take);
+            let peak = (load[h] - net).max(load[l] + net);
+            if net > 0.0 && peak < load[h] && best.is_none_or(|b| peak < b.peak) {
+                best = Some(Exchange {
+                    peak,
+                    partner: l,
+                    give,
+                    take,
+                });
             }
-            let mut consider = |take: Option<usize>, wb: f64| {
-                let peak = (load[h] - wa + wb).max(load[l] + wa - wb);
-                if peak < load[h] && best.is_none_or(|b| peak < b.peak) {
-                    best = Some(Exchange {
-                        peak,
-                        partner: l,
-                        give: a,
-                        take,
-                    });
-                }
-            };
-            if ta <= room(l) {
-                consider(None, 0.0);
+        };
+        // Moves and one-for-one swaps.
+        for &a in &st.on[h] {
+            if t(a) <= rl {
+                consider([Some(a), None], [None, None]);
             }
             for &b in &st.on[l] {
-                let (wb, tb) = (items[b].weight, items[b].tokens());
-                if wb < wa && tb <= ta + room(h) && ta <= tb + room(l) {
-                    consider(Some(b), wb);
+                if t(b) <= t(a) + rh && t(a) <= t(b) + rl {
+                    consider([Some(a), None], [Some(b), None]);
                 }
+            }
+        }
+        if !opts.pairs {
+            continue;
+        }
+        // Two for one and one for two: the pair's tokens within [single − room of the rank
+        // taking the single, single + room of the rank taking the pair].
+        let theirs = by_tokens(l);
+        let pairs = |single: u64, pool: &[usize], pair_room: u64, single_room: u64| {
+            let (lo, hi) = (single.saturating_sub(single_room), single + pair_room);
+            let mut out = Vec::new();
+            for (k, &x) in pool.iter().enumerate() {
+                if t(x) > hi {
+                    break;
+                }
+                let (lo2, hi2) = (lo.saturating_sub(t(x)), hi - t(x));
+                let from = k + 1 + pool[k + 1..].partition_point(|&y| t(y) < lo2);
+                for &y in pool[from..].iter().take(WINDOW) {
+                    if t(y) > hi2 {
+                        break;
+                    }
+                    out.push((x, y));
+                }
+            }
+            out
+        };
+        for &a in &st.on[h] {
+            for (b1, b2) in pairs(t(a), &theirs, rh, rl) {
+                consider([Some(a), None], [Some(b1), Some(b2)]);
+            }
+        }
+        for &b in &st.on[l] {
+            for (a1, a2) in pairs(t(b), &mine, rl, rh) {
+                consider([Some(a1), Some(a2)], [Some(b), None]);
             }
         }
     }
@@ -195,8 +251,13 @@ mod tests {
     }
 
     fn run(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64) -> Outcome {
+        run_with(items, rank, ranks, cap, false)
+    }
+
+    fn run_with(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64, pairs: bool) -> Outcome {
         let opts = Options {
             max_steps: 100,
+            pairs,
             ..Options::default()
         };
         rebalance(items, rank, ranks, cap, opts)
@@ -240,12 +301,44 @@ mod tests {
         assert_eq!(rank, vec![0, 1, 1]);
     }
 
+    #[test]
+    fn one_for_two_balances_where_no_sizes_match() {
+        // Both ranks full (cap 2 × 600). Rank 0 holds two heavy 300-token items; rank 1 light
+        // items of 50, 100, 200 and 250 tokens: no single item matches 300, so singles can do
+        // nothing; with pairs, a heavy item goes for two light ones of 300 tokens together.
+        let items = vec![
+            item(0, 300, 9.0),
+            item(1, 300, 9.0),
+            item(2, 100, 1.0),
+            item(3, 200, 1.0),
+            item(4, 250, 1.0),
+            item(5, 50, 0.0),
+        ];
+        let rank = vec![0, 0, 1, 1, 1, 1];
+        assert_eq!(run(&items, &mut rank.clone(), 2, 600).steps, 0);
+        let mut paired = rank.clone();
+        let out = run_with(&items, &mut paired, 2, 600, true);
+        assert!(out.steps >= 1);
+        assert!((out.before - 18.0 / 10.5).abs() < 1e-12);
+        assert!(out.after <= 11.0 / 10.5 + 1e-12, "{out:?}");
+        let tokens = |r: u32| -> u64 {
+            items
+                .iter()
+                .zip(&paired)
+                .filter(|(_, &x)| x == r)
+                .map(|(i, _)| i.tokens())
+                .sum()
+        };
+        assert!(tokens(0) <= 600 && tokens(1) <= 600);
+    }
+
     proptest! {
         #[test]
         fn rebalance_never_raises_the_peak_and_keeps_the_cap(
             parts in prop::collection::vec((1u64..400, 0.0f64..10.0), 2..40),
             ranks in 2u32..9,
             slack in 0u64..200,
+            pairs in any::<bool>(),
         ) {
             let items: Vec<Item> = parts
                 .iter()
@@ -265,7 +358,7 @@ mod tests {
                 used[r] += it.tokens();
                 rank.push(r as u32);
             }
-            let out = run(&items, &mut rank, ranks, cap);
+            let out = run_with(&items, &mut rank, ranks, cap, pairs);
             prop_assert!(out.after <= out.before + 1e-12);
             let mut after = vec![0u64; ranks as usize];
             for (it, &r) in items.iter().zip(&rank) {

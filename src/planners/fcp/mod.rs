@@ -44,7 +44,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 15] = [
+pub const PARAMS: [&str; 16] = [
     "affinity",
     "block",
     "coalesce",
@@ -54,6 +54,7 @@ pub const PARAMS: [&str; 15] = [
     "pair_limit",
     "pipeline",
     "rebalance",
+    "rebalance_pairs",
     "relay",
     "repair",
     "split_limit",
@@ -110,6 +111,9 @@ pub struct Fcp {
     /// moves and equal-size swaps that lower the busiest rank's compute under the token cap
     /// ([`crate::planners::rebalance`]).
     pub rebalance: bool,
+    /// The rebalance also tries two items for one and one for two (`rebalance_pairs`):
+    /// more exchanges where no two items share a size ([`rebalance::Options::pairs`]).
+    pub rebalance_pairs: bool,
     /// Node-grouped placement (`nodes`; off by default, the paper's flat LPT): a cut
     /// document's units go to one node while they weigh at most half a node's share, then LPT
     /// places each node's units on its ranks ([`node_lpt`]), so their K/V stays on NVLink.
@@ -137,6 +141,7 @@ impl Default for Fcp {
             relay: false,
             split_limit: f64::INFINITY,
             rebalance: false,
+            rebalance_pairs: false,
             nodes: false,
         }
     }
@@ -189,6 +194,7 @@ impl Fcp {
                 "repair" => f.repair = boolean(k, v)?,
                 "relay" => f.relay = boolean(k, v)?,
                 "rebalance" => f.rebalance = boolean(k, v)?,
+                "rebalance_pairs" => f.rebalance_pairs = boolean(k, v)?,
                 "nodes" => f.nodes = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
@@ -301,7 +307,7 @@ impl Fcp {
             lpt::assign_with(&units, ctx.ranks, cap, lpt_opts)
         };
         if self.rebalance {
-            Fcp::rebalance_compute(&mut assignment, ctx, cap);
+            Fcp::rebalance_compute(&mut assignment, ctx, cap, self.rebalance_pairs);
         }
         if self.repair {
             Fcp::repair_traffic(&mut assignment, batch, ctx, cap);
@@ -319,7 +325,12 @@ impl Fcp {
 
     /// The compute rebalance over an LPT assignment (what `rebalance` turns on in
     /// [`Fcp::distribute`]).
-    pub fn rebalance_compute(assignment: &mut Assignment, ctx: &PlanContext<'_>, cap: u64) {
+    pub fn rebalance_compute(
+        assignment: &mut Assignment,
+        ctx: &PlanContext<'_>,
+        cap: u64,
+        pairs: bool,
+    ) {
         let out = rebalance::rebalance(
             &assignment.items,
             &mut assignment.item_rank,
@@ -327,6 +338,7 @@ impl Fcp {
             cap,
             rebalance::Options {
                 max_steps: 4 * ctx.ranks as usize,
+                pairs,
                 ..rebalance::Options::default()
             },
         );
@@ -419,6 +431,7 @@ impl Planner for Fcp {
             ("pair_limit".to_string(), limit_json(self.pair_limit)),
             ("pipeline".to_string(), self.pipeline.into()),
             ("rebalance".to_string(), self.rebalance.into()),
+            ("rebalance_pairs".to_string(), self.rebalance_pairs.into()),
             ("relay".to_string(), self.relay.into()),
             ("repair".to_string(), self.repair.into()),
             ("reshuffle".to_string(), self.reshuffle.into()),
