@@ -345,3 +345,42 @@ fn hybrid_quick_plans_and_says_so() {
     assert!(p["candidates"].as_u64().unwrap() <= 2);
     assert_eq!(p["chosen_relay"], true);
 }
+
+#[test]
+fn budget_ms_flag_reaches_auto_and_only_auto() {
+    // Issue 8 spells the budget as `--budget-ms`: it becomes `auto:budget_ms=`, and a scheme
+    // without a budget refuses it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "auto",
+            "--ranks",
+            "4",
+            "--budget-ms",
+            "1",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let plan = fcp::Plan::load(&out).unwrap();
+    assert_eq!(plan.scheme.params["budget_ms"], 1);
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "fcp",
+            "--ranks",
+            "4",
+            "--budget-ms",
+            "1",
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--budget-ms does not apply"));
+}

@@ -71,6 +71,10 @@ struct FcpSwitches {
     /// FlashCP's target imbalance ratio R (`target_imbalance=`, default 1.05).
     #[arg(long)]
     target_imbalance: Option<f64>,
+    /// `auto`'s planning-time budget in milliseconds (`budget_ms=`; 0 = none): no further
+    /// candidate is tried once planning has taken this long.
+    #[arg(long)]
+    budget_ms: Option<u64>,
 }
 
 impl FcpSwitches {
@@ -85,6 +89,9 @@ impl FcpSwitches {
         }
         if let Some(r) = self.target_imbalance {
             p.push(("--target-imbalance", format!("target_imbalance={r}")));
+        }
+        if let Some(ms) = self.budget_ms {
+            p.push(("--budget-ms", format!("budget_ms={ms}")));
         }
         for (on, flag, kv) in [
             (self.no_pipeline, "--no-pipeline", "pipeline=false"),
