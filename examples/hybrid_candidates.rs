@@ -88,10 +88,10 @@ fn main() {
     for ((s, _), t) in c.built.iter().zip(&sims) {
         println!(
             "| {} | {} | {} | {} | {:.2} | {:.2} |",
-            s.block,
-            s.whole,
-            s.relay,
-            s.split_limit,
+            s.fcp.block,
+            s.fcp.whole,
+            s.fcp.relay,
+            s.fcp.split_limit,
             s.seconds * 1e3,
             t
         );

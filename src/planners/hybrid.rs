@@ -95,40 +95,25 @@ pub const EVAL_ROUND: usize = 4;
 pub struct Score {
     /// Estimated attention time (seconds, forward + backward; [`estimate`]).
     pub seconds: f64,
-    /// Block size and whole-document threshold (tokens) of the candidate.
-    pub block: u64,
-    /// See `block`.
-    pub whole: u64,
-    /// Whether K/V is relayed inside nodes.
-    pub relay: bool,
-    /// Heavy-block split limit (`inf`: none).
-    pub split_limit: f64,
-    /// Whether LPT was followed by the compute rebalance and grouped by node (`hybrid`'s own
-    /// placements; only FCP's default contender has neither).
-    pub own: bool,
-    /// Whether the rebalance tried two-item exchanges ([`Fcp::rebalance_pairs`]).
-    pub pairs: bool,
+    /// The FCP configuration the candidate was built with (block size, whole-document
+    /// threshold, relay, split limit, rebalance, node grouping).
+    pub fcp: Fcp,
 }
 
 impl Score {
-    /// Whether this is FCP's own default plan (4K blocks, nothing whole beyond a block, no
-    /// relay, no split, flat LPT without rebalance): the plan `fcp` makes.
+    /// Whether this is FCP's own default plan — the plan `fcp` makes.
     pub fn is_fcp_default(&self) -> bool {
-        !self.own
-            && !self.relay
-            && self.block == super::fcp::DEFAULT_BLOCK
-            && self.whole == 0
-            && self.split_limit.is_infinite()
+        is_fcp_default(&self.fcp)
     }
 }
 
-/// Whether a placement is FCP's own default one.
-fn fcp_default_placement(fcp: &Fcp) -> bool {
-    let default = Fcp {
-        repair: false,
-        ..Fcp::default()
-    };
-    *fcp == default
+/// Whether a configuration is FCP's default, the traffic repair aside (placements are
+/// distributed without it and repaired only if they survive pruning).
+fn is_fcp_default(fcp: &Fcp) -> bool {
+    Fcp {
+        repair: true,
+        ..*fcp
+    } == Fcp::default()
 }
 
 /// What [`Hybrid::candidates`] evaluated.
@@ -317,7 +302,7 @@ impl Hybrid {
                 .take(EVAL_ROUND)
                 .filter(|(bound, fcp, _)| {
                     // FCP's default is kept: the caller simulates it (see `plan`).
-                    let keep = fcp_default_placement(fcp) || bound * PRUNE_MARGIN <= best;
+                    let keep = is_fcp_default(fcp) || bound * PRUNE_MARGIN <= best;
                     pruned += usize::from(!keep);
                     keep
                 })
@@ -338,15 +323,7 @@ impl Hybrid {
                             let plan =
                                 fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
                             let seconds = estimate(&plan, ctx, &mut cm)?;
-                            let score = Score {
-                                seconds,
-                                block: fcp.block,
-                                whole: fcp.whole,
-                                relay,
-                                split_limit: fcp.split_limit,
-                                own: fcp.rebalance,
-                                pairs: fcp.rebalance_pairs,
-                            };
+                            let score = Score { seconds, fcp };
                             Ok((score, plan))
                         })
                         .collect::<Result<Vec<_>, PlanError>>()
@@ -577,14 +554,18 @@ impl Planner for Hybrid {
         let (score, mut plan) = cands.swap_remove(simulated);
         plan.scheme.name = self.name().to_string();
         let mut params = self.params();
-        params.insert("chosen_block".to_string(), score.block.into());
-        params.insert("chosen_whole".to_string(), score.whole.into());
-        params.insert("chosen_relay".to_string(), score.relay.into());
+        let chosen = score.fcp;
+        params.insert("chosen_block".to_string(), chosen.block.into());
+        params.insert("chosen_whole".to_string(), chosen.whole.into());
+        params.insert("chosen_relay".to_string(), chosen.relay.into());
         params.insert(
             "chosen_split_limit".to_string(),
-            limit_json(score.split_limit),
+            limit_json(chosen.split_limit),
         );
-        params.insert("chosen_rebalance_pairs".to_string(), score.pairs.into());
+        params.insert(
+            "chosen_rebalance_pairs".to_string(),
+            chosen.rebalance_pairs.into(),
+        );
         params.insert(
             "chosen_fcp_default".to_string(),
             score.is_fcp_default().into(),
@@ -659,7 +640,7 @@ mod tests {
             let mut cands = h.candidates(&batch, ctx).unwrap().built;
             assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
             // 16 ranks span two nodes: every placement is built with and without the relay.
-            assert!(cands.iter().any(|c| c.0.relay) && cands.iter().any(|c| !c.0.relay));
+            assert!(cands.iter().any(|c| c.0.fcp.relay) && cands.iter().any(|c| !c.0.fcp.relay));
             cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
             let time = |p: &Plan| {
@@ -681,10 +662,10 @@ mod tests {
             let chosen = cands
                 .iter()
                 .position(|c| {
-                    p["chosen_block"] == c.0.block
-                        && p["chosen_whole"] == c.0.whole
-                        && p["chosen_relay"] == c.0.relay
-                        && p["chosen_split_limit"] == limit_json(c.0.split_limit)
+                    p["chosen_block"] == c.0.fcp.block
+                        && p["chosen_whole"] == c.0.fcp.whole
+                        && p["chosen_relay"] == c.0.fcp.relay
+                        && p["chosen_split_limit"] == limit_json(c.0.fcp.split_limit)
                 })
                 .unwrap();
             assert!(chosen < SIMULATE_TOP || cands[chosen].0.is_fcp_default());
@@ -717,7 +698,12 @@ mod tests {
                 }
             }
             // FCP's own default contends in the default search only; compare the rest.
-            let own: Vec<_> = all.built.iter().filter(|c| c.0.own).cloned().collect();
+            let own: Vec<_> = all
+                .built
+                .iter()
+                .filter(|c| c.0.fcp.rebalance)
+                .cloned()
+                .collect();
             assert_eq!(best(&own), best(&full));
             assert!(all.placements >= all.pruned);
         });
@@ -773,7 +759,7 @@ mod tests {
             assert!(c
                 .scores
                 .iter()
-                .all(|s| s.relay && s.split_limit.is_infinite()));
+                .all(|s| s.fcp.relay && s.fcp.split_limit.is_infinite()));
             let plan = quick.plan(&batch, ctx).unwrap();
             assert_valid(&plan);
             assert_eq!(plan.scheme.params["quick"], true);

@@ -10,7 +10,8 @@
 //!
 //! Each step takes the busiest rank and, against each of the [`Options::partners`]
 //! least-loaded ranks, every one of its items: moved there (if it has room), or swapped for a
-//! lighter item of that rank (if both stay within the cap). The exchange leaving the lowest
+//! lighter item of that rank (if both stay within the cap) — and, with [`Options::pairs`], one
+//! item for two or two for one whose sizes match within the free room. The exchange leaving the lowest
 //! maximum of the two ranks is applied when that maximum is below the busiest rank's load. The
 //! sorted vector of loads falls lexicographically at every step, so the search ends; it is also
 //! capped at [`Options::max_steps`]. Ties go to the first found (partners by load, items in
@@ -20,7 +21,8 @@
 //! the planner's weights but added tiles and traffic that cost more than they saved
 //! (`docs/schemes/hybrid.md`).
 //!
-//! Cost per step: O(I_h · P · I_l) for I items on a rank and P partners.
+//! Cost per step: O(I_h · P · I_l) for I items on a rank and P partners; with pairs,
+//! O(P · I · [`WINDOW`] · log I) more.
 
 use super::repair::Item;
 
@@ -76,11 +78,13 @@ struct Exchange {
 /// free room is large and single items already do the job.
 pub const WINDOW: usize = 16;
 
-/// Every rank's items, load and tokens.
+/// Every rank's items, load and tokens, and every item's tokens (summed once: the exchange
+/// search reads them in its inner loops).
 struct Ranks {
     on: Vec<Vec<usize>>,
     load: Vec<f64>,
     tokens: Vec<u64>,
+    size: Vec<u64>,
 }
 
 impl Ranks {
@@ -91,8 +95,8 @@ impl Ranks {
         rank[i] = to as u32;
         self.load[from] -= items[i].weight;
         self.load[to] += items[i].weight;
-        self.tokens[from] -= items[i].tokens();
-        self.tokens[to] += items[i].tokens();
+        self.tokens[from] -= self.size[i];
+        self.tokens[to] += self.size[i];
     }
 }
 
@@ -105,12 +109,13 @@ pub fn rebalance(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64, opts: O
         on: vec![Vec::new(); n],
         load: vec![0.0f64; n],
         tokens: vec![0u64; n],
+        size: items.iter().map(Item::tokens).collect(),
     };
     for (i, it) in items.iter().enumerate() {
         let r = rank[i] as usize;
         st.on[r].push(i);
         st.load[r] += it.weight;
-        st.tokens[r] += it.tokens();
+        st.tokens[r] += st.size[i];
     }
     let mean = st.load.iter().sum::<f64>() / n.max(1) as f64;
     let peak_of = |load: &[f64]| load.iter().copied().fold(0.0, f64::max);
@@ -160,7 +165,7 @@ fn best_exchange(
     // Room left on a rank; one above the cap keeps what it has (it never grows).
     let room = |r: usize| cap.saturating_sub(tokens[r]);
     let w = |i: usize| items[i].weight;
-    let t = |i: usize| items[i].tokens();
+    let t = |i: usize| st.size[i];
     // A rank's items in token order (ties: index), for the two-item windows.
     let by_tokens = |r: usize| {
         let mut v: Vec<usize> = st.on[r].clone();

@@ -115,19 +115,33 @@ pub fn assign_by_node(
 /// room, its weight shared by tokens — as FCP's LPT does at the cap's margin, so this never
 /// fails when `nodes × node_cap` covers the batch.
 fn place_on_nodes(units: &[Unit], nodes: usize, node_cap: u64, limit: f64) -> Vec<Vec<Unit>> {
-    let mut pool: Vec<Unit> = units.to_vec();
-    let mut queue = groups(units, limit);
-    let weight = |pool: &[Unit], g: &[usize]| g.iter().map(|&i| pool[i].weight).sum::<f64>();
-    let tokens = |pool: &[Unit], g: &[usize]| g.iter().map(|&i| pool[i].tokens()).sum::<u64>();
-    let order = |pool: &[Unit], q: &mut Vec<Vec<usize>>| {
+    // Index i < units.len() is units[i]; beyond, a pair broken at the margin (`halves`).
+    let mut halves: Vec<Unit> = Vec::new();
+    let at = |halves: &[Unit], i: usize| -> Unit {
+        if i < units.len() {
+            units[i].clone()
+        } else {
+            halves[i - units.len()].clone()
+        }
+    };
+    let unit_of = |halves: &[Unit], i: usize| -> (f64, u64) {
+        let u = units.get(i).unwrap_or_else(|| &halves[i - units.len()]);
+        (u.weight, u.tokens())
+    };
+    let weight =
+        |halves: &[Unit], g: &[usize]| g.iter().map(|&i| unit_of(halves, i).0).sum::<f64>();
+    let tokens =
+        |halves: &[Unit], g: &[usize]| g.iter().map(|&i| unit_of(halves, i).1).sum::<u64>();
+    let order = |halves: &[Unit], q: &mut Vec<Vec<usize>>| {
         // Lightest first, so the heaviest pops first; ties: the later first unit first.
         q.sort_by(|a, b| {
-            weight(pool, a)
-                .total_cmp(&weight(pool, b))
+            weight(halves, a)
+                .total_cmp(&weight(halves, b))
                 .then(b[0].cmp(&a[0]))
         });
     };
-    order(&pool, &mut queue);
+    let mut queue = groups(units, limit);
+    order(&halves, &mut queue);
     let mut load = vec![0.0f64; nodes];
     let mut room = vec![node_cap; nodes];
     let mut out: Vec<Vec<Unit>> = vec![Vec::new(); nodes];
@@ -137,35 +151,35 @@ fn place_on_nodes(units: &[Unit], nodes: usize, node_cap: u64, limit: f64) -> Ve
         out[n].push(u);
     };
     while let Some(g) = queue.pop() {
-        let t = tokens(&pool, &g);
+        let t = tokens(&halves, &g);
         let fits = (0..nodes)
             .filter(|&n| room[n] >= t)
             .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
         if let Some(n) = fits {
             for i in g {
-                give(n, pool[i].clone(), &mut load, &mut room);
+                give(n, at(&halves, i), &mut load, &mut room);
             }
             continue;
         }
         if g.len() > 1 {
             queue.extend(g.into_iter().map(|i| vec![i]));
-            order(&pool, &mut queue);
+            order(&halves, &mut queue);
             continue;
         }
-        let u = pool[g[0]].clone();
+        let u = at(&halves, g[0]);
         if u.blocks.len() > 1 {
             // A pair no node can hold: its blocks, weight and traffic shared by tokens.
             for b in &u.blocks {
                 let share = b.tokens() as f64 / u.tokens().max(1) as f64;
-                pool.push(Unit {
+                halves.push(Unit {
                     blocks: vec![b.clone()],
                     weight: u.weight * share,
                     comm: u.comm * share,
                     home: None,
                 });
-                queue.push(vec![pool.len() - 1]);
+                queue.push(vec![units.len() + halves.len() - 1]);
             }
-            order(&pool, &mut queue);
+            order(&halves, &mut queue);
             continue;
         }
         // One block no node can hold: cut, front first, across the roomiest nodes.
