@@ -203,12 +203,13 @@ impl Hybrid {
             None if multi_node => vec![false, true],
             None => vec![false],
         };
-        // Up to SIMULATE_MAX_RANKS the rebalance runs both ways, with and without two-item
-        // exchanges: neither wins every batch, and the simulator decides there.
-        let pair_exchanges: Vec<bool> = if ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick {
-            vec![false, true]
+        // The rebalance's variants, (two-item exchanges, pieces of cut documents kept on
+        // their node). Up to SIMULATE_MAX_RANKS all four — no variant wins every batch, and
+        // the simulator decides there; beyond, single-item exchanges that keep the nodes.
+        let rebalances: Vec<(bool, bool)> = if ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick {
+            vec![(false, false), (true, false), (false, true), (true, true)]
         } else {
-            vec![false]
+            vec![(false, true)]
         };
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
@@ -233,7 +234,7 @@ impl Hybrid {
                     .unwrap_or(0);
                 let whole = if whole <= block { 0 } else { whole };
                 for &split_limit in &splits {
-                    for &rebalance_pairs in &pair_exchanges {
+                    for &(rebalance_pairs, rebalance_in_node) in &rebalances {
                         let fcp = Fcp {
                             block,
                             whole,
@@ -241,7 +242,9 @@ impl Hybrid {
                             repair: false,
                             rebalance: true,
                             rebalance_pairs,
+                            rebalance_in_node,
                             nodes: true,
+                            node_fill: true,
                             ..Fcp::default()
                         };
                         if !specs.contains(&fcp) {
@@ -278,6 +281,7 @@ impl Hybrid {
                 split_limit.to_bits(),
                 fcp.rebalance,
                 fcp.rebalance_pairs,
+                fcp.rebalance_in_node,
             );
             if seen.contains(&key) {
                 continue;
@@ -565,6 +569,10 @@ impl Planner for Hybrid {
         params.insert(
             "chosen_rebalance_pairs".to_string(),
             chosen.rebalance_pairs.into(),
+        );
+        params.insert(
+            "chosen_rebalance_in_node".to_string(),
+            chosen.rebalance_in_node.into(),
         );
         params.insert(
             "chosen_fcp_default".to_string(),

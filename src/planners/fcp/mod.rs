@@ -44,16 +44,18 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 16] = [
+pub const PARAMS: [&str; 18] = [
     "affinity",
     "block",
     "coalesce",
     "coalescer",
     "comm_aware",
+    "node_fill",
     "nodes",
     "pair_limit",
     "pipeline",
     "rebalance",
+    "rebalance_in_node",
     "rebalance_pairs",
     "relay",
     "repair",
@@ -114,10 +116,20 @@ pub struct Fcp {
     /// The rebalance also tries two items for one and one for two (`rebalance_pairs`):
     /// more exchanges where no two items share a size ([`rebalance::Options::pairs`]).
     pub rebalance_pairs: bool,
+    /// The rebalance keeps every item of a cut document on its node (`rebalance_in_node`;
+    /// only with `nodes` on a multi-node group): moved to another node such an item pulls its
+    /// document's K/V over the NICs, undoing what node-grouped placement saved, while an item
+    /// of whole documents moves no data wherever it goes. Single-item exchanges then try every
+    /// rank as a partner, not only the 16 least loaded ([`rebalance::Options::node`]).
+    pub rebalance_in_node: bool,
     /// Node-grouped placement (`nodes`; off by default, the paper's flat LPT): a cut
     /// document's units go to one node while they weigh at most half a node's share, then LPT
     /// places each node's units on its ranks ([`node_lpt`]), so their K/V stays on NVLink.
     pub nodes: bool,
+    /// With `nodes`, runs of documents heavier than a node segment are placed so that every
+    /// node ends at its target load once its remaining room is filled with short documents
+    /// (`node_fill`; [`node_lpt`]'s module doc).
+    pub node_fill: bool,
 }
 
 /// Smallest piece [`Fcp::split_limit`] cuts a block into: 256 query rows still fill the GPU
@@ -142,7 +154,9 @@ impl Default for Fcp {
             split_limit: f64::INFINITY,
             rebalance: false,
             rebalance_pairs: false,
+            rebalance_in_node: false,
             nodes: false,
+            node_fill: false,
         }
     }
 }
@@ -195,7 +209,9 @@ impl Fcp {
                 "relay" => f.relay = boolean(k, v)?,
                 "rebalance" => f.rebalance = boolean(k, v)?,
                 "rebalance_pairs" => f.rebalance_pairs = boolean(k, v)?,
+                "rebalance_in_node" => f.rebalance_in_node = boolean(k, v)?,
                 "nodes" => f.nodes = boolean(k, v)?,
+                "node_fill" => f.node_fill = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
                     f.whole = v
@@ -302,12 +318,12 @@ impl Fcp {
         };
         let mut assignment = if self.nodes {
             let gpn = ctx.hardware.gpus_per_node;
-            node_lpt::assign_by_node(&units, ctx.ranks, gpn, cap, lpt_opts)
+            node_lpt::assign_by_node(&units, ctx.ranks, gpn, cap, lpt_opts, self.node_fill)
         } else {
             lpt::assign_with(&units, ctx.ranks, cap, lpt_opts)
         };
         if self.rebalance {
-            Fcp::rebalance_compute(&mut assignment, ctx, cap, self.rebalance_pairs);
+            self.rebalance_compute(&mut assignment, batch, ctx, cap);
         }
         if self.repair {
             Fcp::repair_traffic(&mut assignment, batch, ctx, cap);
@@ -324,22 +340,52 @@ impl Fcp {
     }
 
     /// The compute rebalance over an LPT assignment (what `rebalance` turns on in
-    /// [`Fcp::distribute`]).
+    /// [`Fcp::distribute`]), with this configuration's `rebalance_pairs` and
+    /// `rebalance_in_node`.
     pub fn rebalance_compute(
+        &self,
         assignment: &mut Assignment,
+        batch: &Batch,
         ctx: &PlanContext<'_>,
         cap: u64,
-        pairs: bool,
     ) {
-        let out = rebalance::rebalance(
+        let gpn = ctx.hardware.gpus_per_node;
+        let in_node = self.nodes && self.rebalance_in_node && ctx.ranks > gpn;
+        // Items holding a piece of a cut document stay on their node; items of whole
+        // documents move no K/V and may go anywhere.
+        let anchored: Vec<bool> = if in_node {
+            let doc_lens = &batch.doc_lens;
+            assignment
+                .items
+                .iter()
+                .map(|it| {
+                    it.chunks
+                        .iter()
+                        .any(|c| c.start > 0 || c.end < doc_lens[c.doc as usize])
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let defaults = rebalance::Options::default();
+        let out = rebalance::rebalance_anchored(
             &assignment.items,
+            &anchored,
             &mut assignment.item_rank,
             ctx.ranks,
             cap,
             rebalance::Options {
                 max_steps: 4 * ctx.ranks as usize,
-                pairs,
-                ..rebalance::Options::default()
+                pairs: self.rebalance_pairs,
+                // Within nodes every rank is a partner for single-item exchanges; two-item
+                // ones are costlier (the default partners plus the busiest rank's node).
+                partners: if in_node && !self.rebalance_pairs {
+                    ctx.ranks as usize
+                } else {
+                    defaults.partners
+                },
+                node: if in_node { gpn } else { 0 },
+                ..defaults
             },
         );
         if out.steps > 0 {
@@ -427,10 +473,15 @@ impl Planner for Fcp {
             ("coalesce".to_string(), self.coalesce.into()),
             ("coalescer".to_string(), self.coalescer.into()),
             ("comm_aware".to_string(), self.comm_aware.into()),
+            ("node_fill".to_string(), self.node_fill.into()),
             ("nodes".to_string(), self.nodes.into()),
             ("pair_limit".to_string(), limit_json(self.pair_limit)),
             ("pipeline".to_string(), self.pipeline.into()),
             ("rebalance".to_string(), self.rebalance.into()),
+            (
+                "rebalance_in_node".to_string(),
+                self.rebalance_in_node.into(),
+            ),
             ("rebalance_pairs".to_string(), self.rebalance_pairs.into()),
             ("relay".to_string(), self.relay.into()),
             ("repair".to_string(), self.repair.into()),
