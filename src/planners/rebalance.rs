@@ -452,9 +452,9 @@ mod tests {
             let opts = Options { max_steps: 100, pairs, node, ..Options::default() };
             let out = rebalance_anchored(&items, &anchored, &mut rank, ranks, cap, opts);
             prop_assert!(out.after <= out.before + 1e-12);
-            if node > 0 {
+            if let Some(gpn) = std::num::NonZeroU32::new(node) {
                 for i in (0..items.len()).filter(|&i| anchored[i]) {
-                    prop_assert_eq!(rank[i] / node, before[i] / node, "item {} left its node", i);
+                    prop_assert_eq!(rank[i] / gpn, before[i] / gpn, "item {} left its node", i);
                 }
             }
             let mut after = vec![0u64; ranks as usize];
