@@ -33,7 +33,9 @@ pub struct Options {
     /// the owner): a chunk wanted by several ranks of another node crosses the NICs once, to
     /// one of them (the gateway, the one with the least NIC traffic so far), which forwards it
     /// over NVLink to the others one stage later. Across nodes a GPU's NIC is ~8× slower than
-    /// its NVLink, so this trades the scarce link for the plentiful one.
+    /// its NVLink, so this trades the scarce link for the plentiful one. A chunk one rank of a
+    /// node needs is relayed too when that rank's NIC already takes in more than a node-mate's
+    /// by the chunk's length: the node's imports are spread over its NICs.
     pub relay: Option<u32>,
 }
 
@@ -172,8 +174,21 @@ pub fn schedule(
             // Consumers are sorted by rank, so each node's are contiguous.
             for run in wanted[i].chunk_by(|&x, &y| groups[x].0 / gpn == groups[y].0 / gpn) {
                 let node = groups[run[0]].0 / gpn;
-                if node == o / gpn || run.len() == 1 {
+                let members = node * gpn..((node + 1) * gpn).min(n);
+                // A chunk one rank of another node needs goes straight to it, unless its NIC
+                // already takes in more than another rank's of the node by the chunk's length:
+                // then a node-mate takes it in and forwards it (a long document's prefix read
+                // by one rank of a node would otherwise queue on that one NIC).
+                let direct = node == o / gpn
+                    || (run.len() == 1 && {
+                        let least = members.clone().map(|r| nic_in[r as usize]).min();
+                        nic_in[groups[run[0]].0 as usize] <= least.unwrap_or(0) + c.len()
+                    });
+                if direct {
                     for &g in run {
+                        if node != o / gpn {
+                            nic_in[groups[g].0 as usize] += c.len();
+                        }
                         graph.add_edge(o, groups[g].0);
                         edge_data.push((c, Some(g)));
                     }
@@ -182,7 +197,6 @@ pub fn schedule(
                 // The gateway: the node's rank with the least NIC traffic in so far (a
                 // consumer on ties, which then needs no second hop itself). Any rank of the
                 // node may relay, so all of its NICs share what the node takes in.
-                let members = node * gpn..((node + 1) * gpn).min(n);
                 let gate = members
                     .min_by_key(|&r| {
                         let consumer = run.iter().any(|&g| groups[g].0 == r);

@@ -373,6 +373,40 @@ fn relay_crosses_each_node_once_per_chunk_and_stays_exact() {
 }
 
 #[test]
+fn relay_spreads_one_rank_s_imports_over_its_node_s_nics() {
+    // Two nodes of 8. Seven ranks of node 0 hold the first 56K tokens of a 64K-token
+    // document, one rank of node 1 its last 8K: that rank alone reads the whole prefix, seven
+    // 8K chunks. Straight in, all of them queue on its NIC; with the relay its node-mates
+    // take some in and forward them over NVLink, and the plan stays exact.
+    let batch = Batch::new(0, vec![64 * 1024]);
+    with(16, 8192, Mask::Causal, |ctx| {
+        let chunk = |i: u64| TokenRange::new(0, i * 8192, (i + 1) * 8192);
+        let mut owned: Vec<Vec<TokenRange>> = vec![Vec::new(); 16];
+        for (i, mine) in owned.iter_mut().take(7).enumerate() {
+            *mine = vec![chunk(i as u64)];
+        }
+        owned[8] = vec![chunk(7)];
+        let build = |relay: bool| {
+            Fcp {
+                relay,
+                ..Fcp::default()
+            }
+            .build(&batch, ctx, &owned, 8192, |_| {})
+        };
+        let (flat, relayed) = (build(false), build(true));
+        assert_valid(&relayed);
+        let (a, b) = (nic_in_tokens(&flat, 8), nic_in_tokens(&relayed, 8));
+        assert_eq!(a[8], 7 * 8192);
+        assert_eq!(
+            b.iter().sum::<u64>(),
+            7 * 8192,
+            "each chunk crosses once: {b:?}"
+        );
+        assert!(*b.iter().max().unwrap() <= 2 * 8192, "{b:?}");
+    });
+}
+
+#[test]
 fn split_limit_halves_only_the_heavy_tail_blocks() {
     // One 200K document among short ones at 64 ranks: its last 4K blocks outweigh half a
     // rank's share; the split pieces shrink towards the end, the head stays in 4K blocks.
