@@ -243,12 +243,12 @@ fn best_exchange(
                 });
             }
         };
-        // Moves and one-for-one swaps.
-        for &a in &st.on[h] {
+        // Moves and one-for-one swaps (anchored items skipped up front: the hot loop).
+        for &a in st.on[h].iter().filter(|&&a| free(a)) {
             if t(a) <= rl {
                 consider([Some(a), None], [None, None]);
             }
-            for &b in &st.on[l] {
+            for &b in st.on[l].iter().filter(|&&b| free(b)) {
                 if t(b) <= t(a) + rh && t(a) <= t(b) + rl {
                     consider([Some(a), None], [Some(b), None]);
                 }
