@@ -41,7 +41,7 @@ proptest! {
         rebalance in any::<bool>(),
         nodes in any::<bool>(),
         pairs in any::<bool>(),
-        (in_node, fill) in any::<(bool, bool)>(),
+        (in_node, fill, lookahead) in (any::<bool>(), any::<bool>(), 0u32..3),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
@@ -53,7 +53,7 @@ proptest! {
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill}");
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill},lookahead={lookahead}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{:?}", v);

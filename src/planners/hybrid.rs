@@ -29,6 +29,12 @@ use super::{
     SchemeSpec,
 };
 
+/// Steps ahead of its stage that a first-hop transfer leaves in `hybrid`'s plans
+/// (`fcp:lookahead`): at 256 ranks the pipeline's senders wait on their own inputs, and a send
+/// tied to the sender's step passes that wait on to every receiver (pile, H100: 1.44 → 1.32 of
+/// the bound; geometric mean of the twelve 256-rank cells 1.277 → 1.250, `docs/results/beyond.md`).
+pub const LOOKAHEAD: u32 = 1;
+
 /// Block sizes tried when `block` is not given: small blocks balance finely, large ones run
 /// the kernel nearer its best efficiency (FCP §3.1, Fig. 12).
 pub const BLOCKS: [u64; 3] = [2048, 4096, 8192];
@@ -245,6 +251,7 @@ impl Hybrid {
                             rebalance_in_node,
                             nodes: true,
                             node_fill: true,
+                            lookahead: LOOKAHEAD,
                             ..Fcp::default()
                         };
                         if !specs.contains(&fcp) {

@@ -44,12 +44,13 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 18] = [
+pub const PARAMS: [&str; 19] = [
     "affinity",
     "block",
     "coalesce",
     "coalescer",
     "comm_aware",
+    "lookahead",
     "node_fill",
     "nodes",
     "pair_limit",
@@ -81,6 +82,9 @@ pub struct Fcp {
     pub coalescer: bool,
     /// Block-level pipelining on (`pipeline`; off is `--no-pipeline`).
     pub pipeline: bool,
+    /// With `pipeline`, first-hop transfers leave this many steps before their stage
+    /// (`lookahead`; 0, the default, is the paper's pipeline; [`schedule::Options::lookahead`]).
+    pub lookahead: u32,
     /// Congestion-free solver on (`solver`; off is `--no-solver`).
     pub solver: bool,
     /// Balance K/V traffic as well as compute (`comm_aware`; see [`lpt::Options::comm_aware`]).
@@ -144,6 +148,7 @@ impl Default for Fcp {
             coalesce: DEFAULT_COALESCE,
             coalescer: true,
             pipeline: true,
+            lookahead: 0,
             solver: true,
             comm_aware: true,
             affinity: DEFAULT_AFFINITY,
@@ -203,6 +208,11 @@ impl Fcp {
                 "coalescer" => f.coalescer = boolean(k, v)?,
                 "pair_limit" => f.pair_limit = param_non_negative(name, k, v, false)?,
                 "pipeline" => f.pipeline = boolean(k, v)?,
+                "lookahead" => {
+                    f.lookahead = v.parse().map_err(|_| {
+                        bad(format!("`lookahead` must be an integer ≥ 0, not `{v}`"))
+                    })?
+                }
                 "solver" => f.solver = boolean(k, v)?,
                 "reshuffle" => f.reshuffle = boolean(k, v)?,
                 "repair" => f.repair = boolean(k, v)?,
@@ -445,6 +455,7 @@ impl Fcp {
             ctx.mask,
             schedule::Options {
                 pipeline: self.pipeline,
+                lookahead: self.lookahead,
                 solver: self.solver,
                 coalesce: self.coalesce_degree(),
                 local_first: bytes_in / (bytes_in + bytes_out),
@@ -476,6 +487,7 @@ impl Planner for Fcp {
             ("node_fill".to_string(), self.node_fill.into()),
             ("nodes".to_string(), self.nodes.into()),
             ("pair_limit".to_string(), limit_json(self.pair_limit)),
+            ("lookahead".to_string(), self.lookahead.into()),
             ("pipeline".to_string(), self.pipeline.into()),
             ("rebalance".to_string(), self.rebalance.into()),
             (

@@ -21,6 +21,13 @@ pub struct Options {
     /// Overlap: transfers of stage `g` fly while stage `g`'s compute runs (else all transfers
     /// are issued at step 0 and all remote compute waits for step 1).
     pub pipeline: bool,
+    /// With `pipeline`: a first hop of stage `g` is issued at step `g − lookahead` (not before
+    /// the first), still due by step `g + 1`. The sender owns that data from the start; tying
+    /// its send to the sender's own step `g` makes every receiver wait on a sender that waited
+    /// itself, a chain that grows with the number of stages and nodes. 0 is the paper's
+    /// pipeline. Rounds stay a proper colouring; with a lookahead, two stages may share a port
+    /// for a while (the simulator shares it fairly).
+    pub lookahead: u32,
     /// Congestion-free sub-stages by edge colouring (else the naive per-receiver order).
     pub solver: bool,
     /// Sub-stages per stage (1 = no coalescing).
@@ -227,7 +234,7 @@ pub fn schedule(
         let round = coloring.colors[e];
         let (issue, arrive) = if opts.pipeline {
             let s = stages.stage_of_edge[e];
-            (s + base, s + base + 1)
+            (s.saturating_sub(opts.lookahead) + base, s + base + 1)
         } else {
             (base, base + 1)
         };

@@ -609,3 +609,44 @@ fn the_rebalance_in_node_moves_no_piece_of_a_cut_document_across_nodes() {
         assert!(kept.assignment.tokens.iter().all(|&t| t <= 32768));
     });
 }
+
+#[test]
+fn lookahead_sends_first_hops_a_step_early_and_changes_nothing_else() {
+    // A long document over 16 ranks (two nodes) with the relay: several stages, first and
+    // second hops. With a lookahead of 1 every first hop of stage g ≥ 1 leaves at step g − 1,
+    // still due at g + 1; second hops, tasks and rounds are untouched; the plan stays exact.
+    let batch = Batch::new(0, vec![64 * 1024, 20_000, 9_000, 5_000]);
+    with(16, 8192, Mask::Causal, |ctx| {
+        let base = fcp("fcp:block=2048,relay=true").plan(&batch, ctx).unwrap();
+        let ahead = fcp("fcp:block=2048,relay=true,lookahead=1")
+            .plan(&batch, ctx)
+            .unwrap();
+        assert_valid(&ahead);
+        let r = check_numeric(
+            &ahead,
+            &NumericOptions {
+                max_rows_per_doc: 24,
+                ..NumericOptions::default()
+            },
+        );
+        assert!(r.max_abs_error < 1e-9, "{r:?}");
+        assert_eq!(base.ranks, ahead.ranks);
+        assert_eq!(base.transfers.len(), ahead.transfers.len());
+        let mut earlier = 0;
+        for (a, b) in base.transfers.iter().zip(&ahead.transfers) {
+            assert_eq!(
+                (a.src, a.dst, a.arrive_by, a.round),
+                (b.src, b.dst, b.arrive_by, b.round)
+            );
+            assert_eq!(a.ranges, b.ranges);
+            if b.issue_at < a.issue_at {
+                assert_eq!(b.issue_at + 1, a.issue_at);
+                earlier += 1;
+            } else {
+                assert_eq!(a.issue_at, b.issue_at);
+            }
+        }
+        assert!(earlier > 0);
+        assert_eq!(ahead.scheme.params["lookahead"], 1);
+    });
+}
