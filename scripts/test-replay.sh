@@ -54,6 +54,11 @@ done
 # across nodes, so on a 2-GPU-per-node profile.
 "$FCP" plan --scheme fcp:block=256,relay=true --hardware tests/replay/two-per-node.toml \
     --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/fcp-relay.json" >/dev/null
+# First hops sent a step ahead of their stage (`lookahead`, which `hybrid` uses): small blocks
+# and no coalescing give enough stages for the early sends to matter.
+"$FCP" plan --scheme fcp:block=128,coalesce=1,relay=true,lookahead=1 \
+    --hardware tests/replay/two-per-node.toml --trace "$TRACE" --model "$MODEL" --ranks 4 \
+    --tokens-per-rank 512 -o "$work/fcp-lookahead.json" >/dev/null
 # `hybrid` across two nodes: node-grouped placement and the compute rebalance in play.
 "$FCP" plan --scheme hybrid --hardware tests/replay/two-per-node.toml \
     --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/hybrid-2x2.json" >/dev/null
@@ -71,11 +76,18 @@ for s in $schemes; do
 done
 [[ $rc -eq 0 ]] || { tail -n 40 "$work/measured.log"; bad "replay launch exited $rc"; }
 if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); own={(c[0],c[1]):r["rank"] for r in p["ranks"] for c in r["owned"]}; sys.exit(0 if any(own.get((c[0],c[1]))!=t["src"] for t in p["transfers"] for c in t["ranges"]) else 1)' "$work/fcp-relay.json" &&
-    replay "$work/fcp-relay.json" "$work/hybrid-2x2.json" "$work/relay" --pass both &&
-    grep -q "^fcp: .*PASS" "$work/relay.log"; then
-    ok "replay fcp:relay=true (2 nodes × 2, forwarded K/V, fwd+bwd): $(grep "^fcp: " "$work/relay.log" | sed 's/; wrote.*//')"
+    replay "$work/fcp-relay.json" "$work/hybrid-2x2.json" "$work/fcp-lookahead.json" \
+        "$work/relay" --pass both &&
+    grep -q "^fcp: .*PASS; wrote .*fcp-relay" "$work/relay.log"; then
+    ok "replay fcp:relay=true (2 nodes × 2, forwarded K/V, fwd+bwd): $(grep "^fcp: .*fcp-relay" "$work/relay.log" | sed 's/; wrote.*//')"
 else
     bad "replay fcp:relay=true (forwarded K/V)"; tail -n 20 "$work/relay.log" 2>/dev/null || true
+fi
+if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if any(t["arrive_by"]-t["issue_at"]>1 for t in p["transfers"]) else 1)' "$work/fcp-lookahead.json" &&
+    grep -q "^fcp: .*PASS; wrote .*fcp-lookahead" "$work/relay.log" 2>/dev/null; then
+    ok "replay fcp:lookahead=1 (sends a step ahead, fwd+bwd): $(grep "^fcp: .*fcp-lookahead" "$work/relay.log" | sed 's/; wrote.*//')"
+else
+    bad "replay fcp:lookahead=1"
 fi
 if grep -q "^hybrid: .*PASS" "$work/relay.log" 2>/dev/null; then
     ok "replay hybrid (2 nodes × 2, node-grouped, fwd+bwd): $(grep "^hybrid: " "$work/relay.log" | sed 's/; wrote.*//')"
