@@ -309,6 +309,8 @@ fn hybrid_says_what_it_chose() {
         "chosen_whole",
         "chosen_relay",
         "chosen_split_limit",
+        "chosen_rebalance_pairs",
+        "chosen_rebalance_in_node",
         "chosen_fcp_default",
     ] {
         let v = &plan.scheme.params[key];

@@ -362,17 +362,10 @@ mod tests {
         // cut document (anchored) and a whole document; rank 2, on the other node, two light
         // whole documents. Unrestricted, the heavy piece crosses to rank 2; anchored, the
         // whole document goes instead, and the busiest rank still falls.
-        let items = vec![
-            item(0, 100, 9.0),
-            item(1, 100, 5.0),
-            item(2, 100, 6.0),
-            item(3, 100, 6.0),
-            item(4, 100, 1.0),
-            item(5, 100, 1.0),
-            item(6, 100, 5.0),
-            item(7, 100, 5.0),
-        ];
-        let start = vec![0, 0, 1, 1, 2, 2, 3, 3];
+        // Item i: 100 tokens of document i, on rank i / 2.
+        let weights = [9.0, 5.0, 6.0, 6.0, 1.0, 1.0, 5.0, 5.0];
+        let items: Vec<Item> = (0..8).map(|d| item(d, 100, weights[d as usize])).collect();
+        let start: Vec<u32> = (0..8).map(|i| i / 2).collect();
         let opts = Options {
             max_steps: 1,
             node: 2,

@@ -90,7 +90,7 @@ pub fn assign_by_node(
     let nodes = (ranks / gpn) as usize;
     let node_cap = u64::from(gpn) * cap;
     let mean = units.iter().map(|u| u.weight).sum::<f64>() / nodes as f64;
-    let per_node = place_on_nodes(units, nodes, node_cap, SEGMENT * mean, fill);
+    let per_node = place_on_nodes(units, nodes, node_cap, mean, fill);
     let mut all = Assignment {
         owned: vec![Vec::new(); ranks as usize],
         loads: vec![0.0; ranks as usize],
@@ -136,7 +136,7 @@ struct Target {
 }
 
 impl Target {
-    fn new(units: &[Unit], nodes: usize, limit: f64, on: bool) -> Target {
+    fn new(units: &[Unit], mean: f64, limit: f64, on: bool) -> Target {
         let doc_of: Vec<Option<u32>> = units.iter().map(cut_doc).collect();
         let mut weight: std::collections::BTreeMap<u32, f64> = Default::default();
         let (mut short_w, mut short_t) = (0.0, 0u64);
@@ -151,7 +151,7 @@ impl Target {
         }
         Target {
             on,
-            mean: units.iter().map(|u| u.weight).sum::<f64>() / nodes.max(1) as f64,
+            mean,
             density: if short_t > 0 {
                 short_w / short_t as f64
             } else {
@@ -197,15 +197,17 @@ impl Target {
 /// node (ties: lowest) with room. A group that fits no node is broken into its units; a pair
 /// that fits none into its blocks; a block that fits none is cut across the nodes with the most
 /// room, its weight shared by tokens — as FCP's LPT does at the cap's margin, so this never
-/// fails when `nodes × node_cap` covers the batch. With `fill`, runs of documents heavier than
-/// `limit` are placed to fill nodes to their target (see the module doc).
+/// fails when `nodes × node_cap` covers the batch. Groups weigh at most [`SEGMENT`] × `mean`,
+/// a node's mean load; with `fill`, runs of documents heavier than that are placed to fill
+/// nodes to their target (see the module doc).
 fn place_on_nodes(
     units: &[Unit],
     nodes: usize,
     node_cap: u64,
-    limit: f64,
+    mean: f64,
     fill: bool,
 ) -> Vec<Vec<Unit>> {
+    let limit = SEGMENT * mean;
     // Index i < units.len() is units[i]; beyond, a pair broken at the margin (`halves`).
     let mut halves: Vec<Unit> = Vec::new();
     let at = |halves: &[Unit], i: usize| -> Unit {
@@ -233,7 +235,7 @@ fn place_on_nodes(
     };
     let mut queue = groups(units, limit);
     order(&halves, &mut queue);
-    let target = Target::new(units, nodes, limit, fill);
+    let target = Target::new(units, mean, limit, fill);
     let mut load = vec![0.0f64; nodes];
     let mut room = vec![node_cap; nodes];
     let mut out: Vec<Vec<Unit>> = vec![Vec::new(); nodes];
@@ -257,8 +259,8 @@ fn place_on_nodes(
             fits = least(&within).or(fits);
         }
         if let (Some(n), true) = (fits, target.fills(&g)) {
-            // A run of a long document that no node can take whole at its target: the
-            // longest prefix that keeps the least-loaded node there (at least one unit).
+            // A run of a long document: whole where it keeps the node at its target, else the
+            // longest prefix that does (at least one unit); the rest waits its turn.
             let w = weight(&halves, &g);
             if target.keeps(load[n] + w, room[n] - t) {
                 for i in g {
