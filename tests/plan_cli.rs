@@ -45,6 +45,21 @@ fn plan(
         .assert()
 }
 
+/// `fcp plan` of the bundled trace with `scheme` on `ranks` ranks, `extra` flags, into `out`.
+fn plan_bundled(
+    scheme: &str,
+    ranks: u32,
+    extra: &[&str],
+    out: &Path,
+) -> assert_cmd::assert::Assert {
+    fcp()
+        .args(["plan", "--scheme", scheme, "--ranks", &ranks.to_string()])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .assert()
+}
+
 /// Plan `scheme` and verify it numerically; where the scheme cannot run at this N (Ulysses with
 /// the default model's 64 query heads at N = 3), planning must fail and say why.
 fn plan_and_verify(trace: &Path, scheme: &str, n: u32, tpr: u64, out: &Path, max_rows: &str) {
@@ -256,36 +271,12 @@ fn invalid_plan_exits_1_and_lists_each_violation() {
 fn target_imbalance_flag_reaches_flashcp_and_only_flashcp() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("f.json");
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "flashcp",
-            "--ranks",
-            "4",
-            "--target-imbalance",
-            "1.2",
-            "-o",
-        ])
-        .arg(&out)
-        .assert()
+    plan_bundled("flashcp", 4, &["--target-imbalance", "1.2"], &out)
         .success()
         .stderr(predicate::str::contains("comm_saving"));
     let plan = fcp::Plan::load(&out).unwrap();
     assert_eq!(plan.scheme.params["target_imbalance"].as_f64(), Some(1.2));
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "ring",
-            "--ranks",
-            "4",
-            "--target-imbalance",
-            "1.2",
-            "-o",
-        ])
-        .arg(&out)
-        .assert()
+    plan_bundled("ring", 4, &["--target-imbalance", "1.2"], &out)
         .code(2)
         .stderr(predicate::str::contains(
             "--target-imbalance does not apply",
@@ -297,11 +288,7 @@ fn hybrid_says_what_it_chose() {
     // 16 ranks span two nodes: the relay is among the choices and is reported.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("h.json");
-    let assert = fcp()
-        .args(["plan", "--scheme", "hybrid", "--ranks", "16", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
+    let assert = plan_bundled("hybrid", 16, &[], &out).success();
     let stderr = String::from_utf8_lossy(&assert.get_output().stderr).to_string();
     let plan = fcp::Plan::load(&out).unwrap();
     for key in [
@@ -328,18 +315,7 @@ fn hybrid_quick_plans_and_says_so() {
     // candidates at most, with the relay on across the two nodes.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("q.json");
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "hybrid:quick=true",
-            "--ranks",
-            "16",
-            "-o",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
+    plan_bundled("hybrid:quick=true", 16, &[], &out).success();
     fcp().arg("verify").arg(&out).assert().success();
     let plan = fcp::Plan::load(&out).unwrap();
     let p = &plan.scheme.params;
@@ -354,35 +330,10 @@ fn budget_ms_flag_reaches_auto_and_only_auto() {
     // without a budget refuses it.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("a.json");
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "auto",
-            "--ranks",
-            "4",
-            "--budget-ms",
-            "1",
-            "-o",
-        ])
-        .arg(&out)
-        .assert()
-        .success();
+    plan_bundled("auto", 4, &["--budget-ms", "1"], &out).success();
     let plan = fcp::Plan::load(&out).unwrap();
     assert_eq!(plan.scheme.params["budget_ms"], 1);
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "fcp",
-            "--ranks",
-            "4",
-            "--budget-ms",
-            "1",
-            "-o",
-        ])
-        .arg(&out)
-        .assert()
+    plan_bundled("fcp", 4, &["--budget-ms", "1"], &out)
         .code(2)
         .stderr(predicate::str::contains("--budget-ms does not apply"));
 }

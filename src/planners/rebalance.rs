@@ -298,11 +298,15 @@ mod tests {
     use crate::plan::TokenRange;
     use proptest::prelude::*;
 
-    fn item(doc: u32, len: u64, weight: f64) -> Item {
-        Item {
-            chunks: vec![TokenRange::new(doc, 0, len)],
-            weight,
-        }
+    /// Item `d`: the first `len` tokens of document `d`, weighing `weight`.
+    fn items(spec: &[(u64, f64)]) -> Vec<Item> {
+        spec.iter()
+            .enumerate()
+            .map(|(d, &(len, weight))| Item {
+                chunks: vec![TokenRange::new(d as u32, 0, len)],
+                weight,
+            })
+            .collect()
     }
 
     fn run(items: &[Item], rank: &mut [u32], ranks: u32, cap: u64) -> Outcome {
@@ -321,12 +325,7 @@ mod tests {
     #[test]
     fn a_swap_of_equal_sizes_balances_a_full_cap() {
         // Both ranks are full (cap 2 × 100 tokens): no move fits, one swap balances.
-        let items = vec![
-            item(0, 100, 9.0),
-            item(1, 100, 9.0),
-            item(2, 100, 1.0),
-            item(3, 100, 1.0),
-        ];
+        let items = items(&[(100, 9.0), (100, 9.0), (100, 1.0), (100, 1.0)]);
         let mut rank = vec![0, 0, 1, 1];
         let out = run(&items, &mut rank, 2, 200);
         assert_eq!(out.steps, 1);
@@ -338,7 +337,7 @@ mod tests {
     fn a_move_fills_free_room() {
         // Rank 1 has room: one of rank 0's items moves there (either leaves a peak of 6; the
         // first found goes).
-        let items = vec![item(0, 50, 6.0), item(1, 50, 4.0)];
+        let items = items(&[(50, 6.0), (50, 4.0)]);
         let mut rank = vec![0, 0];
         let out = run(&items, &mut rank, 2, 100);
         assert_eq!(out.steps, 1);
@@ -349,7 +348,7 @@ mod tests {
     #[test]
     fn nothing_moves_when_the_cap_forbids_it() {
         // Rank 1 is full and holds nothing lighter than rank 0's only item of its size.
-        let items = vec![item(0, 100, 5.0), item(1, 100, 1.0), item(2, 50, 0.5)];
+        let items = items(&[(100, 5.0), (100, 1.0), (50, 0.5)]);
         let mut rank = vec![0, 1, 1];
         let out = run(&items, &mut rank, 2, 150);
         assert_eq!(out.steps, 0);
@@ -364,7 +363,7 @@ mod tests {
         // whole document goes instead, and the busiest rank still falls.
         // Item i: 100 tokens of document i, on rank i / 2.
         let weights = [9.0, 5.0, 6.0, 6.0, 1.0, 1.0, 5.0, 5.0];
-        let items: Vec<Item> = (0..8).map(|d| item(d, 100, weights[d as usize])).collect();
+        let items = items(&weights.map(|w| (100, w)));
         let start: Vec<u32> = (0..8).map(|i| i / 2).collect();
         let opts = Options {
             max_steps: 1,
@@ -387,14 +386,14 @@ mod tests {
         // Both ranks full (cap 2 × 600). Rank 0 holds two heavy 300-token items; rank 1 light
         // items of 50, 100, 200 and 250 tokens: no single item matches 300, so singles can do
         // nothing; with pairs, a heavy item goes for two light ones of 300 tokens together.
-        let items = vec![
-            item(0, 300, 9.0),
-            item(1, 300, 9.0),
-            item(2, 100, 1.0),
-            item(3, 200, 1.0),
-            item(4, 250, 1.0),
-            item(5, 50, 0.0),
-        ];
+        let items = items(&[
+            (300, 9.0),
+            (300, 9.0),
+            (100, 1.0),
+            (200, 1.0),
+            (250, 1.0),
+            (50, 0.0),
+        ]);
         let rank = vec![0, 0, 1, 1, 1, 1];
         assert_eq!(run(&items, &mut rank.clone(), 2, 600).steps, 0);
         let mut paired = rank.clone();
@@ -423,11 +422,7 @@ mod tests {
             node in 0u32..3,
             anchored in prop::collection::vec(any::<bool>(), 40),
         ) {
-            let items: Vec<Item> = parts
-                .iter()
-                .enumerate()
-                .map(|(d, &(len, w))| item(d as u32, len, w))
-                .collect();
+            let items = items(&parts);
             let total: u64 = items.iter().map(Item::tokens).sum();
             let longest = items.iter().map(Item::tokens).max().unwrap();
             let cap = (total.div_ceil(u64::from(ranks)) + slack).max(longest);
