@@ -83,15 +83,19 @@ fn main() {
                 .attention_time_ms
         })
         .collect();
-    println!("| block | whole | relay | split_limit | estimate ms | simulated ms |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| node_heads | block | whole | relay | split_limit | rebalance_pairs | estimate ms | simulated ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for ((s, _), t) in c.built.iter().zip(&sims) {
         println!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+            s.fcp.node_heads,
             s.fcp.block,
             s.fcp.whole,
             s.fcp.relay,
             s.fcp.split_limit,
+            s.fcp.rebalance_pairs,
             s.seconds * 1e3,
             t
         );

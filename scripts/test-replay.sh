@@ -59,7 +59,12 @@ done
 "$FCP" plan --scheme fcp:block=128,coalesce=1,relay=true,lookahead=1 \
     --hardware tests/replay/two-per-node.toml --trace "$TRACE" --model "$MODEL" --ranks 4 \
     --tokens-per-rank 512 -o "$work/fcp-lookahead.json" >/dev/null
-# `hybrid` across two nodes: node-grouped placement and the compute rebalance in play.
+# Head-parallel nodes (`node_heads`, a `hybrid` candidate): FCP across the two nodes, the
+# heads of each node's rows split over its two ranks (Q, K/V and outputs moved by head group).
+"$FCP" plan --scheme fcp:block=256,node_heads=true,lookahead=1 \
+    --hardware tests/replay/two-per-node.toml --trace "$TRACE" --model "$MODEL" --ranks 4 \
+    --tokens-per-rank 512 -o "$work/fcp-node-heads.json" >/dev/null
+# `hybrid` across two nodes, whichever candidate it picks (node grouping or head-parallel nodes).
 "$FCP" plan --scheme hybrid --hardware tests/replay/two-per-node.toml \
     --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/hybrid-2x2.json" >/dev/null
 # One launch replays every plan (process start-up and the dense reference are paid once).
@@ -77,7 +82,7 @@ done
 [[ $rc -eq 0 ]] || { tail -n 40 "$work/measured.log"; bad "replay launch exited $rc"; }
 if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); own={(c[0],c[1]):r["rank"] for r in p["ranks"] for c in r["owned"]}; sys.exit(0 if any(own.get((c[0],c[1]))!=t["src"] for t in p["transfers"] for c in t["ranges"]) else 1)' "$work/fcp-relay.json" &&
     replay "$work/fcp-relay.json" "$work/hybrid-2x2.json" "$work/fcp-lookahead.json" \
-        "$work/relay" --pass both &&
+        "$work/fcp-node-heads.json" "$work/relay" --pass both &&
     grep -q "^fcp: .*PASS; wrote .*fcp-relay" "$work/relay.log"; then
     ok "replay fcp:relay=true (2 nodes × 2, forwarded K/V, fwd+bwd): $(grep "^fcp: .*fcp-relay" "$work/relay.log" | sed 's/; wrote.*//')"
 else
@@ -89,8 +94,14 @@ if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if any(
 else
     bad "replay fcp:lookahead=1"
 fi
+if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if any(t["src"]//2!=t["dst"]//2 and t.get("heads") for t in p["transfers"]) and any(t["tensor"]=="out" for t in p["transfers"]) else 1)' "$work/fcp-node-heads.json" &&
+    grep -q "^fcp: .*PASS; wrote .*fcp-node-heads" "$work/relay.log" 2>/dev/null; then
+    ok "replay fcp:node_heads=true (heads split in each node, rails across, fwd+bwd): $(grep "^fcp: .*fcp-node-heads" "$work/relay.log" | sed 's/; wrote.*//')"
+else
+    bad "replay fcp:node_heads=true"
+fi
 if grep -q "^hybrid: .*PASS" "$work/relay.log" 2>/dev/null; then
-    ok "replay hybrid (2 nodes × 2, node-grouped, fwd+bwd): $(grep "^hybrid: " "$work/relay.log" | sed 's/; wrote.*//')"
+    ok "replay hybrid (2 nodes × 2, fwd+bwd): $(grep "^hybrid: " "$work/relay.log" | sed 's/; wrote.*//')"
 else
     bad "replay hybrid (2 nodes × 2)"
 fi

@@ -90,6 +90,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// Head-parallel nodes (`fcp:node_heads`) on random batches, two GPUs per node: plans
+    /// verify structurally and numerically, ranks stay within the cap, every transfer between
+    /// nodes stays on its rail (rank j to rank j, head group j), and the ranks of a node run the
+    /// same head-split tiles.
+    #[test]
+    fn node_heads_plans_verify_within_cap_on_their_rails(
+        lens in prop::collection::vec(doc_len(), 1..14),
+        nodes in 1u32..5,
+        block in 4u64..96,
+        causal in any::<bool>(),
+        slack in 0u64..40,
+        whole in 0u64..200,
+        (rebalance, pairs, split) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        lookahead in 0u32..2,
+    ) {
+        let ranks = 2 * nodes;
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        let tpr = batch.tokens().div_ceil(ranks as u64) + slack;
+        let hw = Hardware::load("tests/replay/two-per-node.toml").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
+        let split_limit = if split { 0.25 } else { f64::INFINITY };
+        let spec = format!("fcp:node_heads=true,block={block},whole={whole},rebalance={rebalance},rebalance_pairs={pairs},split_limit={split_limit},lookahead={lookahead}");
+        let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
+        let v = verify(&plan);
+        prop_assert!(v.is_empty(), "{:?}", v);
+        let opts = NumericOptions { max_rows_per_doc: 48, ..NumericOptions::default() };
+        let r = check_numeric(&plan, &opts);
+        prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
+        for rp in &plan.ranks {
+            let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
+            prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
+        }
+        for t in plan.transfers.iter().filter(|t| t.src / 2 != t.dst / 2) {
+            prop_assert_eq!(t.src % 2, t.dst % 2);
+            let j = t.src % 2;
+            prop_assert_eq!(t.heads.map(|h| (h.start, h.end)), Some((32 * j, 32 * j + 32)));
+        }
+        let split_tiles = |r: u32| -> Vec<_> {
+            plan.ranks[r as usize].steps.iter().enumerate()
+                .flat_map(|(s, st)| st.tasks.iter().filter(|t| t.heads.is_some()).map(move |t| (s, t.q, t.kv)))
+                .collect()
+        };
+        for node in 0..nodes {
+            prop_assert_eq!(split_tiles(2 * node), split_tiles(2 * node + 1));
+        }
+    }
+}
+
 /// Issue 5's acceptance grid, scaled down to run in CI: the first budget-packed batch of every
 /// trace source, N from 1 to 256, blocks from 512 to 16K, for `fcp` and `hybrid`; every plan
 /// verifies structurally and numerically (sampled rows) and respects the token cap.
@@ -128,6 +181,9 @@ fn fcp_and_hybrid_verify_on_every_source_rank_count_and_block() {
                 .map(|b| format!("fcp:block={b}"))
                 .collect();
             specs.push("fcp:block=4096,relay=true,split_limit=0.5".into());
+            if ranks % 8 == 0 {
+                specs.push("fcp:block=8192,node_heads=true".into());
+            }
             specs.push("hybrid".into());
             for spec in specs {
                 let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();

@@ -54,7 +54,19 @@ pub const SIMULATE_TOP: usize = 3;
 pub const SIMULATE_MAX_RANKS: u32 = 64;
 
 /// Parameter names `hybrid:key=value` accepts.
-pub const PARAMS: [&str; 5] = ["block", "quick", "relay", "split_limit", "whole_frac"];
+pub const PARAMS: [&str; 6] = [
+    "block",
+    "node_heads",
+    "quick",
+    "relay",
+    "split_limit",
+    "whole_frac",
+];
+
+/// Block sizes of the head-parallel-node candidates (`fcp:node_heads`): a block there is a
+/// node's unit, shared by its ranks through their heads, so the tiles stay long even with
+/// the larger blocks that balance nodes, not ranks.
+pub const NODE_HEADS_BLOCKS: [u64; 2] = [8192, 16384];
 
 /// Block sizes of the quick search ([`Hybrid::quick`]).
 pub const QUICK_BLOCKS: [u64; 2] = [2048, 4096];
@@ -80,6 +92,9 @@ pub struct Hybrid {
     /// a tight time budget (`docs/results/beyond.md` § Planning time). Fixed parameters
     /// still win.
     pub quick: bool,
+    /// Fixed choice of head-parallel nodes ([`Fcp::node_heads`]; else both are tried where
+    /// the heads divide over a node's ranks).
+    pub node_heads: Option<bool>,
 }
 
 /// The heavy-block split limit tried besides none: blocks heavier than half a rank's mean
@@ -150,6 +165,7 @@ impl Hybrid {
                 "split_limit" => h.split_limit = Some(param_non_negative(&spec.name, k, v, false)?),
                 "whole_frac" => h.whole_frac = Some(param_non_negative(&spec.name, k, v, true)?),
                 "quick" => h.quick = param_bool(&spec.name, k, v)?,
+                "node_heads" => h.node_heads = Some(param_bool(&spec.name, k, v)?),
                 _ => {
                     return Err(bad(format!(
                         "takes no parameter `{k}` (known: {})",
@@ -230,14 +246,7 @@ impl Hybrid {
         for &block in &blocks {
             for &frac in &fracs {
                 // The longest document light enough to stay whole (weight grows with length).
-                let whole = batch
-                    .doc_lens
-                    .iter()
-                    .zip(&whole_weights)
-                    .filter(|&(&l, &w)| l <= cap && w <= frac * mean)
-                    .map(|(&l, _)| l)
-                    .max()
-                    .unwrap_or(0);
+                let whole = longest_whole(batch, &whole_weights, frac * mean, cap);
                 let whole = if whole <= block { 0 } else { whole };
                 for &split_limit in &splits {
                     for &(rebalance_pairs, rebalance_in_node) in &rebalances {
@@ -346,18 +355,37 @@ impl Hybrid {
                 built.push(c);
             }
             if let Some(k) = keep {
-                let mut order: Vec<usize> = (0..built.len()).collect();
-                order.sort_by(|&a, &b| built[a].0.seconds.total_cmp(&built[b].0.seconds));
-                let mut kept = vec![false; built.len()];
-                for &i in order.iter().take(k) {
-                    kept[i] = true;
-                }
-                let mut i = 0;
-                built.retain(|c| {
-                    i += 1;
-                    kept[i - 1] || c.0.is_fcp_default()
-                });
+                keep_best(&mut built, k);
             }
+        }
+        // Head-parallel nodes: FCP across nodes, heads split inside them. No LPT bound
+        // prunes these (their placement is made per node); each is built and estimated.
+        let node_specs = self.node_heads_specs(batch, ctx, &whole_weights, mean, cap);
+        let scored = node_specs
+            .into_par_iter()
+            .map(|fcp| {
+                let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
+                let plan = fcp.plan(batch, ctx)?;
+                let seconds = estimate(&plan, ctx, &mut cm)?;
+                Ok((Score { seconds, fcp }, plan))
+            })
+            .collect::<Result<Vec<_>, PlanError>>()?;
+        for c in scored {
+            // Parameters that change nothing (a split limit that splits nothing, a whole
+            // threshold FCP's packs already cover) give the same plan again: kept once.
+            let same = |b: &(Score, Plan)| {
+                b.0.seconds == c.0.seconds
+                    && b.1.ranks == c.1.ranks
+                    && b.1.transfers == c.1.transfers
+            };
+            if built.iter().any(same) {
+                continue;
+            }
+            scores.push(c.0);
+            built.push(c);
+        }
+        if let Some(k) = keep {
+            keep_best(&mut built, k);
         }
         Ok(Candidates {
             built,
@@ -366,6 +394,105 @@ impl Hybrid {
             pruned,
         })
     }
+    /// The head-parallel-node configurations to try ([`Fcp::node_heads`]): none unless the
+    /// query heads divide over a node's ranks and the ranks fill whole nodes, or when
+    /// `node_heads=false`; else [`NODE_HEADS_BLOCKS`] × documents kept whole on a node (none
+    /// beyond FCP's packs, or every one that fits one rank's budget) × the split limits × the
+    /// rebalance with and without two-item exchanges × lookahead 0 and 1 (quick: one
+    /// configuration). The user's fixed parameters hold here too; a fixed whole fraction is
+    /// of a node's mean load (a node keeps the document, its ranks share it by heads).
+    fn node_heads_specs(
+        &self,
+        batch: &Batch,
+        ctx: &PlanContext<'_>,
+        whole_weights: &[f64],
+        mean: f64,
+        cap: u64,
+    ) -> Vec<Fcp> {
+        let g = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
+        let fits = ctx.ranks % g == 0 && ctx.model.q_heads % g == 0;
+        if self.node_heads == Some(false) || !fits || g == 1 {
+            return Vec::new();
+        }
+        let quick = |all: &[u64], one: u64| if self.quick { vec![one] } else { all.to_vec() };
+        let blocks = self
+            .block
+            .map_or(quick(&NODE_HEADS_BLOCKS, NODE_HEADS_BLOCKS[0]), |b| vec![b]);
+        let wholes = match self.whole_frac {
+            Some(f) => vec![longest_whole(
+                batch,
+                whole_weights,
+                f * mean * f64::from(g),
+                cap * u64::from(g),
+            )],
+            None => quick(&[0, cap], cap),
+        };
+        let splits: Vec<f64> = match self.split_limit {
+            Some(f) => vec![f],
+            None if self.quick => vec![f64::INFINITY],
+            None => vec![f64::INFINITY, SPLIT_LIMIT],
+        };
+        let pairs: &[bool] = if self.quick { &[false] } else { &[false, true] };
+        let lookaheads: &[u32] = if self.quick {
+            &[LOOKAHEAD]
+        } else {
+            &[0, LOOKAHEAD]
+        };
+        let mut specs = Vec::new();
+        for &block in &blocks {
+            for &whole in &wholes {
+                let whole = if whole <= block { 0 } else { whole };
+                for &split_limit in &splits {
+                    for &rebalance_pairs in pairs {
+                        for &lookahead in lookaheads {
+                            let fcp = Fcp {
+                                block,
+                                whole,
+                                split_limit,
+                                rebalance: true,
+                                rebalance_pairs,
+                                lookahead,
+                                node_heads: true,
+                                ..Fcp::default()
+                            };
+                            if !specs.contains(&fcp) {
+                                specs.push(fcp);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        specs
+    }
+}
+
+/// The longest document whose whole-document weight is at most `limit` and that fits `cap`
+/// tokens (0 when none): weight grows with length, so this is a length threshold.
+fn longest_whole(batch: &Batch, whole_weights: &[f64], limit: f64, cap: u64) -> u64 {
+    batch
+        .doc_lens
+        .iter()
+        .zip(whole_weights)
+        .filter(|&(&l, &w)| l <= cap && w <= limit)
+        .map(|(&l, _)| l)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Keep the plans of the `k` best estimates (ties: the earlier) and FCP's default.
+fn keep_best(built: &mut Vec<(Score, Plan)>, k: usize) {
+    let mut order: Vec<usize> = (0..built.len()).collect();
+    order.sort_by(|&a, &b| built[a].0.seconds.total_cmp(&built[b].0.seconds));
+    let mut kept = vec![false; built.len()];
+    for &i in order.iter().take(k) {
+        kept[i] = true;
+    }
+    let mut i = 0;
+    built.retain(|c| {
+        i += 1;
+        kept[i - 1] || c.0.is_fcp_default()
+    });
 }
 
 /// Whole-document attention weight of every document (seconds, forward + backward), from the
@@ -521,6 +648,9 @@ impl Planner for Hybrid {
         if self.quick {
             p.insert("quick".to_string(), true.into());
         }
+        if let Some(h) = self.node_heads {
+            p.insert("node_heads".to_string(), h.into());
+        }
         p
     }
 
@@ -581,6 +711,7 @@ impl Planner for Hybrid {
             "chosen_rebalance_in_node".to_string(),
             chosen.rebalance_in_node.into(),
         );
+        params.insert("chosen_node_heads".to_string(), chosen.node_heads.into());
         params.insert(
             "chosen_fcp_default".to_string(),
             score.is_fcp_default().into(),

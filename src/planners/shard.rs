@@ -390,6 +390,25 @@ fn check_ring_size(
     Ok(())
 }
 
+/// The query heads rank `r` of `n` computes.
+pub fn head_group(q_heads: u32, n: u32, r: u32) -> HeadRange {
+    let per = q_heads / n;
+    HeadRange {
+        start: r * per,
+        end: (r + 1) * per,
+    }
+}
+
+/// The K/V heads query heads `h` read, in query-head units rounded out to whole GQA groups of
+/// `group` query heads. A K/V transfer's `heads` names the K/V heads it moves this way, so
+/// `transfer_bytes` counts every replicated K/V head (N > kv_heads) instead of a share.
+pub fn kv_group(h: HeadRange, group: u32) -> HeadRange {
+    HeadRange {
+        start: h.start / group * group,
+        end: h.end.div_ceil(group) * group,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,35 +10,16 @@
 //! Needs the query heads divisible by N. See `docs/schemes/ulysses.md`.
 
 use crate::plan::{
-    HeadRange, Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+    Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
 };
 use crate::trace::Batch;
 
-use super::shard::{own_all, packed_ranges, pad_batch, split_even, Padding};
+use super::shard::{head_group, kv_group, own_all, packed_ranges, pad_batch, split_even, Padding};
 use super::{PlanContext, Planner};
 
 /// Head-parallel attention behind two all-to-alls.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ulysses;
-
-/// The query heads rank `r` of `n` computes.
-fn head_group(q_heads: u32, n: u32, r: u32) -> HeadRange {
-    let per = q_heads / n;
-    HeadRange {
-        start: r * per,
-        end: (r + 1) * per,
-    }
-}
-
-/// The K/V heads query heads `h` read, in query-head units rounded out to whole GQA groups of
-/// `group` query heads. A K/V transfer's `heads` names the K/V heads it moves this way, so
-/// `transfer_bytes` counts every replicated K/V head (N > kv_heads) instead of a share.
-fn kv_group(h: HeadRange, group: u32) -> HeadRange {
-    HeadRange {
-        start: h.start / group * group,
-        end: h.end.div_ceil(group) * group,
-    }
-}
 
 impl Planner for Ulysses {
     fn name(&self) -> &'static str {
@@ -120,7 +101,7 @@ impl Planner for Ulysses {
 mod tests {
     use super::*;
     use crate::model::Model;
-    use crate::plan::{summarize, Mask};
+    use crate::plan::{summarize, HeadRange, Mask};
     use crate::planners::testing::{assert_valid, with_ctx};
 
     #[test]

@@ -25,6 +25,7 @@ use super::{
 
 pub mod blocks;
 pub mod lpt;
+pub mod node_heads;
 pub mod node_lpt;
 pub mod schedule;
 
@@ -44,7 +45,7 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 19] = [
+pub const PARAMS: [&str; 20] = [
     "affinity",
     "block",
     "coalesce",
@@ -52,6 +53,7 @@ pub const PARAMS: [&str; 19] = [
     "comm_aware",
     "lookahead",
     "node_fill",
+    "node_heads",
     "nodes",
     "pair_limit",
     "pipeline",
@@ -134,6 +136,11 @@ pub struct Fcp {
     /// node ends at its target load once its remaining room is filled with short documents
     /// (`node_fill`; [`node_lpt`]'s module doc).
     pub node_fill: bool,
+    /// Head-parallel nodes (`node_heads`; off by default): FCP places and schedules blocks
+    /// across nodes as if each node were one GPU, and the ranks of a node split the heads of
+    /// the node's rows instead of the rows ([`node_heads`]) — tiles 8× longer for the same
+    /// memory, K/V spread over every NIC of the node.
+    pub node_heads: bool,
 }
 
 /// Smallest piece [`Fcp::split_limit`] cuts a block into: 256 query rows still fill the GPU
@@ -162,6 +169,7 @@ impl Default for Fcp {
             rebalance_in_node: false,
             nodes: false,
             node_fill: false,
+            node_heads: false,
         }
     }
 }
@@ -222,6 +230,7 @@ impl Fcp {
                 "rebalance_in_node" => f.rebalance_in_node = boolean(k, v)?,
                 "nodes" => f.nodes = boolean(k, v)?,
                 "node_fill" => f.node_fill = boolean(k, v)?,
+                "node_heads" => f.node_heads = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
                     f.whole = v
@@ -474,7 +483,7 @@ impl Planner for Fcp {
     }
 
     fn params(&self) -> BTreeMap<String, serde_json::Value> {
-        BTreeMap::from([
+        let mut p = BTreeMap::from([
             (
                 "affinity".to_string(),
                 serde_json::Number::from_f64(self.affinity)
@@ -501,10 +510,18 @@ impl Planner for Fcp {
             ("solver".to_string(), self.solver.into()),
             ("split_limit".to_string(), limit_json(self.split_limit)),
             ("whole".to_string(), self.whole.into()),
-        ])
+        ]);
+        // Recorded only when on, so plans made without it are unchanged.
+        if self.node_heads {
+            p.insert("node_heads".to_string(), true.into());
+        }
+        p
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        if self.node_heads {
+            return node_heads::plan(self, batch, ctx);
+        }
         let dist = self.distribute(batch, ctx)?;
         Ok(self.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {}))
     }

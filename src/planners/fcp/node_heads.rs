@@ -1,0 +1,405 @@
+//! Head-parallel nodes (`fcp:node_heads`): FCP across nodes, Ulysses inside them.
+//!
+//! Cutting a long document into blocks for N ranks leaves every rank small query tiles — 2K
+//! rows of a 222K-token document at 256 ranks — and the kernel runs those far below its
+//! large-tile throughput (on the B200 profile a 2K causal backward tile runs at a quarter of a
+//! 32K one). Splitting the *heads* inside a node instead of the rows keeps the tiles 8× longer
+//! for the same memory: the 8 ranks of a node each compute all of the node's rows of a document
+//! for one eighth of the heads (Ulysses' all-to-all, DeepSpeed Ulysses arXiv 2309.14509; the
+//! two-level "Ulysses inside, ring across" layout of USP / LoongTrain, anchors-cp.md §3).
+//!
+//! The plan is made in two levels:
+//!
+//! 1. **Across nodes, FCP on virtual ranks.** Each node is one virtual rank with the node's
+//!    token budget (gpus_per_node × the cap); FCP places blocks and schedules their K/V on
+//!    those virtual ranks, exactly as it would on N / gpus_per_node GPUs.
+//! 2. **Inside a node, heads.** Documents a node holds whole and that weigh little stay on one
+//!    rank, all heads, run first (no traffic; LPT under the token cap, never above the node's
+//!    mean rank load). Every other row of the node is computed by all its ranks, rank j taking
+//!    query heads `[j·H/g, (j+1)·H/g)`: its rows' Q and K/V heads arrive from their owners over
+//!    NVLink before step 1 and the outputs go back after the last step that computes them. A
+//!    virtual transfer between nodes becomes one transfer per rail — rank j of one node to rank
+//!    j of the other, carrying head group j — so a node's imports spread over all its NICs.
+//!
+//! Balance inside a node is then exact for the head-split work (every rank does an eighth of
+//! it) whatever the rows' sizes, and the token cap only decides where rows are stored, not
+//! who computes them.
+
+use crate::hardware::Pass;
+use crate::plan::{
+    Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+};
+use crate::planners::shard::{head_group, kv_group};
+use crate::planners::{PlanContext, Planner};
+use crate::sim::ComputeModel;
+use crate::trace::Batch;
+
+use super::Fcp;
+
+/// Plan `batch` with `fcp`'s switches across nodes and head-parallel ranks inside them.
+pub fn plan(fcp: &Fcp, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+    let g = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
+    let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
+    if ctx.ranks == 0 || ctx.ranks % g != 0 {
+        return Err(PlanError::Planning(format!(
+            "fcp:node_heads needs whole nodes: {} ranks are not a multiple of {g} per node",
+            ctx.ranks
+        )));
+    }
+    if hq % g != 0 || hk == 0 || hq % hk != 0 {
+        return Err(PlanError::Planning(format!(
+            "fcp:node_heads needs q_heads ({hq}) divisible by the {g} ranks of a node and by \
+             kv_heads ({hk})"
+        )));
+    }
+    if fcp.reshuffle {
+        return Err(PlanError::Planning(
+            "fcp:node_heads does not combine with reshuffle".into(),
+        ));
+    }
+    let cap = Fcp::cap(batch, ctx);
+    let mut node_hw = ctx.hardware.clone();
+    node_hw.gpus_per_node = 1;
+    let node_ctx = PlanContext {
+        ranks: ctx.ranks / g,
+        tokens_per_rank: cap * u64::from(g),
+        hardware: &node_hw,
+        ..ctx.clone()
+    };
+    // Node-level switches are meaningless on virtual ranks that are nodes.
+    let across = Fcp {
+        node_heads: false,
+        nodes: false,
+        node_fill: false,
+        relay: false,
+        rebalance_in_node: false,
+        ..*fcp
+    };
+    let dist = across.distribute(batch, &node_ctx)?;
+    let nodes = across.build(batch, &node_ctx, &dist.assignment.owned, dist.cap, |_| {});
+    expand(fcp, &nodes, batch, ctx, g, cap)
+}
+
+/// Turn a plan whose ranks are nodes into one whose ranks are GPUs (module doc, level 2).
+fn expand(
+    fcp: &Fcp,
+    nodes: &Plan,
+    batch: &Batch,
+    ctx: &PlanContext<'_>,
+    g: u32,
+    cap: u64,
+) -> Result<Plan, PlanError> {
+    let cost_err = |e: crate::hardware::HardwareError| {
+        PlanError::Planning(format!("fcp:node_heads: cost model: {e}"))
+    };
+    let profile = ctx.hardware.kernel_profile().map_err(cost_err)?;
+    let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
+    let group = ctx.model.q_heads / ctx.model.kv_heads;
+    let heads = |j: u32| head_group(ctx.model.q_heads, g, j);
+    let lens = &batch.doc_lens;
+    // The node holding each document, or None when it is cut across nodes.
+    let mut home: Vec<Option<Option<u32>>> = vec![None; lens.len()];
+    for vr in &nodes.ranks {
+        for r in &vr.owned {
+            let h = &mut home[r.doc as usize];
+            *h = match *h {
+                None => Some(Some(vr.rank)),
+                Some(Some(n)) if n == vr.rank => Some(Some(n)),
+                _ => Some(None),
+            };
+        }
+    }
+    let mut b = PlanBuilder::new(fcp.name(), fcp.params(), batch, ctx);
+    b.memory_cap(cap);
+    let mut single = vec![false; lens.len()];
+    let mut singles_total = 0usize;
+    for vr in &nodes.ranks {
+        let base = vr.rank * g;
+        // The node's work, as its virtual steps cost (forward + backward).
+        let mut total = 0.0;
+        for st in &vr.steps {
+            for pass in [Pass::Fwd, Pass::Bwd] {
+                total += cm.launch(nodes, &st.tasks, pass).map_err(cost_err)?.seconds;
+            }
+        }
+        let target = total / f64::from(g);
+        // Documents held whole here, heaviest first (ties: lower id).
+        let mut whole: Vec<(f64, u32)> = Vec::new();
+        for r in &vr.owned {
+            let d = r.doc as usize;
+            if home[d] == Some(Some(vr.rank)) && r.start == 0 && r.end == lens[d] && lens[d] <= cap
+            {
+                let mut w = 0.0;
+                for pass in [Pass::Fwd, Pass::Bwd] {
+                    w += cm
+                        .whole_document(ctx.mask, lens[d], pass)
+                        .map_err(cost_err)?
+                        .seconds;
+                }
+                whole.push((w, r.doc));
+            }
+        }
+        whole.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut load = vec![0.0f64; g as usize];
+        let mut tokens = vec![0u64; g as usize];
+        for &(w, d) in &whole {
+            let len = lens[d as usize];
+            let best = (0..g as usize)
+                .filter(|&j| tokens[j] + len <= cap)
+                .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
+            if let Some(j) = best.filter(|&j| load[j] + w <= target) {
+                load[j] += w;
+                tokens[j] += len;
+                single[d as usize] = true;
+                singles_total += 1;
+                let whole = TokenRange::new(d, 0, len);
+                b.own(base + j as u32, whole);
+                b.task(base + j as u32, 0, whole, whole);
+            }
+        }
+        // Every other row of the node, stored wherever there is room (in order).
+        let mut split_rows: Vec<Vec<TokenRange>> = vec![Vec::new(); g as usize];
+        let mut j = 0usize;
+        for r in vr.owned.iter().filter(|r| !single[r.doc as usize]) {
+            let mut start = r.start;
+            while start < r.end {
+                while j < g as usize && tokens[j] >= cap {
+                    j += 1;
+                }
+                let Some(&have) = tokens.get(j) else {
+                    return Err(PlanError::Planning(format!(
+                        "fcp:node_heads: node {} holds more than {g} × {cap} tokens",
+                        vr.rank
+                    )));
+                };
+                let end = r.end.min(start + (cap - have));
+                let piece = TokenRange::new(r.doc, start, end);
+                b.own(base + j as u32, piece);
+                split_rows[j].push(piece);
+                tokens[j] += end - start;
+                start = end;
+            }
+        }
+        // Head-split steps: virtual step s is step s + 1 on every rank of the node.
+        let mut last_step = 0u32;
+        for (s, st) in vr.steps.iter().enumerate() {
+            for t in st.tasks.iter().filter(|t| !single[t.q.doc as usize]) {
+                for j in 0..g {
+                    b.task_heads(base + j, s as u32 + 1, t.q, t.kv, Some(heads(j)));
+                }
+                last_step = s as u32 + 1;
+            }
+        }
+        // In-node all-to-alls: Q and K/V heads to their computing ranks, outputs back.
+        for (i, rows) in split_rows.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            for j in (0..g).filter(|&j| j as usize != i) {
+                let p2p = |tensor, src, dst, h, issue_at, arrive_by| Transfer {
+                    kind: TransferKind::P2p,
+                    collective: None,
+                    tensor,
+                    src,
+                    dst,
+                    ranges: rows.clone(),
+                    heads: Some(h),
+                    issue_at,
+                    arrive_by,
+                    round: None,
+                };
+                let (owner, rank) = (base + i as u32, base + j);
+                b.transfer(p2p(TransferTensor::Q, owner, rank, heads(j), 0, 1));
+                let kv = kv_group(heads(j), group);
+                b.transfer(p2p(TransferTensor::Kv, owner, rank, kv, 0, 1));
+                let done = last_step + 1;
+                b.transfer(p2p(TransferTensor::Out, rank, owner, heads(j), done, done));
+            }
+        }
+    }
+    // Between nodes, one transfer per rail: rank j to rank j, head group j.
+    for t in &nodes.transfers {
+        for j in 0..g {
+            b.transfer(Transfer {
+                src: t.src * g + j,
+                dst: t.dst * g + j,
+                heads: Some(kv_group(heads(j), group)),
+                issue_at: t.issue_at + 1,
+                arrive_by: t.arrive_by + 1,
+                ..t.clone()
+            });
+        }
+    }
+    b.param("single_rank_documents", singles_total.into());
+    Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::hardware::Hardware;
+    use crate::model::Model;
+    use crate::planners::testing::assert_valid;
+    use crate::planners::SchemeSpec;
+    use crate::sim::{PassSel, Simulator};
+    use crate::trace::{generate, pack, PackMode, PackOptions, Source};
+
+    fn plan_on(hw: &str, ranks: u32, batch: &Batch, spec: &str) -> Result<Plan, PlanError> {
+        let model = Model::load("llama3-70b").unwrap();
+        let hardware = Hardware::load(hw).unwrap();
+        let ctx = PlanContext {
+            ranks,
+            tokens_per_rank: 32768,
+            mask: crate::plan::Mask::Causal,
+            model: &model,
+            hardware: &hardware,
+        };
+        Fcp::from_spec(&SchemeSpec::parse(spec).unwrap())
+            .unwrap()
+            .plan(batch, &ctx)
+    }
+
+    fn first_batch(source: &str, docs: usize, ranks: u32) -> Batch {
+        let trace = generate(&Source::from_name(source).unwrap(), docs, 1).unwrap();
+        let opts = PackOptions {
+            mode: PackMode::Budget,
+            ranks,
+            tokens_per_rank: 32768,
+            context: None,
+        };
+        pack(&trace, &opts).unwrap().batches.swap_remove(0)
+    }
+
+    /// A rank's head-split tiles: (step, queries, keys), heads dropped.
+    type Tiles = BTreeSet<(u32, TokenRange, TokenRange)>;
+
+    /// Every rank's head-split tasks with their heads dropped, and the heads it computes.
+    fn split_work(plan: &Plan, rank: usize) -> (Tiles, BTreeSet<(u32, u32)>) {
+        let mut tasks = BTreeSet::new();
+        let mut heads = BTreeSet::new();
+        for (s, st) in plan.ranks[rank].steps.iter().enumerate() {
+            for t in &st.tasks {
+                if let Some(h) = t.heads {
+                    tasks.insert((s as u32, t.q, t.kv));
+                    heads.insert((h.start, h.end));
+                }
+            }
+        }
+        (tasks, heads)
+    }
+
+    #[test]
+    fn every_rank_of_a_node_runs_the_node_s_rows_for_its_own_heads() {
+        // magi at 64 ranks: 8 nodes; a node's ranks run the same head-split tiles, rank j
+        // for query heads [8j, 8j + 8), so they split that work exactly evenly.
+        let batch = first_batch("magi", 4000, 64);
+        let plan = plan_on("h100", 64, &batch, "fcp:node_heads=true,block=8192").unwrap();
+        assert_valid(&plan);
+        assert_eq!(plan.scheme.params["node_heads"], true);
+        for node in 0..8 {
+            let first = split_work(&plan, node * 8).0;
+            assert!(!first.is_empty(), "node {node} splits no heads");
+            for j in 0..8 {
+                let (tasks, heads) = split_work(&plan, node * 8 + j);
+                assert_eq!(tasks, first, "rank {}", node * 8 + j);
+                assert_eq!(heads, BTreeSet::from([(8 * j as u32, 8 * j as u32 + 8)]));
+            }
+        }
+        for r in &plan.ranks {
+            assert!(r.owned.iter().map(TokenRange::len).sum::<u64>() <= 32768);
+        }
+    }
+
+    #[test]
+    fn transfers_between_nodes_stay_on_their_rail() {
+        // A K/V transfer between nodes goes from rank j of one node to rank j of the other
+        // and carries head group j: a node's imports spread over all of its NICs.
+        let batch = first_batch("pile", 4000, 64);
+        let plan = plan_on("b200", 64, &batch, "fcp:node_heads=true,block=4096").unwrap();
+        assert_valid(&plan);
+        let cross: Vec<_> = plan
+            .transfers
+            .iter()
+            .filter(|t| t.src / 8 != t.dst / 8)
+            .collect();
+        assert!(!cross.is_empty());
+        for t in cross {
+            assert_eq!(t.src % 8, t.dst % 8);
+            let j = t.src % 8;
+            assert_eq!(t.heads.map(|h| (h.start, h.end)), Some((8 * j, 8 * j + 8)));
+            assert_eq!(t.tensor, TransferTensor::Kv);
+        }
+    }
+
+    #[test]
+    fn light_documents_a_node_holds_whole_stay_on_one_rank() {
+        // lognormal documents (≤ 8K) are all light and held whole by their node: most sit on
+        // one rank with all heads, in one task, and never move. (The last ones LPT cannot fit
+        // under a rank's share of the node — the batch fills its token budget, so the ranks
+        // with room are the loaded ones — are shared by heads instead.)
+        let batch = first_batch("lognormal", 3000, 16);
+        let plan = plan_on("h100", 16, &batch, "fcp:node_heads=true,whole=8192").unwrap();
+        assert_valid(&plan);
+        let singles = plan.scheme.params["single_rank_documents"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            singles as usize * 2 >= batch.doc_lens.len(),
+            "{singles} of {}",
+            batch.doc_lens.len()
+        );
+        let moved: BTreeSet<u32> = plan
+            .transfers
+            .iter()
+            .flat_map(|t| t.ranges.iter().map(|r| r.doc))
+            .collect();
+        for r in &plan.ranks {
+            for t in r.steps.iter().flat_map(|s| &s.tasks) {
+                if t.heads.is_none() {
+                    assert!(!moved.contains(&t.q.doc));
+                    assert_eq!(t.q.len(), batch.doc_lens[t.q.doc as usize]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn heads_that_do_not_divide_over_a_node_are_refused_by_name() {
+        let batch = Batch::new(0, vec![1000, 3000]);
+        let err = plan_on("h100", 12, &batch, "fcp:node_heads=true").unwrap_err();
+        assert!(
+            err.to_string().contains("12 ranks are not a multiple of 8"),
+            "{err}"
+        );
+        let err = plan_on("h100", 6, &batch, "fcp:node_heads=true").unwrap_err();
+        assert!(
+            err.to_string().contains("divisible by the 6 ranks"),
+            "{err}"
+        );
+        let err = plan_on("h100", 16, &batch, "fcp:node_heads=true,reshuffle=true").unwrap_err();
+        assert!(err.to_string().contains("reshuffle"), "{err}");
+    }
+
+    #[test]
+    fn longer_tiles_cost_less_compute_than_fcp_s_blocks() {
+        // pile at 64 ranks on the B200 profile, whose small tiles are slow. A node's blocks
+        // may be 8× a rank's for the same balance (a node's share is 8× a rank's), and shared
+        // by heads they run as 8× longer tiles: the mean rank compute falls.
+        let batch = first_batch("pile", 4000, 64);
+        let model = Model::load("llama3-70b").unwrap();
+        let hw = Hardware::load("b200").unwrap();
+        let sim = Simulator::new(hw, model).unwrap();
+        let mean = |spec: &str| {
+            let plan = plan_on("b200", 64, &batch, spec).unwrap();
+            sim.simulate(&plan, PassSel::Both)
+                .unwrap()
+                .metrics
+                .mean_compute_ms
+        };
+        let fcp = mean("fcp:block=2048");
+        let heads = mean("fcp:block=16384,node_heads=true");
+        assert!(heads < 0.95 * fcp, "{heads} vs {fcp}");
+    }
+}
