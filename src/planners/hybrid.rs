@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 
 use crate::hardware::Pass;
-use crate::plan::{Plan, PlanError, TokenRange};
+use crate::plan::{Plan, PlanError, TokenRange, TransferTensor};
 use crate::sim::{ComputeModel, PassSel, Simulator};
 use crate::trace::Batch;
 
@@ -581,10 +581,17 @@ pub fn estimate(
             alpha + load[port(t, true)][s].max(load[port(t, false)][s]) / bw
         })
         .collect();
-    // Transfers by the step that waits for them.
+    // Transfers by the step that waits for them: K/V and Q at `arrive_by`. An output goes
+    // back to its owner, which only the end of the forward pass waits for; in the backward
+    // pass it is the other way round: the owner sends the output's gradient (dO) to the
+    // computing rank before the first step that computes those rows.
+    let is_out = |t: &crate::plan::Transfer| t.tensor == TransferTensor::Out;
     let mut due: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
+    let mut due_grad_out: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
     for (i, t) in plan.transfers.iter().enumerate() {
-        if t.issue_at < t.arrive_by {
+        if is_out(t) {
+            due_grad_out[first_use(plan, t.src, &t.ranges).min(steps)].push(i);
+        } else if t.issue_at < t.arrive_by {
             due[(t.arrive_by as usize).min(steps)].push(i);
         }
     }
@@ -601,9 +608,11 @@ pub fn estimate(
         }
         // start[r][s]; start[r][steps] is when rank r's compute is done.
         let mut start = vec![vec![0.0f64; steps + 1]; n];
-        for s in 1..=steps {
-            for r in 0..n {
-                start[r][s] = start[r][s - 1] + compute[r][s - 1];
+        for s in 0..=steps {
+            if s > 0 {
+                for r in 0..n {
+                    start[r][s] = start[r][s - 1] + compute[r][s - 1];
+                }
             }
             for &i in &due[s] {
                 let t = &plan.transfers[i];
@@ -612,18 +621,48 @@ pub fn estimate(
                 let d = &mut start[t.dst as usize][s];
                 *d = d.max(landed);
             }
+            if pass == Pass::Bwd {
+                for &i in &due_grad_out[s] {
+                    let t = &plan.transfers[i];
+                    let d = &mut start[t.src as usize][s];
+                    *d = d.max(duration[i]);
+                }
+            }
         }
         let mut end: f64 = start.iter().map(|r| r[steps]).fold(0.0, f64::max);
-        if pass == Pass::Bwd {
-            // Gradients go back after the step that used them; only the end waits.
-            for (i, t) in plan.transfers.iter().enumerate() {
-                let used = (t.arrive_by as usize + 1).min(steps);
-                end = end.max(start[t.dst as usize][used] + duration[i]);
-            }
+        for (i, t) in plan.transfers.iter().enumerate() {
+            end = match (pass, is_out(t)) {
+                // Outputs return after the last step that computed them.
+                (Pass::Fwd, true) => {
+                    end.max(start[t.src as usize][(t.issue_at as usize).min(steps)] + duration[i])
+                }
+                (Pass::Fwd, false) | (Pass::Bwd, true) => end,
+                // Gradients go back after the step that used them; only the end waits.
+                (Pass::Bwd, false) => {
+                    let used = (t.arrive_by as usize + 1).min(steps);
+                    end.max(start[t.dst as usize][used] + duration[i])
+                }
+            };
         }
         total += end;
     }
     Ok(total)
+}
+
+/// The first step in which `rank` computes any of the query rows `ranges` (the number of
+/// steps when it computes none).
+fn first_use(plan: &Plan, rank: u32, ranges: &[TokenRange]) -> usize {
+    let steps = &plan.ranks[rank as usize].steps;
+    steps
+        .iter()
+        .position(|st| {
+            st.tasks.iter().any(|t| {
+                ranges
+                    .iter()
+                    .any(|r| r.doc == t.q.doc && r.start < t.q.end && t.q.start < r.end)
+            })
+        })
+        .unwrap_or(steps.len())
 }
 
 impl Planner for Hybrid {
@@ -821,12 +860,17 @@ mod tests {
     #[test]
     fn pruning_never_drops_the_best_estimate_of_the_full_search() {
         // The bound prunes only placements whose busiest rank alone is slower than a plan
-        // already built (up to PRUNE_MARGIN): the best estimate is the full search's.
+        // already built (up to PRUNE_MARGIN): the best estimate is the full search's. (Row-cut
+        // candidates only: head-parallel nodes are never pruned.)
         let mut lens = vec![60_000, 41_000, 30_000, 9_000, 7_000];
         lens.extend(std::iter::repeat_n(1_500u64, 40));
         let batch = Batch::new(0, lens);
         with(16, 16384, Mask::Causal, |ctx| {
-            let all = Hybrid::default().candidates(&batch, ctx).unwrap();
+            let row_cut = Hybrid {
+                node_heads: Some(false),
+                ..Hybrid::default()
+            };
+            let all = row_cut.candidates(&batch, ctx).unwrap();
             let best =
                 |c: &[(Score, Plan)]| c.iter().map(|c| c.0.seconds).fold(f64::INFINITY, f64::min);
             let mut full = Vec::new();
@@ -837,7 +881,7 @@ mod tests {
                             block: Some(block),
                             whole_frac: Some(f),
                             split_limit: Some(split),
-                            ..Hybrid::default()
+                            ..row_cut.clone()
                         };
                         full.extend(h.candidates(&batch, ctx).unwrap().built);
                     }
@@ -886,9 +930,10 @@ mod tests {
     }
 
     #[test]
-    fn the_quick_search_builds_at_most_two_plans() {
+    fn the_quick_search_builds_at_most_three_plans() {
         // Two block sizes, one whole fraction, no split, the relay on across nodes: at most
-        // two placements, one plan each; the plan verifies and says it was quick.
+        // two placements, one plan each, and one head-parallel-node plan where the heads
+        // divide over a node; the plan verifies and says it was quick.
         let mut lens = vec![60_000, 41_000, 9_000];
         lens.extend(std::iter::repeat_n(1_500u64, 40));
         let batch = Batch::new(0, lens);
@@ -897,15 +942,16 @@ mod tests {
                 Hybrid::from_spec(&SchemeSpec::parse("hybrid:quick=true").unwrap()).unwrap();
             let c = quick.candidates(&batch, ctx).unwrap();
             assert!(
-                c.placements <= 2 && c.scores.len() <= 2,
+                c.placements <= 2 && c.scores.len() <= 3,
                 "{} {}",
                 c.placements,
                 c.scores.len()
             );
+            assert_eq!(c.scores.iter().filter(|s| s.fcp.node_heads).count(), 1);
             assert!(c
                 .scores
                 .iter()
-                .all(|s| s.fcp.relay && s.fcp.split_limit.is_infinite()));
+                .all(|s| s.fcp.node_heads || (s.fcp.relay && s.fcp.split_limit.is_infinite())));
             let plan = quick.plan(&batch, ctx).unwrap();
             assert_valid(&plan);
             assert_eq!(plan.scheme.params["quick"], true);

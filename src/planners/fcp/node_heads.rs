@@ -13,13 +13,14 @@
 //! 1. **Across nodes, FCP on virtual ranks.** Each node is one virtual rank with the node's
 //!    token budget (gpus_per_node × the cap); FCP places blocks and schedules their K/V on
 //!    those virtual ranks, exactly as it would on N / gpus_per_node GPUs.
-//! 2. **Inside a node, heads.** Documents a node holds whole and that weigh little stay on one
-//!    rank, all heads, run first (no traffic; LPT under the token cap, never above the node's
-//!    mean rank load). Every other row of the node is computed by all its ranks, rank j taking
-//!    query heads `[j·H/g, (j+1)·H/g)`: its rows' Q and K/V heads arrive from their owners over
-//!    NVLink before step 1 and the outputs go back after the last step that computes them. A
-//!    virtual transfer between nodes becomes one transfer per rail — rank j of one node to rank
-//!    j of the other, carrying head group j — so a node's imports spread over all its NICs.
+//! 2. **Inside a node, heads.** Documents a node holds whole stay on one rank, all heads, run
+//!    first (no traffic) while LPT can balance them among themselves ([`Shape::place_whole`]);
+//!    those that do not fit are shared by heads with the rest. Every other row of the node is computed by all its ranks, rank j
+//!    taking query heads `[j·H/g, (j+1)·H/g)`: its rows' Q and K/V heads arrive from their
+//!    owners over NVLink before step 1 and the outputs go back after the last step that
+//!    computes them. A virtual transfer between nodes becomes one transfer per rail — rank j
+//!    of one node to rank j of the other, carrying head group j — so a node's imports spread
+//!    over all its NICs.
 //!
 //! Balance inside a node is then exact for the head-split work (every rank does an eighth of
 //! it) whatever the rows' sizes, and the token cap only decides where rows are stored, not
@@ -35,6 +36,12 @@ use crate::sim::ComputeModel;
 use crate::trace::Batch;
 
 use super::Fcp;
+
+/// How far above an even share of its node's whole documents a rank may take them, as a
+/// fraction of the node's mean rank load ([`Shape::place_whole`]): a document that does not
+/// fit is shared by heads instead (in-node traffic over NVLink, against an idle rank for as
+/// long as the excess lasts).
+pub const SINGLE_SLACK: f64 = 0.02;
 
 /// Plan `batch` with `fcp`'s switches across nodes and head-parallel ranks inside them.
 pub fn plan(fcp: &Fcp, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
@@ -122,7 +129,6 @@ fn expand(
                 total += cm.launch(nodes, &st.tasks, pass).map_err(cost_err)?.seconds;
             }
         }
-        let target = total / f64::from(g);
         // Documents held whole here, heaviest first (ties: lower id).
         let mut whole: Vec<(f64, u32)> = Vec::new();
         for r in &vr.owned {
@@ -140,22 +146,22 @@ fn expand(
             }
         }
         whole.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let mut load = vec![0.0f64; g as usize];
-        let mut tokens = vec![0u64; g as usize];
-        for &(w, d) in &whole {
-            let len = lens[d as usize];
-            let best = (0..g as usize)
-                .filter(|&j| tokens[j] + len <= cap)
-                .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
-            if let Some(j) = best.filter(|&j| load[j] + w <= target) {
-                load[j] += w;
-                tokens[j] += len;
-                single[d as usize] = true;
-                singles_total += 1;
-                let whole = TokenRange::new(d, 0, len);
-                b.own(base + j as u32, whole);
-                b.task(base + j as u32, 0, whole, whole);
-            }
+        let node_tokens: u64 = vr.owned.iter().map(TokenRange::len).sum();
+        let shape = Shape {
+            g,
+            cap,
+            total,
+            node_tokens,
+            grad_secs_per_token: return_bytes_per_token(ctx) / (ctx.hardware.nvlink_gbs * 1e9),
+        };
+        let (ranks_of, mut tokens) = shape.place_whole(&whole, lens);
+        for (&(_, d), j) in whole.iter().zip(ranks_of) {
+            let Some(j) = j else { continue };
+            single[d as usize] = true;
+            singles_total += 1;
+            let whole = TokenRange::new(d, 0, lens[d as usize]);
+            b.own(base + j, whole);
+            b.task(base + j, 0, whole, whole);
         }
         // Every other row of the node, stored wherever there is room (in order).
         let mut split_rows: Vec<Vec<TokenRange>> = vec![Vec::new(); g as usize];
@@ -232,6 +238,89 @@ fn expand(
     }
     b.param("single_rank_documents", singles_total.into());
     Ok(b.finish())
+}
+
+/// What [`Shape::place_whole`] needs to know about a node.
+struct Shape {
+    /// Ranks per node.
+    g: u32,
+    /// Token cap per rank.
+    cap: u64,
+    /// The node's work (seconds, forward + backward).
+    total: f64,
+    /// Tokens the node holds.
+    node_tokens: u64,
+    /// Seconds per head-split token that a rank's outputs and gradients take to go back to
+    /// their owners over NVLink at the end of the passes (exposed: nothing is left to run).
+    grad_secs_per_token: f64,
+}
+
+impl Shape {
+    /// Which of the node's whole documents (weights, heaviest first) stay on one rank, and
+    /// where. A rank ends with its whole documents plus an even share of the rest, so two
+    /// LPT rules are tried under the token cap and the cheaper kept: *strict* — no document
+    /// may take its rank more than [`SINGLE_SLACK`] of the node's mean rank load above an even
+    /// share of the documents placed so far (balance first: heavy documents are shared by
+    /// heads); *even* — no rank above an even share of the documents still expected on one
+    /// rank plus the slack (traffic first: a batch of short documents keeps them all). The cost
+    /// of a rule is the busiest rank's compute plus the return of its head-split outputs and
+    /// gradients. Returns each document's rank (None: shared by heads) and the tokens each
+    /// rank then holds.
+    fn place_whole(&self, whole: &[(f64, u32)], lens: &[u64]) -> (Vec<Option<u32>>, Vec<u64>) {
+        let g = f64::from(self.g);
+        let slack = SINGLE_SLACK * self.total / g;
+        let run = |strict: bool| {
+            let mut load = vec![0.0f64; self.g as usize];
+            let mut tokens = vec![0u64; self.g as usize];
+            let mut expected: f64 = whole.iter().map(|w| w.0).sum();
+            let mut placed = 0.0;
+            let mut at = Vec::with_capacity(whole.len());
+            for &(w, d) in whole {
+                let len = lens[d as usize];
+                let best = (0..self.g as usize)
+                    .filter(|&j| tokens[j] + len <= self.cap)
+                    .min_by(|&a, &b| load[a].total_cmp(&load[b]).then(a.cmp(&b)));
+                let fits = |j: usize| {
+                    if strict {
+                        load[j] + w - (placed + w) / g <= slack
+                    } else {
+                        load[j] + w <= expected / g + slack
+                    }
+                };
+                match best.filter(|&j| fits(j)) {
+                    Some(j) => {
+                        load[j] += w;
+                        tokens[j] += len;
+                        placed += w;
+                        at.push(Some(j as u32));
+                    }
+                    None => {
+                        expected -= w;
+                        at.push(None);
+                    }
+                }
+            }
+            let single_tokens: u64 = tokens.iter().sum();
+            let shared = (self.node_tokens - single_tokens) as f64 / g;
+            let busiest = load.iter().copied().fold(0.0, f64::max);
+            let cost = busiest
+                + (self.total - placed) / g
+                + shared * (g - 1.0) / g * self.grad_secs_per_token;
+            (cost, at, tokens)
+        };
+        let (strict, even) = (run(true), run(false));
+        let best = if even.0 < strict.0 { even } else { strict };
+        (best.1, best.2)
+    }
+}
+
+/// Bytes per head-split token a computing rank returns to the owner in both passes: the
+/// output and its fp32 log-sum-exp forward, dQ and dK/dV backward.
+fn return_bytes_per_token(ctx: &PlanContext<'_>) -> f64 {
+    let m = ctx.model;
+    let (d, b) = (f64::from(m.head_dim), f64::from(m.dtype_bytes));
+    let q = f64::from(m.q_heads) * d * b;
+    q + 4.0 * f64::from(m.q_heads) + q + 2.0 * f64::from(m.kv_heads) * d * b
 }
 
 #[cfg(test)]
