@@ -22,6 +22,25 @@ fn doc_len() -> impl Strategy<Value = u64> {
     prop_oneof![4 => 1u64..16, 4 => 16u64..120, 2 => 120u64..600]
 }
 
+/// The checks every planned batch must pass: the structural verifier, the numeric check on
+/// sampled rows, and the per-rank token cap `tpr`, declared and held.
+fn verified_within_cap(plan: &fcp::Plan, tpr: u64) -> Result<(), TestCaseError> {
+    let v = verify(plan);
+    prop_assert!(v.is_empty(), "{:?}", v);
+    let opts = NumericOptions {
+        max_rows_per_doc: 48,
+        ..NumericOptions::default()
+    };
+    let r = check_numeric(plan, &opts);
+    prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
+    prop_assert_eq!(plan.memory_cap_tokens, Some(tpr));
+    for rp in &plan.ranks {
+        let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
+        prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -55,16 +74,7 @@ proptest! {
         let split_limit = if split { 0.25 } else { f64::INFINITY };
         let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill},lookahead={lookahead}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
-        let v = verify(&plan);
-        prop_assert!(v.is_empty(), "{:?}", v);
-        let opts = NumericOptions { max_rows_per_doc: 48, ..NumericOptions::default() };
-        let r = check_numeric(&plan, &opts);
-        prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
-        prop_assert_eq!(plan.memory_cap_tokens, Some(tpr));
-        for rp in &plan.ranks {
-            let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
-            prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
-        }
+        verified_within_cap(&plan, tpr)?;
         prop_assert_eq!(plan.input_layout.is_some(), reshuffle);
         prop_assert!(plan.congestion_free);
         if relay {
@@ -118,15 +128,7 @@ proptest! {
         let split_limit = if split { 0.25 } else { f64::INFINITY };
         let spec = format!("fcp:node_heads=true,block={block},whole={whole},rebalance={rebalance},rebalance_pairs={pairs},split_limit={split_limit},lookahead={lookahead}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
-        let v = verify(&plan);
-        prop_assert!(v.is_empty(), "{:?}", v);
-        let opts = NumericOptions { max_rows_per_doc: 48, ..NumericOptions::default() };
-        let r = check_numeric(&plan, &opts);
-        prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
-        for rp in &plan.ranks {
-            let t: u64 = rp.owned.iter().map(|c| c.len()).sum();
-            prop_assert!(t <= tpr, "rank {} holds {} > {}", rp.rank, t, tpr);
-        }
+        verified_within_cap(&plan, tpr)?;
         for t in plan.transfers.iter().filter(|t| t.src / 2 != t.dst / 2) {
             prop_assert_eq!(t.src % 2, t.dst % 2);
             let j = t.src % 2;

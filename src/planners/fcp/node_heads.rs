@@ -330,10 +330,10 @@ mod tests {
     use super::*;
     use crate::hardware::Hardware;
     use crate::model::Model;
+    use crate::planners::fcp::tests::first_batch;
     use crate::planners::testing::assert_valid;
     use crate::planners::SchemeSpec;
     use crate::sim::{PassSel, Simulator};
-    use crate::trace::{generate, pack, PackMode, PackOptions, Source};
 
     fn plan_on(hw: &str, ranks: u32, batch: &Batch, spec: &str) -> Result<Plan, PlanError> {
         let model = Model::load("llama3-70b").unwrap();
@@ -348,17 +348,6 @@ mod tests {
         Fcp::from_spec(&SchemeSpec::parse(spec).unwrap())
             .unwrap()
             .plan(batch, &ctx)
-    }
-
-    fn first_batch(source: &str, docs: usize, ranks: u32) -> Batch {
-        let trace = generate(&Source::from_name(source).unwrap(), docs, 1).unwrap();
-        let opts = PackOptions {
-            mode: PackMode::Budget,
-            ranks,
-            tokens_per_rank: 32768,
-            context: None,
-        };
-        pack(&trace, &opts).unwrap().batches.swap_remove(0)
     }
 
     /// A rank's head-split tiles: (step, queries, keys), heads dropped.

@@ -445,7 +445,7 @@ fn split_limit_halves_only_the_heavy_tail_blocks() {
 }
 
 /// The first batch of `docs` documents of `source` (seed 1), budget-packed for `ranks` × 32K.
-fn first_batch(source: &str, docs: usize, ranks: u32) -> Batch {
+pub(super) fn first_batch(source: &str, docs: usize, ranks: u32) -> Batch {
     let trace = generate(&Source::from_name(source).unwrap(), docs, 1).unwrap();
     let opts = PackOptions {
         mode: PackMode::Budget,
