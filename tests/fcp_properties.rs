@@ -61,6 +61,7 @@ proptest! {
         nodes in any::<bool>(),
         pairs in any::<bool>(),
         (in_node, fill, lookahead) in (any::<bool>(), any::<bool>(), 0u32..3),
+        lpt_fill in any::<bool>(),
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
@@ -72,7 +73,7 @@ proptest! {
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
-        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill},lookahead={lookahead}");
+        let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill},lookahead={lookahead},fill={lpt_fill}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         verified_within_cap(&plan, tpr)?;
         prop_assert_eq!(plan.input_layout.is_some(), reshuffle);
@@ -117,6 +118,7 @@ proptest! {
         whole in 0u64..200,
         (rebalance, pairs, split) in (any::<bool>(), any::<bool>(), any::<bool>()),
         lookahead in 0u32..2,
+        fill in any::<bool>(),
     ) {
         let ranks = 2 * nodes;
         let mask = if causal { Mask::Causal } else { Mask::Full };
@@ -126,7 +128,7 @@ proptest! {
         let model = Model::load("llama3-70b").unwrap();
         let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
-        let spec = format!("fcp:node_heads=true,block={block},whole={whole},rebalance={rebalance},rebalance_pairs={pairs},split_limit={split_limit},lookahead={lookahead}");
+        let spec = format!("fcp:node_heads=true,block={block},whole={whole},rebalance={rebalance},rebalance_pairs={pairs},split_limit={split_limit},lookahead={lookahead},fill={fill}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
         verified_within_cap(&plan, tpr)?;
         for t in plan.transfers.iter().filter(|t| t.src / 2 != t.dst / 2) {

@@ -93,10 +93,36 @@ pub struct Options {
     /// not move from where the user's layout put it. Each such choice can leave a rank at most
     /// that much above LPT's choice (0 = off).
     pub affinity: f64,
+    /// Also place by the fill rule and keep whichever of the two assignments leaves the
+    /// busiest rank lighter (ties: LPT's). Under the fill rule a unit that moves no K/V goes
+    /// to the rank with room whose load after taking it, plus its remaining room filled at
+    /// the density of what is still to place (weight left / room left), is least (ties: less
+    /// load, lower id): when the batch fills its budget every rank must end full, and a rank
+    /// that takes a dense document must fill the rest of its room with light ones, which
+    /// plain LPT ignores until no light ones are left — redpajama at 256 ranks, whose
+    /// 32.5K-token document is 0.98 of a node's mean load, left its node at 1.09 × the mean
+    /// under LPT and 1.06 (the best any whole-document placement can do) under the fill rule.
+    /// O(N) per unit instead of O(log N).
+    pub fill: bool,
 }
 
 /// [`assign`] with [`Options`].
 pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assignment {
+    let lpt = assign_by(units, ranks, cap, opts, false);
+    if !opts.fill {
+        return lpt;
+    }
+    let fill = assign_by(units, ranks, cap, opts, true);
+    let busiest = |a: &Assignment| a.loads.iter().copied().fold(0.0, f64::max);
+    if busiest(&fill) < busiest(&lpt) {
+        fill
+    } else {
+        lpt
+    }
+}
+
+/// LPT, or with `fill` the fill rule ([`Options::fill`]).
+fn assign_by(units: &[Unit], ranks: u32, cap: u64, opts: Options, fill: bool) -> Assignment {
     let n = ranks as usize;
     let per_rank = |x: f64| x / f64::from(ranks.max(1));
     let mean_load = per_rank(units.iter().map(|u| u.weight).sum());
@@ -117,6 +143,11 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
     for i in (0..order.len()).rev() {
         let smallest = units[order[i]].blocks.iter().map(Block::tokens).min();
         min_after[i] = min_after[i + 1].min(smallest.unwrap_or(0));
+    }
+    // Weight still to place from each unit on (the fill rule's density).
+    let mut weight_from = vec![0.0; order.len() + 1];
+    for i in (0..order.len()).rev() {
+        weight_from[i] = weight_from[i + 1] + units[order[i]].weight;
     }
     let mut st = State {
         heaps: {
@@ -146,9 +177,13 @@ pub fn assign_with(units: &[Unit], ranks: u32, cap: u64, opts: Options) -> Assig
         home: None,
         mean_load,
         mean_comm,
+        fill,
+        weight_left: 0.0,
+        free_total: cap * u64::from(ranks),
     };
     for (i, &u) in order.iter().enumerate() {
         st.floor = min_after[i];
+        st.weight_left = weight_from[i + 1];
         let unit = &units[u];
         st.home = unit.home;
         if st.place_whole(&unit.blocks, unit.tokens(), unit.weight, unit.comm) {
@@ -195,6 +230,11 @@ struct State {
     /// [`Options::affinity`], and the home of the unit being placed.
     affinity: f64,
     home: Option<u32>,
+    /// The fill rule ([`Options::fill`]), the weight still to place after the unit being
+    /// placed, and the free room of all ranks together.
+    fill: bool,
+    weight_left: f64,
+    free_total: u64,
 }
 
 impl State {
@@ -204,6 +244,7 @@ impl State {
         self.a.loads[r_us] += weight;
         self.a.tokens[r_us] += tokens;
         self.free[r_us] -= tokens;
+        self.free_total -= tokens;
         if self.free[r_us] > 0 {
             self.room.push((self.free[r_us], Reverse(r)));
         }
@@ -248,6 +289,29 @@ impl State {
         best.map(|b| b.2)
     }
 
+    /// The fill rule's choice for a unit of `tokens` and `weight` ([`Options::fill`]): one
+    /// scan of the ranks with room, O(N).
+    fn fill_rank(&self, tokens: u64, weight: f64) -> Option<u32> {
+        let room_after = self.free_total.saturating_sub(tokens);
+        let density = if room_after > 0 {
+            self.weight_left / room_after as f64
+        } else {
+            0.0
+        };
+        let mut best: Option<(f64, f64, u32)> = None;
+        for (r, &free) in self.free.iter().enumerate() {
+            if free < tokens {
+                continue;
+            }
+            let load = self.a.loads[r] + weight;
+            let score = load + (free - tokens) as f64 * density;
+            if best.is_none_or(|(s, l, _)| score < s || (score == s && load < l)) {
+                best = Some((score, load, r as u32));
+            }
+        }
+        best.map(|b| b.2)
+    }
+
     /// Least-loaded rank with room for `tokens` (or, for a unit that moves K/V under
     /// [`Options::comm_aware`], the rank [`State::comm_aware_rank`] picks); false (and nothing
     /// changed) if no rank has room.
@@ -260,6 +324,13 @@ impl State {
                 return false;
             };
             // The rank's heap entry goes stale with the version bump in `requeue`.
+            self.commit(r, blocks, weight, comm);
+            return true;
+        }
+        if self.fill {
+            let Some(r) = self.fill_rank(tokens, weight) else {
+                return false;
+            };
             self.commit(r, blocks, weight, comm);
             return true;
         }
@@ -461,5 +532,53 @@ mod tests {
             a.tokens
         );
         assert_eq!(a.tokens.iter().sum::<u64>(), total);
+    }
+
+    #[test]
+    fn fill_rule_leaves_room_for_the_light_units_a_full_budget_needs() {
+        // 2 ranks × 6 tokens, 12 tokens to place: every rank ends full. LPT gives the 8 to
+        // rank 1 (it is lighter), fills rank 0 with the 7 and must then put the last unit on
+        // rank 1: 19 / 24. The fill rule sees that rank 1, with 3 tokens of room left, would
+        // end heavier and gives the 8 to rank 0: 20 / 23, the best any placement can do.
+        let units = vec![
+            unit(0, 2, 10.0),
+            unit(1, 3, 12.0),
+            unit(2, 3, 8.0),
+            unit(3, 3, 7.0),
+            unit(4, 1, 6.0),
+        ];
+        let busiest = |a: &Assignment| a.loads.iter().copied().fold(0.0, f64::max);
+        let lpt = assign(&units, 2, 6);
+        assert_eq!(busiest(&lpt), 24.0);
+        let opts = Options {
+            fill: true,
+            ..Options::default()
+        };
+        let fill = assign_with(&units, 2, 6, opts);
+        assert_eq!(busiest(&fill), 23.0);
+        assert_eq!(fill.tokens, vec![6, 6]);
+    }
+
+    #[test]
+    fn fill_never_leaves_the_busiest_rank_heavier_than_lpt() {
+        // The fill rule alone can do worse than LPT (it bets on what is still to come); with
+        // `fill` the lighter of the two is kept, so LPT's busiest rank is a bound.
+        let units: Vec<Unit> = (0..40)
+            .map(|i| unit(i, 1 + (i as u64 * 7) % 9, f64::from((i * 13) % 17 + 1)))
+            .collect();
+        let total: u64 = units.iter().map(Unit::tokens).sum();
+        for ranks in [2, 3, 5] {
+            let cap = total.div_ceil(ranks);
+            let busiest = |a: &Assignment| a.loads.iter().copied().fold(0.0, f64::max);
+            let lpt = assign(&units, ranks as u32, cap);
+            let opts = Options {
+                fill: true,
+                ..Options::default()
+            };
+            let fill = assign_with(&units, ranks as u32, cap, opts);
+            assert!(busiest(&fill) <= busiest(&lpt));
+            assert!(fill.tokens.iter().all(|&t| t <= cap));
+            assert_eq!(fill.tokens.iter().sum::<u64>(), total);
+        }
     }
 }

@@ -45,12 +45,13 @@ pub const DEFAULT_PAIR_LIMIT: f64 = 0.25;
 pub const DEFAULT_AFFINITY: f64 = 0.02;
 
 /// Parameter names `fcp:key=value` accepts.
-pub const PARAMS: [&str; 20] = [
+pub const PARAMS: [&str; 21] = [
     "affinity",
     "block",
     "coalesce",
     "coalescer",
     "comm_aware",
+    "fill",
     "lookahead",
     "node_fill",
     "node_heads",
@@ -136,6 +137,10 @@ pub struct Fcp {
     /// node ends at its target load once its remaining room is filled with short documents
     /// (`node_fill`; [`node_lpt`]'s module doc).
     pub node_fill: bool,
+    /// LPT is also run with the fill rule and the assignment whose busiest rank is lighter
+    /// kept (`fill`; off by default, the paper's LPT): a rank that takes a dense document
+    /// must fill the rest of its room with light ones ([`lpt::Options::fill`]).
+    pub fill: bool,
     /// Head-parallel nodes (`node_heads`; off by default): FCP places and schedules blocks
     /// across nodes as if each node were one GPU, and the ranks of a node split the heads of
     /// the node's rows instead of the rows ([`node_heads`]) — tiles 8× longer for the same
@@ -169,6 +174,7 @@ impl Default for Fcp {
             rebalance_in_node: false,
             nodes: false,
             node_fill: false,
+            fill: false,
             node_heads: false,
         }
     }
@@ -230,6 +236,7 @@ impl Fcp {
                 "rebalance_in_node" => f.rebalance_in_node = boolean(k, v)?,
                 "nodes" => f.nodes = boolean(k, v)?,
                 "node_fill" => f.node_fill = boolean(k, v)?,
+                "fill" => f.fill = boolean(k, v)?,
                 "node_heads" => f.node_heads = boolean(k, v)?,
                 "split_limit" => f.split_limit = param_non_negative(name, k, v, false)?,
                 "whole" => {
@@ -334,6 +341,7 @@ impl Fcp {
         let lpt_opts = lpt::Options {
             comm_aware: self.comm_aware,
             affinity: if self.reshuffle { self.affinity } else { 0.0 },
+            fill: self.fill,
         };
         let mut assignment = if self.nodes {
             let gpn = ctx.hardware.gpus_per_node;
@@ -511,9 +519,12 @@ impl Planner for Fcp {
             ("split_limit".to_string(), limit_json(self.split_limit)),
             ("whole".to_string(), self.whole.into()),
         ]);
-        // Recorded only when on, so plans made without it are unchanged.
+        // Recorded only when on, so plans made without them are unchanged.
         if self.node_heads {
             p.insert("node_heads".to_string(), true.into());
+        }
+        if self.fill {
+            p.insert("fill".to_string(), true.into());
         }
         p
     }
