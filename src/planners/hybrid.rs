@@ -38,8 +38,8 @@ pub const LOOKAHEAD: u32 = 1;
 /// Block sizes tried when `block` is not given: small blocks balance finely, large ones run
 /// the kernel nearer its best efficiency (FCP §3.1, Fig. 12).
 pub const BLOCKS: [u64; 3] = [2048, 4096, 8192];
-/// Block sizes tried up to [`SIMULATE_MAX_RANKS`], where the simulator has the last word and
-/// planning is cheap: the in-between sizes trade tile efficiency against balance more finely
+/// Block sizes tried up to [`WIDE_SEARCH_MAX_RANKS`], where planning is cheap: the
+/// in-between sizes trade tile efficiency against balance more finely
 /// (on the B200 profile, whose small tiles are slow, 6K blocks beat both 4K and 8K on magi
 /// and prolong at 16 ranks).
 pub const BLOCKS_SMALL_GROUPS: [u64; 5] = [2048, 3072, 4096, 6144, 8192];
@@ -48,10 +48,15 @@ pub const BLOCKS_SMALL_GROUPS: [u64; 5] = [2048, 3072, 4096, 6144, 8192];
 /// document no heavier than a rank's share, as ByteScale and FlashCP's Whole-Doc keep them).
 pub const WHOLE_FRACTIONS: [f64; 5] = [0.0, 0.1, 0.25, 0.5, 1.0];
 
-/// Candidates simulated (the estimate's leaders), up to [`SIMULATE_MAX_RANKS`] ranks.
+/// Candidates simulated (the estimate's leaders; up to [`WIDE_SEARCH_MAX_RANKS`] ranks FCP's
+/// own default too), the fastest kept. At 256 ranks the estimate ranks well (Spearman
+/// 0.99) but its first pick is not always the fastest: prolong on the B200 44.86 ms for the
+/// pick, 42.75 ms for the fastest of its three leaders; pile on the H100 72.54 against 70.83
+/// (`examples/hybrid_candidates.rs`, `docs/results/beyond.md`).
 pub const SIMULATE_TOP: usize = 3;
-/// Largest group whose candidates are simulated (a 64-rank plan simulates in ~0.2 s).
-pub const SIMULATE_MAX_RANKS: u32 = 64;
+/// Largest group searched with the wide grid ([`BLOCKS_SMALL_GROUPS`], four rebalance
+/// variants) and FCP's own default as a contender (a 64-rank plan simulates in ~0.2 s).
+pub const WIDE_SEARCH_MAX_RANKS: u32 = 64;
 
 /// Parameter names `hybrid:key=value` accepts.
 pub const PARAMS: [&str; 6] = [
@@ -77,7 +82,7 @@ pub const QUICK_WHOLE_FRACTION: f64 = 0.25;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Hybrid {
     /// Fixed block size (else every one of [`BLOCKS`], or [`BLOCKS_SMALL_GROUPS`] up to
-    /// [`SIMULATE_MAX_RANKS`] ranks, is tried).
+    /// [`WIDE_SEARCH_MAX_RANKS`] ranks, is tried).
     pub block: Option<u64>,
     /// Fixed whole-document fraction (else every one of [`WHOLE_FRACTIONS`] is tried).
     pub whole_frac: Option<f64>,
@@ -200,7 +205,7 @@ impl Hybrid {
     ) -> Result<Candidates, PlanError> {
         let all: &[u64] = if self.quick {
             &QUICK_BLOCKS
-        } else if ctx.ranks <= SIMULATE_MAX_RANKS {
+        } else if ctx.ranks <= WIDE_SEARCH_MAX_RANKS {
             &BLOCKS_SMALL_GROUPS
         } else {
             &BLOCKS
@@ -226,9 +231,9 @@ impl Hybrid {
             None => vec![false],
         };
         // The rebalance's variants, (two-item exchanges, pieces of cut documents kept on
-        // their node). Up to SIMULATE_MAX_RANKS all four — no variant wins every batch, and
+        // their node). Up to WIDE_SEARCH_MAX_RANKS all four — no variant wins every batch, and
         // the simulator decides there; beyond, single-item exchanges that keep the nodes.
-        let rebalances: Vec<(bool, bool)> = if ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick {
+        let rebalances: Vec<(bool, bool)> = if ctx.ranks <= WIDE_SEARCH_MAX_RANKS && !self.quick {
             vec![(false, false), (true, false), (false, true), (true, true)]
         } else {
             vec![(false, true)]
@@ -270,9 +275,9 @@ impl Hybrid {
                 }
             }
         }
-        // Up to SIMULATE_MAX_RANKS, FCP's own default placement contends too (see `plan`):
+        // Up to WIDE_SEARCH_MAX_RANKS, FCP's own default placement contends too (see `plan`):
         // `hybrid` is then never slower than `fcp` there.
-        if ctx.ranks <= SIMULATE_MAX_RANKS && self == &Hybrid::default() {
+        if ctx.ranks <= WIDE_SEARCH_MAX_RANKS && self == &Hybrid::default() {
             specs.push(Fcp {
                 repair: false,
                 ..Fcp::default()
@@ -453,6 +458,12 @@ impl Hybrid {
                                 rebalance_pairs,
                                 lookahead,
                                 node_heads: true,
+                                // Whole documents fill the nodes' budgets: the fill rule
+                                // keeps room for the light ones ([`Fcp::fill`]). Not in the
+                                // quick search, whose one candidate no simulation checks
+                                // (with it: 3 of the 36 cells of docs/results/beyond.md
+                                // faster, 3 slower, geometric mean 1.0717 → 1.0726).
+                                fill: whole > 0 && !self.quick,
                                 ..Fcp::default()
                             };
                             if !specs.contains(&fcp) {
@@ -527,8 +538,8 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
 /// once its previous step is done and every transfer due by then has landed. The backward
 /// pass moves the K/V again on the same schedule and returns the gradients after the last
 /// step that used them, which only the end waits for. No fair-sharing within a step: an
-/// estimate to rank candidates; the simulator has the last word up to
-/// [`SIMULATE_MAX_RANKS`].
+/// estimate to rank candidates; the simulator has the last word among its
+/// [`SIMULATE_TOP`] leaders.
 pub fn estimate(
     plan: &Plan,
     ctx: &PlanContext<'_>,
@@ -694,7 +705,7 @@ impl Planner for Hybrid {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let simulate = ctx.ranks <= SIMULATE_MAX_RANKS && !self.quick;
+        let simulate = !self.quick;
         let Candidates {
             built: mut cands,
             scores,
@@ -703,14 +714,15 @@ impl Planner for Hybrid {
         } = self.search(batch, ctx, Some(if simulate { SIMULATE_TOP } else { 1 }))?;
         // Best estimate first (ties: the earlier candidate; the sort is stable).
         cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
-        // Up to SIMULATE_MAX_RANKS, the estimate's leaders are simulated and the fastest kept:
-        // the estimate is a step-level timeline, not the simulator's fair sharing of links;
-        // beyond, simulating one plan takes longer than planning should.
+        // The estimate's leaders are simulated and the fastest kept: the estimate is a
+        // step-level timeline, not the simulator's fair sharing of links (the quick search
+        // keeps its first pick: at 256 ranks one simulation takes longer than it plans).
         let simulated = if simulate && cands.len() > 1 {
             let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
-            // The leaders, and FCP's own default wherever it ranks: `hybrid` is then never
-            // slower than `fcp` here. Simulated in parallel; the first fastest is kept.
+            // The leaders, and FCP's own default wherever it ranks (it contends up to
+            // WIDE_SEARCH_MAX_RANKS: `hybrid` is then never slower than `fcp` there).
+            // Simulated in parallel; the first fastest is kept.
             let fcp_default = cands.iter().position(|c| c.0.is_fcp_default());
             let chosen = (0..cands.len())
                 .filter(|&i| i < SIMULATE_TOP || Some(i) == fcp_default)
@@ -751,6 +763,8 @@ impl Planner for Hybrid {
             chosen.rebalance_in_node.into(),
         );
         params.insert("chosen_node_heads".to_string(), chosen.node_heads.into());
+        params.insert("chosen_fill".to_string(), chosen.fill.into());
+        params.insert("chosen_lookahead".to_string(), chosen.lookahead.into());
         params.insert(
             "chosen_fcp_default".to_string(),
             score.is_fcp_default().into(),
@@ -819,42 +833,51 @@ mod tests {
 
     #[test]
     fn the_fastest_of_the_estimates_leaders_is_built() {
+        // At every size: up to WIDE_SEARCH_MAX_RANKS with FCP's default among the contenders,
+        // beyond among the estimate's leaders alone (128 ranks of 1K tokens).
         let batch = Batch::new(0, vec![30_000, 6_000, 5_000, 3_000, 2_000, 1_000, 100]);
-        with(16, 6144, Mask::Causal, |ctx| {
-            let h = Hybrid::default();
-            let mut cands = h.candidates(&batch, ctx).unwrap().built;
-            assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
-            // 16 ranks span two nodes: every placement is built with and without the relay.
-            assert!(cands.iter().any(|c| c.0.fcp.relay) && cands.iter().any(|c| !c.0.fcp.relay));
-            cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
-            let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
-            let time = |p: &Plan| {
-                sim.simulate(p, PassSel::Both)
-                    .unwrap()
-                    .metrics
-                    .attention_time_ms
-            };
-            let leaders: Vec<f64> = cands
-                .iter()
-                .enumerate()
-                .filter(|(i, c)| *i < SIMULATE_TOP || c.0.is_fcp_default())
-                .map(|(_, c)| time(&c.1))
-                .collect();
-            let plan = h.plan(&batch, ctx).unwrap();
-            let fastest = leaders.iter().copied().fold(f64::INFINITY, f64::min);
-            assert_eq!(time(&plan), fastest);
-            let p = &plan.scheme.params;
-            let chosen = cands
-                .iter()
-                .position(|c| {
-                    p["chosen_block"] == c.0.fcp.block
-                        && p["chosen_whole"] == c.0.fcp.whole
-                        && p["chosen_relay"] == c.0.fcp.relay
-                        && p["chosen_split_limit"] == limit_json(c.0.fcp.split_limit)
-                })
-                .unwrap();
-            assert!(chosen < SIMULATE_TOP || cands[chosen].0.is_fcp_default());
-        });
+        for (ranks, tpr) in [(16, 6144), (128, 1024)] {
+            with(ranks, tpr, Mask::Causal, |ctx| {
+                let h = Hybrid::default();
+                let mut cands = h.candidates(&batch, ctx).unwrap().built;
+                assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
+                // Both span nodes: every placement is built with and without the relay.
+                assert!(
+                    cands.iter().any(|c| c.0.fcp.relay) && cands.iter().any(|c| !c.0.fcp.relay)
+                );
+                cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
+                let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
+                let time = |p: &Plan| {
+                    sim.simulate(p, PassSel::Both)
+                        .unwrap()
+                        .metrics
+                        .attention_time_ms
+                };
+                let leaders: Vec<f64> = cands
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, c)| *i < SIMULATE_TOP || c.0.is_fcp_default())
+                    .map(|(_, c)| time(&c.1))
+                    .collect();
+                let plan = h.plan(&batch, ctx).unwrap();
+                let fastest = leaders.iter().copied().fold(f64::INFINITY, f64::min);
+                assert_eq!(time(&plan), fastest, "{ranks} ranks");
+                let p = &plan.scheme.params;
+                let chosen = cands
+                    .iter()
+                    .position(|c| {
+                        p["chosen_block"] == c.0.fcp.block
+                            && p["chosen_whole"] == c.0.fcp.whole
+                            && p["chosen_relay"] == c.0.fcp.relay
+                            && p["chosen_split_limit"] == limit_json(c.0.fcp.split_limit)
+                            && p["chosen_node_heads"] == c.0.fcp.node_heads
+                            && p["chosen_lookahead"] == c.0.fcp.lookahead
+                            && p["chosen_fill"] == c.0.fcp.fill
+                    })
+                    .unwrap();
+                assert!(chosen < SIMULATE_TOP || cands[chosen].0.is_fcp_default());
+            });
+        }
     }
 
     #[test]
