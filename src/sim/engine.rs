@@ -180,6 +180,11 @@ pub fn run(
     let flow_ports: Vec<[usize; 2]> = p.flows.iter().map(|f| net.ports(f.src, f.dst)).collect();
     let mut fair = FairShare::new(4 * n);
     let mut ports: Vec<[usize; 2]> = Vec::new();
+    // Ports of the flows that started or finished since the rates were last set: only the
+    // flows connected to them through shared ports can change rate (max-min fairness splits
+    // over connected components), so only those are recomputed.
+    let mut touched = PortSet::new(4 * n);
+    let mut component: Vec<usize> = Vec::new();
 
     // Ranks whose readiness must be re-examined at the current instant.
     let mut dirty: Vec<u32> = (0..n as u32).collect();
@@ -253,6 +258,7 @@ pub fn run(
                             drain(&active, &mut flows, now, &mut last_rate_update);
                             flows[i].state = FlowState::Active;
                             active.push(i);
+                            touched.extend(flow_ports[i]);
                             active_changed = true;
                         }
                     }
@@ -266,6 +272,9 @@ pub fn run(
                                     flows[i].remaining <= flows[i].rate * COMPLETION_SLACK_NS
                                 });
                             active = still;
+                            for &i in &done {
+                                touched.extend(flow_ports[i]);
+                            }
                             for i in done {
                                 flows[i].remaining = 0.0;
                                 finish_flow(i, now, p, &mut flows, &mut ranks, &mut dirty);
@@ -283,14 +292,28 @@ pub fn run(
         if active_changed {
             active_changed = false;
             drain(&active, &mut flows, now, &mut last_rate_update);
+            // The active flows connected to a touched port, in `active` order (so that the
+            // water-filling sees them as it would among all active flows: same rates, bit
+            // for bit).
+            touched.close_over(active.iter().map(|&i| flow_ports[i]));
+            component.clear();
+            component.extend(
+                active
+                    .iter()
+                    .copied()
+                    .filter(|&i| touched.contains(flow_ports[i][0])),
+            );
+            touched.clear();
             ports.clear();
-            ports.extend(active.iter().map(|&i| flow_ports[i]));
+            ports.extend(component.iter().map(|&i| flow_ports[i]));
             let rates = fair.rates(net, &ports);
+            for (k, &i) in component.iter().enumerate() {
+                flows[i].rate = rates[k];
+            }
             epoch += 1;
             let mut next: Option<u64> = None;
-            for (k, &i) in active.iter().enumerate() {
-                let f = &mut flows[i];
-                f.rate = rates[k];
+            for &i in &active {
+                let f = &flows[i];
                 if f.rate > 0.0 {
                     let eta = (f.remaining / f.rate).ceil().max(0.0) as u64;
                     next = Some(next.map_or(eta, |n: u64| n.min(eta)));
@@ -540,5 +563,136 @@ mod tests {
         let n = net();
         let err = run(&p, &n, &CollectiveModel::new(&n, None)).unwrap_err();
         assert!(err.to_string().contains("deadlock"), "{err}");
+    }
+}
+
+/// A set of port ids with the closure [`PortSet::close_over`] needs: the ports of the flows that
+/// changed, grown to every port their connected component of active flows reaches.
+struct PortSet {
+    member: Vec<bool>,
+    list: Vec<usize>,
+}
+
+impl PortSet {
+    fn new(ports: usize) -> Self {
+        PortSet {
+            member: vec![false; ports],
+            list: Vec::new(),
+        }
+    }
+
+    fn contains(&self, p: usize) -> bool {
+        self.member[p]
+    }
+
+    fn insert(&mut self, p: usize) {
+        if !self.member[p] {
+            self.member[p] = true;
+            self.list.push(p);
+        }
+    }
+
+    fn extend(&mut self, ps: [usize; 2]) {
+        self.insert(ps[0]);
+        self.insert(ps[1]);
+    }
+
+    /// Grow the set until no flow of `flows` (its two ports) has one port in and one out:
+    /// a union-find over the ports, then every port in a touched port's class joins.
+    fn close_over(&mut self, flows: impl Iterator<Item = [usize; 2]> + Clone) {
+        if self.list.is_empty() {
+            return;
+        }
+        let mut parent: Vec<usize> = (0..self.member.len()).collect();
+        fn root(parent: &mut [usize], mut x: usize) -> usize {
+            while parent[x] != x {
+                parent[x] = parent[parent[x]];
+                x = parent[x];
+            }
+            x
+        }
+        for [a, b] in flows.clone() {
+            let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+            if ra != rb {
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        }
+        let mut hit = vec![false; self.member.len()];
+        for &p in &self.list {
+            let r = root(&mut parent, p);
+            hit[r] = true;
+        }
+        for [a, b] in flows {
+            if hit[root(&mut parent, a)] {
+                self.insert(a);
+                self.insert(b);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        for &p in &self.list {
+            self.member[p] = false;
+        }
+        self.list.clear();
+    }
+}
+
+#[cfg(test)]
+mod port_set_tests {
+    use super::*;
+    use crate::sim::network::{max_min_rates, Network};
+
+    /// Flows among 12 GPUs (2 per node) from a fixed pseudo-random sequence.
+    fn flows(net: &Network, count: usize, seed: u64) -> Vec<[usize; 2]> {
+        let mut x = seed;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as u32 % 12
+        };
+        (0..count)
+            .map(|_| loop {
+                let (a, b) = (next(), next());
+                if a != b {
+                    return net.ports(a, b);
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_component_s_rates_alone_are_its_rates_among_all_flows_bit_for_bit() {
+        // What lets the engine recompute only the flows connected to a change: max-min
+        // fairness splits over connected components, and the water-filling run on one
+        // component (flows in the same order) performs the same operations.
+        let net = Network::custom(2, 100.0, 10.0, 1000, 5000);
+        for seed in 0..50 {
+            let all = flows(&net, 1 + seed as usize % 9, seed);
+            let global = max_min_rates(&net, &all);
+            let mut set = PortSet::new(4 * 12);
+            set.extend(all[0]);
+            set.close_over(all.iter().copied());
+            let (mine, rest): (Vec<usize>, Vec<usize>) =
+                (0..all.len()).partition(|&i| set.contains(all[i][0]));
+            assert!(mine.contains(&0));
+            // Closed: no flow has one port in the set and one out.
+            for f in &all {
+                assert_eq!(set.contains(f[0]), set.contains(f[1]));
+            }
+            let sub: Vec<[usize; 2]> = mine.iter().map(|&i| all[i]).collect();
+            let alone = max_min_rates(&net, &sub);
+            for (k, &i) in mine.iter().enumerate() {
+                assert_eq!(alone[k].to_bits(), global[i].to_bits(), "seed {seed}");
+            }
+            let others: Vec<[usize; 2]> = rest.iter().map(|&i| all[i]).collect();
+            let theirs = max_min_rates(&net, &others);
+            for (k, &i) in rest.iter().enumerate() {
+                assert_eq!(theirs[k].to_bits(), global[i].to_bits(), "seed {seed}");
+            }
+            set.clear();
+            assert!((0..48).all(|p| !set.contains(p)));
+        }
     }
 }
