@@ -48,12 +48,26 @@ pub const BLOCKS_SMALL_GROUPS: [u64; 5] = [2048, 3072, 4096, 6144, 8192];
 /// document no heavier than a rank's share, as ByteScale and FlashCP's Whole-Doc keep them).
 pub const WHOLE_FRACTIONS: [f64; 5] = [0.0, 0.1, 0.25, 0.5, 1.0];
 
-/// Candidates simulated (the estimate's leaders; up to [`WIDE_SEARCH_MAX_RANKS`] ranks FCP's
-/// own default too), the fastest kept. At 256 ranks the estimate ranks well (Spearman
+/// Leaders simulated beyond [`WIDE_SEARCH_MAX_RANKS`] ranks (the estimate's best; the fastest
+/// is kept). At 256 ranks the estimate ranks well (Spearman
 /// 0.99) but its first pick is not always the fastest: prolong on the B200 44.86 ms for the
 /// pick, 42.75 ms for the fastest of its three leaders; pile on the H100 72.54 against 70.83
 /// (`examples/hybrid_candidates.rs`, `docs/results/beyond.md`).
 pub const SIMULATE_TOP: usize = 3;
+/// Leaders simulated up to [`WIDE_SEARCH_MAX_RANKS`], where one simulation takes ≲ 0.1 s: the
+/// head-parallel candidates there come within a few percent of each other, closer than the
+/// estimate can tell apart (prolong at 64 ranks on the B200: the fastest plan built, 1.095 of
+/// the bound, was the estimate's sixth; its first simulates at 1.105).
+pub const SIMULATE_TOP_WIDE: usize = 8;
+
+/// Leaders [`Hybrid`] simulates for a group of `ranks`.
+pub fn simulate_top(ranks: u32) -> usize {
+    if ranks <= WIDE_SEARCH_MAX_RANKS {
+        SIMULATE_TOP_WIDE
+    } else {
+        SIMULATE_TOP
+    }
+}
 /// Largest group searched with the wide grid ([`BLOCKS_SMALL_GROUPS`], four rebalance
 /// variants) and FCP's own default as a contender (a 64-rank plan simulates in ~0.2 s).
 pub const WIDE_SEARCH_MAX_RANKS: u32 = 64;
@@ -539,7 +553,7 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
 /// pass moves the K/V again on the same schedule and returns the gradients after the last
 /// step that used them, which only the end waits for. No fair-sharing within a step: an
 /// estimate to rank candidates; the simulator has the last word among its
-/// [`SIMULATE_TOP`] leaders.
+/// leaders ([`simulate_top`]).
 pub fn estimate(
     plan: &Plan,
     ctx: &PlanContext<'_>,
@@ -706,12 +720,13 @@ impl Planner for Hybrid {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let simulate = !self.quick;
+        let top = simulate_top(ctx.ranks);
         let Candidates {
             built: mut cands,
             scores,
             placements,
             pruned,
-        } = self.search(batch, ctx, Some(if simulate { SIMULATE_TOP } else { 1 }))?;
+        } = self.search(batch, ctx, Some(if simulate { top } else { 1 }))?;
         // Best estimate first (ties: the earlier candidate; the sort is stable).
         cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
         // The estimate's leaders are simulated and the fastest kept: the estimate is a
@@ -725,7 +740,7 @@ impl Planner for Hybrid {
             // Simulated in parallel; the first fastest is kept.
             let fcp_default = cands.iter().position(|c| c.0.is_fcp_default());
             let chosen = (0..cands.len())
-                .filter(|&i| i < SIMULATE_TOP || Some(i) == fcp_default)
+                .filter(|&i| i < top || Some(i) == fcp_default)
                 .collect::<Vec<_>>();
             let times = chosen
                 .par_iter()
@@ -856,7 +871,7 @@ mod tests {
                 let leaders: Vec<f64> = cands
                     .iter()
                     .enumerate()
-                    .filter(|(i, c)| *i < SIMULATE_TOP || c.0.is_fcp_default())
+                    .filter(|(i, c)| *i < simulate_top(ranks) || c.0.is_fcp_default())
                     .map(|(_, c)| time(&c.1))
                     .collect();
                 let plan = h.plan(&batch, ctx).unwrap();
@@ -875,7 +890,7 @@ mod tests {
                             && p["chosen_fill"] == c.0.fcp.fill
                     })
                     .unwrap();
-                assert!(chosen < SIMULATE_TOP || cands[chosen].0.is_fcp_default());
+                assert!(chosen < simulate_top(ranks) || cands[chosen].0.is_fcp_default());
             });
         }
     }
