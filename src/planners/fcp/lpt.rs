@@ -275,18 +275,9 @@ impl State {
     /// The comm-aware choice for a unit of `weight` and `comm` ([`Options::comm_aware`]): one
     /// scan of the ranks with room, O(N) — only units of long documents take it.
     fn comm_aware_rank(&self, tokens: u64, weight: f64, comm: f64) -> Option<u32> {
-        let mut best: Option<(f64, f64, u32)> = None;
-        for (r, &free) in self.free.iter().enumerate() {
-            if free < tokens {
-                continue;
-            }
-            let load = self.a.loads[r] + weight;
-            let score = (load / self.mean_load).max((self.a.comm[r] + comm) / self.mean_comm);
-            if best.is_none_or(|(s, l, _)| score < s || (score == s && load < l)) {
-                best = Some((score, load, r as u32));
-            }
-        }
-        best.map(|b| b.2)
+        self.best_rank(tokens, weight, |r, load| {
+            (load / self.mean_load).max((self.a.comm[r] + comm) / self.mean_comm)
+        })
     }
 
     /// The fill rule's choice for a unit of `tokens` and `weight` ([`Options::fill`]): one
@@ -298,13 +289,26 @@ impl State {
         } else {
             0.0
         };
+        self.best_rank(tokens, weight, |r, load| {
+            load + (self.free[r] - tokens) as f64 * density
+        })
+    }
+
+    /// The rank with room for `tokens` whose `score(rank, load after taking weight)` is least
+    /// (ties: less load, then lower id).
+    fn best_rank(
+        &self,
+        tokens: u64,
+        weight: f64,
+        score: impl Fn(usize, f64) -> f64,
+    ) -> Option<u32> {
         let mut best: Option<(f64, f64, u32)> = None;
         for (r, &free) in self.free.iter().enumerate() {
             if free < tokens {
                 continue;
             }
             let load = self.a.loads[r] + weight;
-            let score = load + (free - tokens) as f64 * density;
+            let score = score(r, load);
             if best.is_none_or(|(s, l, _)| score < s || (score == s && load < l)) {
                 best = Some((score, load, r as u32));
             }
