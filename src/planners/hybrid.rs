@@ -60,6 +60,10 @@ pub const SIMULATE_TOP: usize = 3;
 /// the bound, was the estimate's sixth; its first simulates at 1.105).
 pub const SIMULATE_TOP_WIDE: usize = 8;
 
+/// Largest group searched with the wide grid ([`BLOCKS_SMALL_GROUPS`], four rebalance
+/// variants) and FCP's own default as a contender.
+pub const WIDE_SEARCH_MAX_RANKS: u32 = 64;
+
 /// Leaders [`Hybrid`] simulates for a group of `ranks`.
 pub fn simulate_top(ranks: u32) -> usize {
     if ranks <= WIDE_SEARCH_MAX_RANKS {
@@ -68,9 +72,6 @@ pub fn simulate_top(ranks: u32) -> usize {
         SIMULATE_TOP
     }
 }
-/// Largest group searched with the wide grid ([`BLOCKS_SMALL_GROUPS`], four rebalance
-/// variants) and FCP's own default as a contender (a 64-rank plan simulates in ~0.2 s).
-pub const WIDE_SEARCH_MAX_RANKS: u32 = 64;
 
 /// Parameter names `hybrid:key=value` accepts.
 pub const PARAMS: [&str; 6] = [
