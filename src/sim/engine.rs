@@ -571,6 +571,10 @@ mod tests {
 struct PortSet {
     member: Vec<bool>,
     list: Vec<usize>,
+    /// Scratch of [`PortSet::close_over`] (union-find parents, touched roots), kept between
+    /// calls: the engine closes the set at every rate recompute.
+    parent: Vec<usize>,
+    hit: Vec<bool>,
 }
 
 impl PortSet {
@@ -578,6 +582,8 @@ impl PortSet {
         PortSet {
             member: vec![false; ports],
             list: Vec::new(),
+            parent: Vec::with_capacity(ports),
+            hit: vec![false; ports],
         }
     }
 
@@ -603,7 +609,11 @@ impl PortSet {
         if self.list.is_empty() {
             return;
         }
-        let mut parent: Vec<usize> = (0..self.member.len()).collect();
+        let mut parent = std::mem::take(&mut self.parent);
+        parent.clear();
+        parent.extend(0..self.member.len());
+        let mut hit = std::mem::take(&mut self.hit);
+        hit.fill(false);
         fn root(parent: &mut [usize], mut x: usize) -> usize {
             while parent[x] != x {
                 parent[x] = parent[parent[x]];
@@ -617,7 +627,6 @@ impl PortSet {
                 parent[ra.max(rb)] = ra.min(rb);
             }
         }
-        let mut hit = vec![false; self.member.len()];
         for &p in &self.list {
             let r = root(&mut parent, p);
             hit[r] = true;
@@ -628,6 +637,8 @@ impl PortSet {
                 self.insert(b);
             }
         }
+        self.parent = parent;
+        self.hit = hit;
     }
 
     fn clear(&mut self) {
