@@ -3,29 +3,34 @@
 //! simulator is the most faithful cost model we have, and a scheme that is best on one batch
 //! (Ulysses when every document is short, `hybrid` on a long tail) is not best on every batch.
 //!
-//! Candidates, in order (ties go to the earlier): `hybrid`, `fcp`, `flashcp`, `magi`,
-//! `ulysses`, `wlb-llm`, `bytescale`, `per-doc`, `llama3`, and — up to 64 ranks, where their N²
-//! steps still simulate quickly — `zigzag` and `ring`. A candidate that refuses the batch is
-//! skipped. Every plan is verified before it is simulated, so `auto` never returns an invalid
-//! plan.
+//! Candidates, in order (ties go to the earlier): `hybrid`, `hybrid:quick=true`, `fcp`,
+//! `flashcp`, `magi`, `ulysses`, `wlb-llm`, `bytescale`, `per-doc`, `llama3`, and — up to 64
+//! ranks, where their N² steps still simulate quickly — `zigzag` and `ring`. A candidate that
+//! refuses the batch is skipped. Every plan is verified before it is scored, so `auto` never
+//! returns an invalid plan.
 //!
-//! `budget_ms` (0 = none) stops trying further candidates once planning has taken that long;
-//! the candidates already tried are ordered so the likeliest winners come first. With a budget
-//! that is hit, the choice depends on the machine's speed, so the plan is deterministic only
-//! without one (the default).
-
+//! **Under a planning-time budget** (`budget_ms` > 0) the quick search goes first and its plan
+//! is what a budget shorter than the quick search returns (30–50 ms at 256 ranks on 2 cores,
+//! `docs/results/beyond.md` § Planning time). Every further candidate is started only when
+//! the time left covers what it is expected to take — [`COST_VS_QUICK`] times what the quick
+//! search took in this call, so the expectation follows the machine and the batch — and plans
+//! are compared by `hybrid`'s step-level estimate ([`crate::planners::hybrid::estimate`], a
+//! few milliseconds at 256 ranks) instead of the simulator (a third of a second there). Which
+//! candidates fit depends on the machine's speed, so with a budget the plan is deterministic
+//! only when the budget is far from what the candidates take; the default is no budget.
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::plan::{verify, Plan, PlanError};
-use crate::sim::{PassSel, Simulator};
+use crate::sim::{ComputeModel, PassSel, Simulator};
 use crate::trace::Batch;
 
-use super::{planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
+use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
 
 /// Candidate schemes, in the order tried.
-pub const CANDIDATES: [&str; 11] = [
+pub const CANDIDATES: [&str; 12] = [
     "hybrid",
+    QUICK,
     "fcp",
     "flashcp",
     "magi",
@@ -36,6 +41,31 @@ pub const CANDIDATES: [&str; 11] = [
     "llama3",
     "zigzag",
     "ring",
+];
+
+/// The quick search: the first candidate under a budget.
+pub const QUICK: &str = "hybrid:quick=true";
+
+/// What each candidate is expected to take (planning, verifying, estimating), as a multiple of
+/// the quick search's time in the same call: a budgeted `auto` starts a candidate only when the
+/// time left covers it. The largest ratio measured in `fcp plan --scheme auto` (2 cores, H100)
+/// on magi at 64 and 256 ranks and lognormal at 256, where the quick search took 32–73 ms,
+/// rounded up — a budget is a ceiling: `hybrid` 8–32 ×, `flashcp` 1.5–100 ×, `wlb-llm` and
+/// `per-doc` 72–214 × (at 256 ranks, to refuse the batch), `llama3` 1–23 ×, `ulysses` ≤ 7.5 ×,
+/// `magi` 0.4–2.2 ×, `fcp` 0.3–0.4 ×, `bytescale` 0.07–0.35 ×; `zigzag` 447 × and `ring`
+/// 200 × at 64 ranks.
+pub const COST_VS_QUICK: [(&str, f64); 11] = [
+    ("hybrid", 40.0),
+    ("fcp", 1.5),
+    ("flashcp", 120.0),
+    ("magi", 3.0),
+    ("ulysses", 10.0),
+    ("wlb-llm", 250.0),
+    ("bytescale", 1.0),
+    ("per-doc", 250.0),
+    ("llama3", 25.0),
+    ("zigzag", 500.0),
+    ("ring", 500.0),
 ];
 
 /// Schemes tried only up to this many ranks (their plans have O(N²) steps).
@@ -85,32 +115,62 @@ impl Planner for Auto {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let start = Instant::now();
+        let budgeted = self.budget_ms > 0;
         let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
             .map_err(|e| PlanError::Planning(format!("auto: {e}")))?;
+        let profile = ctx
+            .hardware
+            .kernel_profile()
+            .map_err(|e| PlanError::Planning(format!("auto: cost model: {e}")))?;
+        let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
+        // Under a budget the quick search first, the rest in their order.
+        let order: Vec<&str> = if budgeted {
+            std::iter::once(QUICK)
+                .chain(CANDIDATES.into_iter().filter(|&c| c != QUICK))
+                .collect()
+        } else {
+            CANDIDATES.to_vec()
+        };
+        let budget = std::time::Duration::from_millis(self.budget_ms);
+        let mut quick_took: Option<std::time::Duration> = None;
         let mut best: Option<(f64, &str, Plan)> = None;
         let mut tried = Vec::new();
-        for name in CANDIDATES {
+        for name in order {
             if QUADRATIC.contains(&name) && ctx.ranks > QUADRATIC_MAX_RANKS {
                 continue;
             }
-            if self.budget_ms > 0
-                && best.is_some()
-                && start.elapsed().as_millis() >= u128::from(self.budget_ms)
-            {
-                break;
+            if let (true, Some(q)) = (budgeted, quick_took) {
+                let factor = COST_VS_QUICK
+                    .iter()
+                    .find(|c| c.0 == name)
+                    .map_or(1.0, |c| c.1);
+                if start.elapsed() + q.mul_f64(factor) > budget {
+                    continue;
+                }
             }
             let planner = planner_for(name).map_err(|e| PlanError::Planning(e.to_string()))?;
-            let Ok(plan) = planner.plan(batch, ctx) else {
+            let planned = planner.plan(batch, ctx);
+            if name == QUICK {
+                quick_took = Some(start.elapsed());
+            }
+            let Ok(plan) = planned else {
                 continue;
             };
             if !verify(&plan).is_empty() {
                 continue;
             }
-            let Ok(report) = sim.simulate(&plan, PassSel::Both) else {
-                continue;
+            let t = if budgeted {
+                match hybrid::estimate(&plan, ctx, &mut cm) {
+                    Ok(seconds) => seconds * 1e3,
+                    Err(_) => continue,
+                }
+            } else {
+                match sim.simulate(&plan, PassSel::Both) {
+                    Ok(report) => report.metrics.attention_time_ms,
+                    Err(_) => continue,
+                }
             };
             tried.push(name);
-            let t = report.metrics.attention_time_ms;
             if best.as_ref().is_none_or(|b| t < b.0) {
                 best = Some((t, name, plan));
             }
@@ -121,6 +181,8 @@ impl Planner for Auto {
         let mut params = self.params();
         params.insert("chosen".to_string(), chosen.into());
         params.insert("tried".to_string(), tried.join(",").into());
+        let compared = if budgeted { "estimate" } else { "simulation" };
+        params.insert("compared_by".to_string(), compared.into());
         let inner = std::mem::take(&mut plan.scheme.params);
         params.insert(
             "chosen_params".to_string(),
@@ -161,5 +223,39 @@ mod tests {
                 }
             }
         });
+    }
+
+    #[test]
+    fn under_a_budget_the_quick_search_goes_first_and_estimates_decide() {
+        // A 1 ms budget: the quick search always runs first, and whatever else the time left
+        // covered was compared with it by the estimate; the plan verifies either way.
+        let batch = Batch::new(0, vec![3000, 500, 200, 200, 100, 40]);
+        with_ctx(16, Mask::Causal, |ctx| {
+            let plan = Auto { budget_ms: 1 }.plan(&batch, ctx).unwrap();
+            assert_valid(&plan);
+            let p = &plan.scheme.params;
+            let tried: Vec<&str> = p["tried"].as_str().unwrap().split(',').collect();
+            assert_eq!(tried[0], QUICK);
+            assert!(tried.contains(&p["chosen"].as_str().unwrap()));
+            assert_eq!(p["compared_by"], "estimate");
+            // Without a budget every candidate is simulated.
+            let all = Auto::default().plan(&batch, ctx).unwrap();
+            assert_eq!(all.scheme.params["compared_by"], "simulation");
+            assert_eq!(
+                all.scheme.params["tried"]
+                    .as_str()
+                    .unwrap()
+                    .split(',')
+                    .next(),
+                Some("hybrid")
+            );
+        });
+    }
+
+    #[test]
+    fn every_candidate_has_an_expected_cost() {
+        for name in CANDIDATES.into_iter().filter(|&c| c != QUICK) {
+            assert!(COST_VS_QUICK.iter().any(|c| c.0 == name), "{name}");
+        }
     }
 }

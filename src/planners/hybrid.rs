@@ -88,8 +88,18 @@ pub const PARAMS: [&str; 6] = [
 /// the larger blocks that balance nodes, not ranks.
 pub const NODE_HEADS_BLOCKS: [u64; 2] = [8192, 16384];
 
-/// Block sizes of the quick search ([`Hybrid::quick`]).
+/// Block sizes of the quick search's row-cut candidates ([`Hybrid::quick`]).
 pub const QUICK_BLOCKS: [u64; 2] = [2048, 4096];
+/// The quick search's head-parallel-node candidates, (node block, documents kept whole on a
+/// node — every one that fits a rank's budget, else none beyond FCP's packs —, lookahead):
+/// the four that the full search's picks at 256 ranks come closest to without its two-item
+/// exchanges and split limit (`examples/hybrid_quick_candidates.rs`). Whole documents help
+/// where a node's short documents would be cut (magi, pile, wlb-llm on the H100), cutting
+/// them where one document is many nodes' share (prolong); lookahead 0 where the K/V pipeline
+/// is short, 1 where its senders wait on their own inputs (`LOOKAHEAD`); 16K node blocks
+/// where long documents are many blocks (magi).
+pub const QUICK_NODE_HEADS: [(u64, bool, u32); 3] =
+    [(8192, false, 0), (8192, true, 0), (16384, true, 0)];
 /// Whole-document fraction of the quick search.
 pub const QUICK_WHOLE_FRACTION: f64 = 0.25;
 
@@ -107,10 +117,11 @@ pub struct Hybrid {
     /// Fixed heavy-block split limit ([`Fcp::split_limit`]; else `inf` and [`SPLIT_LIMIT`]
     /// are tried).
     pub split_limit: Option<f64>,
-    /// Quick search (`quick=true`): [`QUICK_BLOCKS`] × [`QUICK_WHOLE_FRACTION`], no split,
-    /// relay on across nodes, the best estimate kept, nothing simulated — for planning under
-    /// a tight time budget (`docs/results/beyond.md` § Planning time). Fixed parameters
-    /// still win.
+    /// Quick search (`quick=true`): the [`QUICK_NODE_HEADS`] candidates where head-parallel
+    /// nodes apply, and — up to [`WIDE_SEARCH_MAX_RANKS`] ranks or where they do not —
+    /// [`QUICK_BLOCKS`] × [`QUICK_WHOLE_FRACTION`], no split, relay on across nodes; the best
+    /// estimate kept, nothing simulated — for planning under a tight time budget
+    /// (`docs/results/beyond.md` § Planning time). Fixed parameters still win.
     pub quick: bool,
     /// Fixed choice of head-parallel nodes ([`Fcp::node_heads`]; else both are tried where
     /// the heads divide over a node's ranks).
@@ -256,6 +267,13 @@ impl Hybrid {
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
         let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
+        let node_specs = self.node_heads_specs(batch, ctx, &whole_weights, mean, cap);
+        // Beyond WIDE_SEARCH_MAX_RANKS the quick search builds head-parallel nodes alone
+        // where they apply: there they won all twelve 256-rank cells of
+        // docs/results/beyond.md, and a row-cut placement of every rank costs more than all
+        // four of them (placing N/8 nodes, not N ranks).
+        let row_cut = !(self.quick && ctx.ranks > WIDE_SEARCH_MAX_RANKS && !node_specs.is_empty());
+        let blocks = if row_cut { blocks } else { Vec::new() };
         let profile = ctx
             .hardware
             .kernel_profile()
@@ -380,7 +398,6 @@ impl Hybrid {
         }
         // Head-parallel nodes: FCP across nodes, heads split inside them. No LPT bound
         // prunes these (their placement is made per node); each is built and estimated.
-        let node_specs = self.node_heads_specs(batch, ctx, &whole_weights, mean, cap);
         let scored = node_specs
             .into_par_iter()
             .map(|fcp| {
@@ -434,59 +451,60 @@ impl Hybrid {
         if self.node_heads == Some(false) || !fits || g == 1 {
             return Vec::new();
         }
-        let quick = |all: &[u64], one: u64| if self.quick { vec![one] } else { all.to_vec() };
-        let blocks = self
-            .block
-            .map_or(quick(&NODE_HEADS_BLOCKS, NODE_HEADS_BLOCKS[0]), |b| vec![b]);
-        let wholes = match self.whole_frac {
-            Some(f) => vec![longest_whole(
+        let fixed_whole = self.whole_frac.map(|f| {
+            longest_whole(
                 batch,
                 whole_weights,
                 f * mean * f64::from(g),
                 cap * u64::from(g),
-            )],
-            None => quick(&[0, cap], cap),
-        };
-        let splits: Vec<f64> = match self.split_limit {
-            Some(f) => vec![f],
-            None if self.quick => vec![f64::INFINITY],
-            None => vec![f64::INFINITY, SPLIT_LIMIT],
-        };
-        let pairs: &[bool] = if self.quick { &[false] } else { &[false, true] };
-        let lookaheads: &[u32] = if self.quick {
-            &[LOOKAHEAD]
+            )
+        });
+        let whole_of = |keep: bool| fixed_whole.unwrap_or(if keep { cap } else { 0 });
+        // (block, whole, split limit, two-item exchanges, lookahead), in the order tried.
+        let mut configs = Vec::new();
+        if self.quick {
+            for (block, keep, lookahead) in QUICK_NODE_HEADS {
+                let split = self.split_limit.unwrap_or(f64::INFINITY);
+                configs.push((block, whole_of(keep), split, false, lookahead));
+            }
         } else {
-            &[0, LOOKAHEAD]
-        };
-        let mut specs = Vec::new();
-        for &block in &blocks {
-            for &whole in &wholes {
-                let whole = if whole <= block { 0 } else { whole };
-                for &split_limit in &splits {
-                    for &rebalance_pairs in pairs {
-                        for &lookahead in lookaheads {
-                            let fcp = Fcp {
-                                block,
-                                whole,
-                                split_limit,
-                                rebalance: true,
-                                rebalance_pairs,
-                                lookahead,
-                                node_heads: true,
-                                // Whole documents fill the nodes' budgets: the fill rule
-                                // keeps room for the light ones ([`Fcp::fill`]). Not in the
-                                // quick search, whose one candidate no simulation checks
-                                // (with it: 3 of the 36 cells of docs/results/beyond.md
-                                // faster, 3 slower, geometric mean 1.0717 → 1.0726).
-                                fill: whole > 0 && !self.quick,
-                                ..Fcp::default()
-                            };
-                            if !specs.contains(&fcp) {
-                                specs.push(fcp);
+            let wholes = fixed_whole.map_or(vec![0, cap], |w| vec![w]);
+            let splits = self
+                .split_limit
+                .map_or(vec![f64::INFINITY, SPLIT_LIMIT], |f| vec![f]);
+            for block in NODE_HEADS_BLOCKS {
+                for &whole in &wholes {
+                    for &split in &splits {
+                        for pairs in [false, true] {
+                            for lookahead in [0, LOOKAHEAD] {
+                                configs.push((block, whole, split, pairs, lookahead));
                             }
                         }
                     }
                 }
+            }
+        }
+        let mut specs = Vec::new();
+        for (block, whole, split_limit, rebalance_pairs, lookahead) in configs {
+            let block = self.block.unwrap_or(block);
+            let whole = if whole <= block { 0 } else { whole };
+            let fcp = Fcp {
+                block,
+                whole,
+                split_limit,
+                rebalance: true,
+                rebalance_pairs,
+                lookahead,
+                node_heads: true,
+                // Whole documents fill the nodes' budgets: the fill rule keeps room for the
+                // light ones ([`Fcp::fill`]). Not in the quick search, whose candidates no
+                // simulation checks (with it: 3 of the 36 cells of docs/results/beyond.md
+                // faster, 3 slower, geometric mean 1.0717 → 1.0726).
+                fill: whole > 0 && !self.quick,
+                ..Fcp::default()
+            };
+            if !specs.contains(&fcp) {
+                specs.push(fcp);
             }
         }
         specs
@@ -969,31 +987,34 @@ mod tests {
     }
 
     #[test]
-    fn the_quick_search_builds_at_most_three_plans() {
-        // Two block sizes, one whole fraction, no split, the relay on across nodes: at most
-        // two placements, one plan each, and one head-parallel-node plan where the heads
-        // divide over a node; the plan verifies and says it was quick.
+    fn the_quick_search_builds_the_head_parallel_candidates_where_they_apply() {
+        // 256 ranks (32 nodes of 8, 64 heads): the QUICK_NODE_HEADS candidates alone, no
+        // row-cut placement; 16 ranks: those plus at most two row-cut placements (one plan
+        // each, relay on, no split). The plan verifies and says it was quick.
         let mut lens = vec![60_000, 41_000, 9_000];
         lens.extend(std::iter::repeat_n(1_500u64, 40));
         let batch = Batch::new(0, lens);
-        with(16, 16384, Mask::Causal, |ctx| {
-            let quick =
-                Hybrid::from_spec(&SchemeSpec::parse("hybrid:quick=true").unwrap()).unwrap();
+        let quick = Hybrid::from_spec(&SchemeSpec::parse("hybrid:quick=true").unwrap()).unwrap();
+        with(256, 512, Mask::Causal, |ctx| {
             let c = quick.candidates(&batch, ctx).unwrap();
-            assert!(
-                c.placements <= 2 && c.scores.len() <= 3,
-                "{} {}",
-                c.placements,
-                c.scores.len()
-            );
-            assert_eq!(c.scores.iter().filter(|s| s.fcp.node_heads).count(), 1);
+            assert_eq!(c.placements, 0);
+            assert!(c.scores.iter().all(|s| s.fcp.node_heads && !s.fcp.fill));
+            assert!(!c.scores.is_empty() && c.scores.len() <= QUICK_NODE_HEADS.len());
+            let plan = quick.plan(&batch, ctx).unwrap();
+            assert_valid(&plan);
+            assert_eq!(plan.scheme.params["quick"], true);
+        });
+        with(16, 16384, Mask::Causal, |ctx| {
+            let c = quick.candidates(&batch, ctx).unwrap();
+            assert!(c.placements <= 2, "{}", c.placements);
+            let heads = c.scores.iter().filter(|s| s.fcp.node_heads).count();
+            assert!(heads >= 1 && heads <= QUICK_NODE_HEADS.len());
             assert!(c
                 .scores
                 .iter()
                 .all(|s| s.fcp.node_heads || (s.fcp.relay && s.fcp.split_limit.is_infinite())));
             let plan = quick.plan(&batch, ctx).unwrap();
             assert_valid(&plan);
-            assert_eq!(plan.scheme.params["quick"], true);
             assert_eq!(plan.scheme.params["chosen_fcp_default"], false);
         });
     }

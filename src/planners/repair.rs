@@ -110,18 +110,23 @@ pub fn doc_traffic(chunks: &[(TokenRange, u32)], mask: Mask, out: &mut Vec<(u32,
     if holders.len() < 2 {
         return;
     }
-    let total: u64 = chunks.iter().map(|(c, _)| c.len()).sum();
+    // before[k]: tokens of the first k chunks (by start).
+    let before: Vec<u64> = std::iter::once(0)
+        .chain(chunks.iter().scan(0u64, |sum, (c, _)| {
+            *sum += c.len();
+            Some(*sum)
+        }))
+        .collect();
+    let total = before[chunks.len()];
     let mut limits: Vec<u64> = holders.iter().map(|h| h.1).collect();
     limits.sort_unstable();
     out.extend(holders.iter().map(|&(r, _, _)| (r, 0.0)));
     // Receives: tokens of chunks starting before the limit, minus its own (all of which start
-    // before its limit).
+    // before its limit). Prefix sums: a holder costs a search, not a pass over the chunks
+    // (the traffic repair evaluates thousands of candidates per placement).
     for (i, &(_, limit, own)) in holders.iter().enumerate() {
         let before = match mask {
-            Mask::Causal => {
-                let k = chunks.partition_point(|(c, _)| c.start < limit);
-                chunks[..k].iter().map(|(c, _)| c.len()).sum::<u64>()
-            }
+            Mask::Causal => before[chunks.partition_point(|(c, _)| c.start < limit)],
             Mask::Full => total,
         };
         out[i].1 += (before - own) as f64;
