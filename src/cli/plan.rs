@@ -71,8 +71,9 @@ struct FcpSwitches {
     /// FlashCP's target imbalance ratio R (`target_imbalance=`, default 1.05).
     #[arg(long)]
     target_imbalance: Option<f64>,
-    /// `auto`'s planning-time budget in milliseconds (`budget_ms=`; 0 = none): no further
-    /// candidate is tried once planning has taken this long.
+    /// `auto`'s planning-time budget in milliseconds (`budget_ms=`; 0 = none): the quick
+    /// `hybrid` search first, then only candidates the time left is expected to cover,
+    /// compared by estimate instead of simulation.
     #[arg(long)]
     budget_ms: Option<u64>,
 }

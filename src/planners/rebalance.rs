@@ -30,8 +30,11 @@
 //! the planner's weights but added tiles and traffic that cost more than they saved
 //! (`docs/schemes/hybrid.md`).
 //!
-//! Cost per step: O(I_h · P · I_l) for I items on a rank and P partners; with pairs,
-//! O(P · I · [`WINDOW`] · log I) more.
+//! Cost per step, for I items on a rank and P partners: O(P · I_h · (log I_l + w)) for moves
+//! and swaps, w the partner's items within the token window the two rooms allow (a few when
+//! the budget is full); with pairs, O(P · (I_h + I_l) · I) more for the scan of pairs, cut
+//! short by a bound on what the busiest rank gives. Neither shortcut changes the exchange
+//! found (tested against the plain scan of every pair).
 
 use super::repair::Item;
 
