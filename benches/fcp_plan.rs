@@ -30,16 +30,16 @@ fn bench(c: &mut Criterion) {
         };
         pack(&trace, &opts).unwrap().batches.swap_remove(0)
     };
+    let ctx_for = |ranks: u32| PlanContext {
+        ranks,
+        tokens_per_rank: tpr,
+        mask: Mask::Causal,
+        model: &model,
+        hardware: &hw,
+    };
     for source in ["wlb-llm", "magi"] {
         for ranks in [256u32, 1024] {
-            let batch = batch_for(source, ranks);
-            let ctx = PlanContext {
-                ranks,
-                tokens_per_rank: tpr,
-                mask: Mask::Causal,
-                model: &model,
-                hardware: &hw,
-            };
+            let (batch, ctx) = (batch_for(source, ranks), ctx_for(ranks));
             group.bench_function(format!("{source}/{ranks}x32K"), |b| {
                 b.iter(|| Fcp::default().plan(&batch, &ctx).unwrap())
             });
@@ -66,14 +66,7 @@ fn bench(c: &mut Criterion) {
         "lognormal",
     ] {
         let ranks = 256;
-        let batch = batch_for(source, ranks);
-        let ctx = PlanContext {
-            ranks,
-            tokens_per_rank: tpr,
-            mask: Mask::Causal,
-            model: &model,
-            hardware: &hw,
-        };
+        let (batch, ctx) = (batch_for(source, ranks), ctx_for(ranks));
         group.bench_function(format!("{source}/{ranks}x32K/hybrid-quick"), |b| {
             b.iter(|| quick.plan(&batch, &ctx).unwrap())
         });

@@ -11,13 +11,11 @@
 //! Simulating every candidate takes minutes at 256 ranks; the planner itself simulates none
 //! there.
 
-use fcp::hardware::Hardware;
-use fcp::plan::Mask;
-use fcp::planners::{hybrid::Hybrid, PlanContext};
+use fcp::planners::hybrid::Hybrid;
 use fcp::sim::{PassSel, Simulator};
-use fcp::trace::{pack, PackMode, PackOptions, Trace};
-use fcp::Model;
 use rayon::prelude::*;
+
+mod support;
 
 /// Ranks of `v` (0 = smallest; ties in index order).
 fn ranks(v: &[f64]) -> Vec<f64> {
@@ -42,34 +40,9 @@ fn spearman(a: &[f64], b: &[f64]) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [path, ranks_arg, hw_name] = &args[..] else {
-        eprintln!("usage: hybrid_candidates TRACE.csv RANKS HARDWARE");
-        std::process::exit(2);
-    };
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        eprintln!("error: {path}: {e}");
-        std::process::exit(2)
-    });
-    let trace = Trace::from_csv_str(&text).expect("a trace CSV with a doc_len column");
-    let ranks: u32 = ranks_arg.parse().expect("RANKS is an integer");
-    let hw = Hardware::load(hw_name).expect("a hardware profile");
-    let model = Model::load("llama3-70b").expect("bundled model");
-    let opts = PackOptions {
-        mode: PackMode::Budget,
-        ranks,
-        tokens_per_rank: 32768,
-        context: None,
-    };
-    let batch = &pack(&trace, &opts).expect("packable trace").batches[0];
-    let ctx = PlanContext {
-        ranks,
-        tokens_per_rank: 32768,
-        mask: Mask::Causal,
-        model: &model,
-        hardware: &hw,
-    };
-    let sim = Simulator::new(hw.clone(), model.clone()).expect("simulator");
+    let cell = support::Cell::from_args("hybrid_candidates");
+    let (batch, ctx) = (&cell.batch, cell.ctx());
+    let sim = Simulator::new(cell.hw.clone(), cell.model.clone()).expect("simulator");
     let c = Hybrid::default()
         .candidates(batch, &ctx)
         .expect("hybrid plans");

@@ -12,42 +12,15 @@
 
 use std::time::Instant;
 
-use fcp::hardware::Hardware;
-use fcp::plan::Mask;
 use fcp::planners::fcp::Fcp;
-use fcp::planners::{hybrid, PlanContext, Planner};
+use fcp::planners::{hybrid, Planner};
 use fcp::sim::{ComputeModel, PassSel, Simulator};
-use fcp::trace::{pack, PackMode, PackOptions, Trace};
-use fcp::Model;
+
+mod support;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [path, ranks_arg, hw_name] = &args[..] else {
-        eprintln!("usage: hybrid_quick_candidates TRACE.csv RANKS HARDWARE");
-        std::process::exit(2);
-    };
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        eprintln!("error: {path}: {e}");
-        std::process::exit(2)
-    });
-    let trace = Trace::from_csv_str(&text).expect("a trace CSV with a doc_len column");
-    let ranks: u32 = ranks_arg.parse().expect("RANKS is an integer");
-    let hw = Hardware::load(hw_name).expect("a hardware profile");
-    let model = Model::load("llama3-70b").expect("bundled model");
-    let opts = PackOptions {
-        mode: PackMode::Budget,
-        ranks,
-        tokens_per_rank: 32768,
-        context: None,
-    };
-    let batch = &pack(&trace, &opts).expect("packable trace").batches[0];
-    let ctx = PlanContext {
-        ranks,
-        tokens_per_rank: 32768,
-        mask: Mask::Causal,
-        model: &model,
-        hardware: &hw,
-    };
+    let cell = support::Cell::from_args("hybrid_quick_candidates");
+    let (batch, ctx, hw, model) = (&cell.batch, cell.ctx(), &cell.hw, &cell.model);
     let sim = Simulator::new(hw.clone(), model.clone()).expect("simulator");
     let profile = hw.kernel_profile().expect("kernel profile");
     let cap = Fcp::cap(batch, &ctx);
@@ -76,7 +49,7 @@ fn main() {
                         let start = Instant::now();
                         let plan = fcp.plan(batch, &ctx).expect("a head-parallel plan");
                         let took = start.elapsed().as_secs_f64() * 1e3;
-                        let mut cm = ComputeModel::new(&hw, &profile, &model);
+                        let mut cm = ComputeModel::new(hw, &profile, model);
                         let estimate = hybrid::estimate(&plan, &ctx, &mut cm).expect("estimate");
                         let m = sim
                             .simulate(&plan, PassSel::Both)
