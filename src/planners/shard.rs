@@ -183,14 +183,23 @@ pub fn merge_ranges(ranges: &[TokenRange]) -> Vec<TokenRange> {
 }
 
 /// The parts of `wanted` not covered by `held` (both any order), merged and sorted.
+///
+/// Both sides merged are sorted and disjoint, so one pass over each: `first` skips the held
+/// ranges that end before the current wanted one, which no later wanted range can overlap
+/// either (a scan of every held range per wanted one made per-doc and wlb-llm take seconds to
+/// plan at 256 ranks, 70% of it here).
 pub fn subtract_ranges(wanted: &[TokenRange], held: &[TokenRange]) -> Vec<TokenRange> {
     let held = merge_ranges(held);
     let mut out = Vec::new();
+    let mut first = 0;
     for w in merge_ranges(wanted) {
+        while first < held.len() && (held[first].doc, held[first].end) <= (w.doc, w.start) {
+            first += 1;
+        }
         let mut pos = w.start;
-        for h in held
+        for h in held[first..]
             .iter()
-            .filter(|h| h.doc == w.doc && h.end > w.start && h.start < w.end)
+            .take_while(|h| h.doc == w.doc && h.start < w.end)
         {
             if h.start > pos {
                 out.push(TokenRange::new(w.doc, pos, h.start));
@@ -412,6 +421,28 @@ pub fn kv_group(h: HeadRange, group: u32) -> HeadRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn subtract_ranges_leaves_exactly_the_tokens_wanted_and_not_held(
+            wanted in prop::collection::vec((0u32..3, 0u64..40, 0u64..12), 0..12),
+            held in prop::collection::vec((0u32..3, 0u64..40, 0u64..12), 0..12),
+        ) {
+            // Token by token: (doc, position) sets, against the one pass over merged ranges.
+            let ranges = |v: &[(u32, u64, u64)]| -> Vec<TokenRange> {
+                v.iter().map(|&(d, s, l)| TokenRange::new(d, s, s + l)).collect()
+            };
+            let (w, h) = (ranges(&wanted), ranges(&held));
+            let tokens = |v: &[TokenRange]| -> std::collections::BTreeSet<(u32, u64)> {
+                v.iter().flat_map(|r| (r.start..r.end).map(move |t| (r.doc, t))).collect()
+            };
+            let out = subtract_ranges(&w, &h);
+            let expected: Vec<_> = tokens(&w).difference(&tokens(&h)).copied().collect();
+            prop_assert_eq!(tokens(&out).into_iter().collect::<Vec<_>>(), expected);
+            prop_assert_eq!(merge_ranges(&out), out.clone(), "merged and sorted");
+        }
+    }
 
     #[test]
     fn split_even_is_contiguous_and_balanced() {
