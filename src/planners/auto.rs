@@ -219,7 +219,7 @@ impl Planner for Auto {
 mod tests {
     use super::*;
     use crate::plan::Mask;
-    use crate::planners::testing::{assert_valid, with_ctx};
+    use crate::planners::testing::{assert_valid, simulated_ms, with_ctx};
 
     #[test]
     fn auto_keeps_the_fastest_simulated_candidate() {
@@ -229,13 +229,7 @@ mod tests {
             assert_valid(&plan);
             assert_eq!(plan.scheme.name, "auto");
             let chosen = plan.scheme.params["chosen"].as_str().unwrap().to_string();
-            let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
-            let t = |p: &Plan| {
-                sim.simulate(p, PassSel::Both)
-                    .unwrap()
-                    .metrics
-                    .attention_time_ms
-            };
+            let t = |p: &Plan| simulated_ms(ctx, p);
             let mine = t(&plan);
             for name in CANDIDATES {
                 let other = planner_for(name).unwrap().plan(&batch, ctx);

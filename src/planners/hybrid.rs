@@ -815,7 +815,7 @@ impl Planner for Hybrid {
 mod tests {
     use super::*;
     use crate::plan::Mask;
-    use crate::planners::testing::{assert_valid, with_ctx};
+    use crate::planners::testing::{assert_valid, simulated_ms, with_ctx};
 
     fn with<R>(ranks: u32, tpr: u64, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
         with_ctx(ranks, mask, |ctx| {
@@ -880,13 +880,7 @@ mod tests {
                     cands.iter().any(|c| c.0.fcp.relay) && cands.iter().any(|c| !c.0.fcp.relay)
                 );
                 cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
-                let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone()).unwrap();
-                let time = |p: &Plan| {
-                    sim.simulate(p, PassSel::Both)
-                        .unwrap()
-                        .metrics
-                        .attention_time_ms
-                };
+                let time = |p: &Plan| simulated_ms(ctx, p);
                 let leaders: Vec<f64> = cands
                     .iter()
                     .enumerate()
@@ -960,14 +954,7 @@ mod tests {
     fn never_slower_than_fcp_up_to_64_ranks() {
         // FCP's own plan contends (simulated) wherever the simulator decides: on a batch
         // where `hybrid`'s own placements are no better, its plan is `fcp`'s.
-        let sim_time = |ctx: &PlanContext<'_>, p: &Plan| {
-            Simulator::new(ctx.hardware.clone(), ctx.model.clone())
-                .unwrap()
-                .simulate(p, PassSel::Both)
-                .unwrap()
-                .metrics
-                .attention_time_ms
-        };
+        let sim_time = simulated_ms;
         for lens in [
             vec![40_000, 20_000, 3_000, 1_000],
             vec![8_192; 8],

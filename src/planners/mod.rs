@@ -436,6 +436,18 @@ pub(crate) mod testing {
     }
 
     /// Assert a plan passes the structural verifier and the numeric check.
+    /// Simulated attention time (forward + backward, ms) of `plan` in `ctx`: what the tests of
+    /// planners that pick by simulation compare.
+    pub fn simulated_ms(ctx: &PlanContext<'_>, plan: &Plan) -> f64 {
+        use crate::sim::{PassSel, Simulator};
+        Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+            .unwrap()
+            .simulate(plan, PassSel::Both)
+            .unwrap()
+            .metrics
+            .attention_time_ms
+    }
+
     pub fn assert_valid(plan: &Plan) {
         use crate::plan::{check_numeric, verify, NumericOptions};
         let v = verify(plan);
