@@ -33,6 +33,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
 from fcp_exec.attention import choose_backend  # noqa: E402
+from fcp_exec.output import write_text  # noqa: E402
 
 
 def parse_args(argv):
@@ -184,13 +185,11 @@ def main(argv=None):
                               f"{q_len}x{kv_len}: {secs * 1e3:.3f} ms, {tflops:.4g} TFLOP/s", file=sys.stderr)
     if not rows:
         raise SystemExit("error: no row measured")
-    tmp = a.output + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"# Calibrated by scripts/calibrate.py on {dev_name} ({versions}), {today}\n")
-        f.write("pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source\n")
-        for r in rows:
-            f.write(",".join(str(x) for x in r[:-1]) + ',"' + r[-1].replace('"', "'") + '"\n')
-    os.replace(tmp, a.output)
+    text = f"# Calibrated by scripts/calibrate.py on {dev_name} ({versions}), {today}\n"
+    text += "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source\n"
+    for r in rows:
+        text += ",".join(str(x) for x in r[:-1]) + ',"' + r[-1].replace('"', "'") + '"\n'
+    write_text(a.output, text)
     print(f"calibrate: wrote {len(rows)} rows to {a.output}")
 
 

@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
 from fcp_exec.attention import choose_backend  # noqa: E402
+from fcp_exec.output import write_text  # noqa: E402
 from fcp_exec.plan import Plan, PlanError  # noqa: E402
 from fcp_exec.runner import (  # noqa: E402
     Clock, Ctx, Data, ExecError, PassTiming, Store, compute_backward, compute_forward,
@@ -356,11 +357,7 @@ def replay_one(a, path, plan, ctx, device, output):
                   "passed": None if worst is None else worst <= tol},
         "ranks": ranks,
     }
-    tmp = output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(measured, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, output)
+    write_text(output, json.dumps(measured, indent=1) + "\n")
     total = sum(r["compute_ms"] for r in ranks)
     summary = f"{plan.scheme}: {plan.num_ranks} ranks, {measured['mode']}, {backend.name} {measured['dtype']} " \
               f"on {measured['device']}: compute {total:.2f} ms over all ranks"

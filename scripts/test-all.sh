@@ -3,6 +3,19 @@
 # This is the README's test command; .ci/run calls it on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# cargo's first probe on a fresh target dir runs `rustc -` with /dev/null as its input. On a
+# machine where /dev/null has become a regular file (a program renamed a file over it, as
+# `fcp -o /dev/null` did before src/output.rs stopped renaming over special files), rustc reads
+# whatever was thrown away as source and the build fails with "failed to run `rustc` to learn
+# about target-specific information". Restore the device when that is allowed, else empty it.
+if [[ -e /dev/null && ! -c /dev/null ]]; then
+    echo "warning: /dev/null is not a character device; restoring it" >&2
+    if ! { mknod -m 666 /dev/.fcp-null c 1 3 && mv -f /dev/.fcp-null /dev/null; }; then
+        rm -f /dev/.fcp-null
+        echo "warning: cannot recreate /dev/null (needs CAP_MKNOD); emptying it instead" >&2
+        : >/dev/null
+    fi
+fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --doc --locked

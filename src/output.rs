@@ -5,7 +5,17 @@
 //! is renamed over the destination only once complete and synced. An error, a panic or a
 //! signal midway leaves the previous file (or none) at the path, never a truncated one. A kill
 //! (SIGINT, SIGKILL) can leave the hidden temporary file behind, never at the final path.
+//!
+//! Two kinds of destination are not renamed over, because the rename would destroy something
+//! the user set up rather than protect a file:
+//! - **A path that is not a regular file** (`/dev/null`, `/dev/stdout`, a named pipe): the
+//!   bytes are written straight to it. Renaming over `-o /dev/null` once replaced the machine's
+//!   null device with a regular file, and every later program reading `/dev/null` (cargo's
+//!   `rustc -` probe among them) read what had been thrown away.
+//! - **A symbolic link**: the link is followed and the file it names is replaced atomically,
+//!   so the link survives.
 
+use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -15,15 +25,40 @@ use tempfile::NamedTempFile;
 /// without a commit (an error path), the temporary file is removed and the path untouched.
 /// Writes are buffered, so streaming many small writes (a 10M-line trace) is cheap.
 pub struct AtomicFile {
-    tmp: BufWriter<NamedTempFile>,
-    path: PathBuf,
+    sink: Sink,
+}
+
+/// Where the bytes go: a temporary file renamed on commit, or a special file written directly.
+enum Sink {
+    Renamed {
+        tmp: BufWriter<NamedTempFile>,
+        path: PathBuf,
+    },
+    Direct(BufWriter<File>),
 }
 
 impl AtomicFile {
-    /// Start writing `path`: creates the temporary file next to it (so the final rename stays
-    /// on one file system and is atomic).
+    /// Start writing `path`: creates the temporary file next to the file the path names (so
+    /// the final rename stays on one file system and is atomic). A path that exists and is not
+    /// a regular file or a directory (a device, a pipe) is opened for writing instead.
     pub fn create(path: &Path) -> std::io::Result<AtomicFile> {
-        let dir = match path.parent() {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{} is a directory, not a file", path.display()),
+                ))
+            }
+            Ok(meta) if !meta.is_file() => {
+                let file = std::fs::OpenOptions::new().write(true).open(path)?;
+                return Ok(AtomicFile {
+                    sink: Sink::Direct(BufWriter::with_capacity(1 << 16, file)),
+                });
+            }
+            _ => {}
+        }
+        let target = resolve_link(path);
+        let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
@@ -32,29 +67,62 @@ impl AtomicFile {
             .suffix(".tmp")
             .tempfile_in(dir)?;
         Ok(AtomicFile {
-            tmp: BufWriter::with_capacity(1 << 16, tmp),
-            path: path.to_path_buf(),
+            sink: Sink::Renamed {
+                tmp: BufWriter::with_capacity(1 << 16, tmp),
+                path: target,
+            },
         })
     }
 
-    /// Flush, sync and rename over the destination.
+    /// Flush, sync and rename over the destination (a special file is only flushed).
     pub fn commit(self) -> std::io::Result<()> {
-        let tmp = self.tmp.into_inner().map_err(|e| e.into_error())?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&self.path).map_err(|e| e.error)?;
+        match self.sink {
+            Sink::Renamed { tmp, path } => {
+                let tmp = tmp.into_inner().map_err(|e| e.into_error())?;
+                tmp.as_file().sync_all()?;
+                tmp.persist(&path).map_err(|e| e.error)?;
+            }
+            Sink::Direct(mut file) => file.flush()?,
+        }
         Ok(())
     }
+
+    fn writer(&mut self) -> &mut dyn Write {
+        match &mut self.sink {
+            Sink::Renamed { tmp, .. } => tmp,
+            Sink::Direct(file) => file,
+        }
+    }
+}
+
+/// The file a symbolic link at `path` names, following chains of links; `path` itself when it
+/// is not a link. A dangling link resolves to its target's path, so the file is created there.
+fn resolve_link(path: &Path) -> PathBuf {
+    let mut current = path.to_path_buf();
+    // A bound on the chain, as the kernel has (ELOOP): a cycle falls back to the path given.
+    for _ in 0..40 {
+        match std::fs::read_link(&current) {
+            Ok(target) => {
+                current = match current.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                }
+            }
+            Err(_) => return current,
+        }
+    }
+    path.to_path_buf()
 }
 
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.tmp.write(buf)
+        self.writer().write(buf)
     }
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.tmp.write_all(buf)
+        self.writer().write_all(buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.tmp.flush()
+        self.writer().flush()
     }
 }
 
@@ -98,5 +166,54 @@ mod tests {
         }
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    /// The bug: `-o /dev/null` renamed a regular file over the null device.
+    #[cfg(unix)]
+    #[test]
+    fn writing_to_a_named_pipe_keeps_the_pipe() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.map(|s| s.success()).unwrap_or(false), "mkfifo failed");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_atomic(&fifo, b"through the pipe").unwrap();
+        // Checked before joining: a replaced pipe would leave the reader blocked forever.
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "the pipe was replaced by {kind:?}");
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writing_through_a_symlink_replaces_the_target_and_keeps_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        let target = dir.path().join("real/plan.json");
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join("plan.json");
+        std::os::unix::fs::symlink("real/plan.json", &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("real")).unwrap().count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_directory_as_destination_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = write_atomic(dir.path(), b"x").unwrap_err();
+        assert!(err.to_string().contains("is a directory"), "{err}");
     }
 }

@@ -44,8 +44,8 @@ fn a_failing_command_leaves_the_old_file() {
     }
 }
 
-/// The output path is a directory that is not empty: everything is computed and written, and
-/// only the final rename fails. The directory stays as it was and the temporary file is gone.
+/// The output path is a directory that is not empty: the command is refused with the path in
+/// the error, the directory stays as it was and no temporary file is left.
 #[test]
 fn a_failing_rename_leaves_no_temporary_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,6 +70,45 @@ fn a_failing_rename_leaves_no_temporary_file() {
         assert_eq!(std::fs::read(taken.join("keep")).unwrap(), SENTINEL);
         assert!(temps(d).is_empty(), "{args:?}: {:?}", temps(d));
     }
+}
+
+/// The bug: `-o /dev/null` renamed a temporary file over the null device, so the machine's
+/// `/dev/null` became a regular file holding whatever was later thrown away (and cargo's
+/// `rustc -` probe read that back as source). A path that is not a regular file (a device, a
+/// named pipe) is written to directly and stays what it was.
+#[cfg(unix)]
+#[test]
+fn dash_o_dev_null_keeps_the_device() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pipe = d.join("pipe");
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status();
+    assert!(made.map(|s| s.success()).unwrap_or(false), "mkfifo failed");
+    let reader = {
+        let pipe = pipe.clone();
+        std::thread::spawn(move || std::fs::read(pipe).unwrap())
+    };
+    fcp()
+        .current_dir(d)
+        .args([
+            "trace", "gen", "--source", "magi", "--docs", "100", "--seed", "3", "-o", "pipe",
+        ])
+        .assert()
+        .success();
+    // Checked before joining: a replaced pipe would leave the reader blocked forever.
+    let kind = std::fs::symlink_metadata(&pipe).unwrap().file_type();
+    assert!(kind.is_fifo(), "the pipe was replaced by {kind:?}");
+    let got = reader.join().unwrap();
+    fcp()
+        .current_dir(d)
+        .args([
+            "trace", "gen", "--source", "magi", "--docs", "100", "--seed", "3", "-o", "file.csv",
+        ])
+        .assert()
+        .success();
+    assert_eq!(got, std::fs::read(d.join("file.csv")).unwrap());
+    assert!(temps(d).is_empty(), "{:?}", temps(d));
 }
 
 /// SIGINT while `fcp trace gen` streams a large trace: the path holds the old file or the

@@ -1,0 +1,35 @@
+"""Writing result files without half-written files and without destroying special files.
+
+The text goes to a temporary file next to the file the path names, which is renamed over it
+only once complete: an error midway leaves the old file. A path that exists and is not a
+regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written to directly: renaming
+over it would replace the device with a regular file. A symbolic link is followed, so the link
+survives. This is the rule ``src/output.rs`` follows for ``fcp`` itself.
+"""
+
+import os
+import stat
+
+
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` as described in the module's docstring."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"{path} is a directory, not a file")
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w") as f:
+            f.write(text)
+        return
+    target = os.path.realpath(path)
+    tmp = f"{target}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
