@@ -14,6 +14,9 @@
 //!   `rustc -` probe among them) read what had been thrown away.
 //! - **A symbolic link**: the link is followed and the file it names is replaced atomically,
 //!   so the link survives.
+//!
+//! The file written has the permissions a plain `create` would give it (0666 less the umask),
+//! or, when it replaces one, the old file's.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -62,10 +65,20 @@ impl AtomicFile {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let tmp = tempfile::Builder::new()
-            .prefix(".fcp-")
-            .suffix(".tmp")
-            .tempfile_in(dir)?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".fcp-").suffix(".tmp");
+        // A temporary file is private (0600); the file it becomes is not. A new file gets the
+        // mode any program's would (0666 less the umask), a replaced one keeps its own mode, so
+        // a plan written on a shared node stays readable by the executor's other users.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let tmp = builder.tempfile_in(dir)?;
+        if let Ok(meta) = std::fs::metadata(&target) {
+            tmp.as_file().set_permissions(meta.permissions())?;
+        }
         Ok(AtomicFile {
             sink: Sink::Renamed {
                 tmp: BufWriter::with_capacity(1 << 16, tmp),
@@ -208,6 +221,27 @@ mod tests {
             std::fs::read_dir(dir.path().join("real")).unwrap().count(),
             1
         );
+    }
+
+    /// The bug: plan files came out 0600 (the temporary file's mode), unreadable by the other
+    /// users of a shared node.
+    #[cfg(unix)]
+    #[test]
+    fn a_new_file_gets_the_usual_mode_and_a_replaced_one_keeps_its_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let usual = dir.path().join("usual");
+        std::fs::write(&usual, "x").unwrap();
+        let new = dir.path().join("new.json");
+        write_atomic(&new, b"x").unwrap();
+        assert_eq!(mode(&new), mode(&usual));
+        let old = dir.path().join("old.json");
+        std::fs::write(&old, "old").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&old, b"new").unwrap();
+        assert_eq!(mode(&old), 0o640);
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "new");
     }
 
     #[test]

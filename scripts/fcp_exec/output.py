@@ -4,7 +4,7 @@ The text goes to a temporary file next to the file the path names, which is rena
 only once complete: an error midway leaves the old file. A path that exists and is not a
 regular file (``/dev/null``, ``/dev/stdout``, a named pipe) is written to directly: renaming
 over it would replace the device with a regular file. A symbolic link is followed, so the link
-survives. This is the rule ``src/output.rs`` follows for ``fcp`` itself.
+survives, and a replaced file keeps its mode. This is the rule ``src/output.rs`` follows for ``fcp`` itself.
 """
 
 import os
@@ -28,6 +28,8 @@ def write_text(path: str, text: str) -> None:
     try:
         with open(tmp, "w") as f:
             f.write(text)
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode))  # a replaced file keeps its mode
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):

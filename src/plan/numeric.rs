@@ -10,9 +10,10 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 use super::verify::{head_segments, task_covers_heads};
-use super::{Mask, Plan};
+use super::Plan;
 
 /// Settings of the numeric check.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +42,8 @@ pub struct NumericReport {
     /// Largest absolute difference between plan output and reference, over every checked
     /// element (infinite when a checked row received no partial output at all).
     pub max_abs_error: f64,
-    /// Query rows checked (per head segment).
+    /// Query rows checked, once per head segment whose covering tasks differ from the
+    /// document's other segments.
     pub rows_checked: u64,
     /// Query rows in the batch.
     pub rows_total: u64,
@@ -76,42 +78,59 @@ impl Partial {
     }
 }
 
-/// Attention of query `q` against keys/values rows `k0..k1` (already clipped to the mask).
-fn attend(q: &[f64], k: &[f64], v: &[f64], k0: usize, k1: usize, d: usize) -> Partial {
-    let scale = 1.0 / (d as f64).sqrt();
-    let mut m = f64::NEG_INFINITY;
-    let mut scores = Vec::with_capacity(k1 - k0);
-    for j in k0..k1 {
-        let s: f64 = q
-            .iter()
-            .zip(&k[j * d..(j + 1) * d])
-            .map(|(a, b)| a * b)
-            .sum::<f64>()
-            * scale;
-        m = m.max(s);
-        scores.push(s);
-    }
-    let mut sum = 0.0;
-    let mut out = vec![0.0; d];
-    for (idx, j) in (k0..k1).enumerate() {
-        let p = (scores[idx] - m).exp();
-        sum += p;
-        for (o, x) in out.iter_mut().zip(&v[j * d..(j + 1) * d]) {
-            *o += p * x;
+/// One query row's attention weights against keys `0..limit`: `p[j] = exp(s_j − m)`, with `s_j`
+/// the scaled score and `m` the row's largest. The reference and every task's partial are sums
+/// of these over key ranges, so each key costs one dot product and one `exp` per row however
+/// many tiles cover it (half the work of scoring each tile on its own).
+struct RowWeights {
+    m: f64,
+    p: Vec<f64>,
+}
+
+impl RowWeights {
+    fn new(q: &[f64], k: &[f64], limit: usize, d: usize) -> RowWeights {
+        let scale = 1.0 / (d as f64).sqrt();
+        let mut p: Vec<f64> = (0..limit)
+            .map(|j| {
+                q.iter()
+                    .zip(&k[j * d..(j + 1) * d])
+                    .map(|(a, b)| a * b)
+                    .sum::<f64>()
+                    * scale
+            })
+            .collect();
+        let m = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        for x in &mut p {
+            *x = (*x - m).exp();
         }
+        RowWeights { m, p }
     }
-    if sum == 0.0 {
-        return Partial {
-            lse: f64::NEG_INFINITY,
+
+    /// Attention of the row over keys `k0..k1` alone, normalised by its own softmax: the
+    /// partial output a kernel running that tile returns, with its log-sum-exp.
+    fn partial(&self, v: &[f64], k0: usize, k1: usize, d: usize) -> Partial {
+        let mut sum = 0.0;
+        let mut out = vec![0.0; d];
+        for j in k0..k1 {
+            let w = self.p[j];
+            sum += w;
+            for (o, x) in out.iter_mut().zip(&v[j * d..(j + 1) * d]) {
+                *o += w * x;
+            }
+        }
+        if sum == 0.0 {
+            return Partial {
+                lse: f64::NEG_INFINITY,
+                out,
+            };
+        }
+        for o in &mut out {
+            *o /= sum;
+        }
+        Partial {
+            lse: self.m + sum.ln(),
             out,
-        };
-    }
-    for o in &mut out {
-        *o /= sum;
-    }
-    Partial {
-        lse: m + sum.ln(),
-        out,
+        }
     }
 }
 
@@ -135,15 +154,17 @@ fn sample_rows(len: u64, boundaries: &[u64], max_rows: usize) -> Vec<u64> {
 }
 
 /// Run the numeric check.
+///
+/// Head segments of a document covered by the same tasks compute the same composition, so only
+/// one of them is checked (a plan without head-parallel tasks checks each document once, not
+/// once per segment). The distinct ones share the document's random tensors and each row's
+/// weights: a segment adds one pass of sums over its tiles, not a pass of dot products and
+/// exponentials. Documents and the rows inside them run in parallel; each document draws its
+/// tensors from its own seed and the report is a sum of counts and a maximum, so it does not
+/// depend on the thread count.
 pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
     let d = opts.head_dim.max(1);
     let segments = head_segments(plan);
-    let mut report = NumericReport {
-        max_abs_error: 0.0,
-        rows_checked: 0,
-        rows_total: plan.total_tokens() + plan.pad_tokens(),
-        rows_uncovered: 0,
-    };
     // Tasks of each document, for its rows.
     let mut by_doc: Vec<Vec<&super::Task>> = vec![Vec::new(); plan.documents.len()];
     for t in plan
@@ -156,69 +177,126 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
             by_doc[t.q.doc as usize].push(t);
         }
     }
-    for (doc, tasks) in by_doc.iter().enumerate() {
-        let len = plan.documents[doc].extent();
-        let mut bounds: Vec<u64> = Vec::new();
-        for t in tasks {
-            bounds.extend([t.q.start, t.q.end.saturating_sub(1), t.q.end]);
-        }
-        let rows = sample_rows(len, &bounds, opts.max_rows_per_doc);
-        for (si, seg) in segments.iter().enumerate() {
-            let mut rng =
-                ChaCha8Rng::seed_from_u64(opts.seed ^ ((doc as u64) << 20) ^ ((si as u64) << 52));
-            let n = len as usize;
-            let mut gen = |count: usize| -> Vec<f64> {
-                (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect()
-            };
-            let k = gen(n * d);
-            let v = gen(n * d);
-            // Q only for the checked rows.
-            let q: Vec<Vec<f64>> = rows.iter().map(|_| gen(d)).collect();
-            let mut acc: Vec<Partial> = vec![
-                Partial {
-                    lse: f64::NEG_INFINITY,
-                    out: vec![0.0; d],
+    let parts: Vec<NumericReport> = by_doc
+        .par_iter()
+        .enumerate()
+        .map(|(doc, tasks)| {
+            // The distinct task sets of the document's head segments, in segment order.
+            let mut sets: Vec<Vec<&super::Task>> = Vec::new();
+            for seg in &segments {
+                let covering: Vec<&super::Task> = tasks
+                    .iter()
+                    .copied()
+                    .filter(|t| task_covers_heads(t, *seg))
+                    .collect();
+                let same = |o: &Vec<&super::Task>| {
+                    o.len() == covering.len()
+                        && o.iter().zip(&covering).all(|(a, b)| std::ptr::eq(*a, *b))
                 };
-                rows.len()
-            ];
-            for t in tasks.iter().filter(|t| task_covers_heads(t, *seg)) {
-                let lo = rows.partition_point(|&r| r < t.q.start);
-                let hi = rows.partition_point(|&r| r < t.q.end);
-                for i in lo..hi {
-                    let row = rows[i];
-                    let limit = plan.mask.kv_limit(row, len).min(t.kv.end);
-                    if t.kv.start >= limit {
-                        continue;
-                    }
-                    let p = attend(&q[i], &k, &v, t.kv.start as usize, limit as usize, d);
-                    acc[i].merge(&p);
+                if !sets.iter().any(same) {
+                    sets.push(covering);
                 }
             }
-            for (i, &row) in rows.iter().enumerate() {
-                let limit = match plan.mask {
-                    Mask::Causal => row + 1,
-                    Mask::Full => len,
-                };
-                let reference = attend(&q[i], &k, &v, 0, limit as usize, d);
-                report.rows_checked += 1;
-                if acc[i].lse == f64::NEG_INFINITY {
-                    report.rows_uncovered += 1;
-                    report.max_abs_error = f64::INFINITY;
-                    continue;
-                }
-                for (a, b) in acc[i].out.iter().zip(&reference.out) {
-                    report.max_abs_error = report.max_abs_error.max((a - b).abs());
-                }
-                report.max_abs_error = report.max_abs_error.max((acc[i].lse - reference.lse).abs());
+            check_document(plan, doc, tasks, &sets, d, opts)
+        })
+        .collect();
+    let mut report = NumericReport {
+        max_abs_error: 0.0,
+        rows_checked: 0,
+        rows_total: plan.total_tokens() + plan.pad_tokens(),
+        rows_uncovered: 0,
+    };
+    for r in parts {
+        report.max_abs_error = report.max_abs_error.max(r.max_abs_error);
+        report.rows_checked += r.rows_checked;
+        report.rows_uncovered += r.rows_uncovered;
+    }
+    report
+}
+
+/// Check one document: its sampled rows (boundaries of all its `tasks`), and for each of the
+/// head segments' task `sets` the plan's partials merged by log-sum-exp against attention
+/// computed directly.
+fn check_document(
+    plan: &Plan,
+    doc: usize,
+    tasks: &[&super::Task],
+    sets: &[Vec<&super::Task>],
+    d: usize,
+    opts: &NumericOptions,
+) -> NumericReport {
+    let len = plan.documents[doc].extent();
+    let mut bounds: Vec<u64> = Vec::new();
+    for t in tasks {
+        bounds.extend([t.q.start, t.q.end.saturating_sub(1), t.q.end]);
+    }
+    let rows = sample_rows(len, &bounds, opts.max_rows_per_doc);
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ ((doc as u64) << 20));
+    let n = len as usize;
+    let mut gen =
+        |count: usize| -> Vec<f64> { (0..count).map(|_| rng.gen_range(-1.0..1.0)).collect() };
+    let k = gen(n * d);
+    let v = gen(n * d);
+    // Q only for the checked rows.
+    let q: Vec<Vec<f64>> = rows.iter().map(|_| gen(d)).collect();
+    // Per row, per set, the tasks covering it in plan order (the order partials are merged in).
+    let mut cover: Vec<Vec<Vec<&super::Task>>> = vec![vec![Vec::new(); sets.len()]; rows.len()];
+    for (si, set) in sets.iter().enumerate() {
+        for t in set {
+            let lo = rows.partition_point(|&r| r < t.q.start);
+            let hi = rows.partition_point(|&r| r < t.q.end);
+            for c in &mut cover[lo..hi] {
+                c[si].push(t);
             }
         }
     }
-    report
+    // Per row: the largest error over the sets (infinite where a set left it uncovered) and
+    // how many sets did.
+    let per_row: Vec<(f64, u64)> = rows
+        .par_iter()
+        .zip(q.par_iter().zip(cover.par_iter()))
+        .map(|(&row, (q, cover))| {
+            // Every key the mask lets the row see; a tile is clipped to them, as a kernel is.
+            let reference_limit = plan.mask.kv_limit(row, len);
+            let w = RowWeights::new(q, &k, reference_limit as usize, d);
+            let reference = w.partial(&v, 0, reference_limit as usize, d);
+            let (mut worst, mut uncovered) = (0.0f64, 0u64);
+            for tiles in cover {
+                let mut acc = Partial {
+                    lse: f64::NEG_INFINITY,
+                    out: vec![0.0; d],
+                };
+                for t in tiles {
+                    let limit = reference_limit.min(t.kv.end);
+                    if t.kv.start < limit {
+                        acc.merge(&w.partial(&v, t.kv.start as usize, limit as usize, d));
+                    }
+                }
+                if acc.lse == f64::NEG_INFINITY {
+                    uncovered += 1;
+                    worst = f64::INFINITY;
+                    continue;
+                }
+                for (a, b) in acc.out.iter().zip(&reference.out) {
+                    worst = worst.max((a - b).abs());
+                }
+                worst = worst.max((acc.lse - reference.lse).abs());
+            }
+            (worst, uncovered)
+        })
+        .collect();
+    NumericReport {
+        max_abs_error: per_row.iter().map(|r| r.0).fold(0.0, f64::max),
+        rows_checked: (rows.len() * sets.len()) as u64,
+        rows_total: 0,
+        rows_uncovered: per_row.iter().map(|r| r.1).sum(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Mask;
 
     #[test]
     fn merging_two_halves_equals_whole() {
@@ -227,13 +305,49 @@ mod tests {
         let q: Vec<f64> = (0..d).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let k: Vec<f64> = (0..10 * d).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let v: Vec<f64> = (0..10 * d).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        let whole = attend(&q, &k, &v, 0, 10, d);
-        let mut a = attend(&q, &k, &v, 0, 4, d);
-        a.merge(&attend(&q, &k, &v, 4, 10, d));
+        let w = RowWeights::new(&q, &k, 10, d);
+        let whole = w.partial(&v, 0, 10, d);
+        let mut a = w.partial(&v, 0, 4, d);
+        a.merge(&w.partial(&v, 4, 10, d));
         for (x, y) in a.out.iter().zip(&whole.out) {
             assert!((x - y).abs() < 1e-12);
         }
         assert!((a.lse - whole.lse).abs() < 1e-12);
+    }
+
+    /// Softmax attention written out directly, the oracle for [`RowWeights`].
+    fn direct(q: &[f64], k: &[f64], v: &[f64], k0: usize, k1: usize) -> (f64, Vec<f64>) {
+        let d = q.len();
+        let scores: Vec<f64> = (k0..k1)
+            .map(|j| (0..d).map(|i| q[i] * k[j * d + i]).sum::<f64>() / (d as f64).sqrt())
+            .collect();
+        let z: f64 = scores.iter().map(|s| s.exp()).sum();
+        let out = (0..d)
+            .map(|i| {
+                (k0..k1)
+                    .map(|j| scores[j - k0].exp() / z * v[j * d + i])
+                    .sum()
+            })
+            .collect();
+        (z.ln(), out)
+    }
+
+    #[test]
+    fn a_tile_s_partial_is_attention_over_its_keys_alone() {
+        let d = 4;
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut gen = |n: usize| -> Vec<f64> { (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect() };
+        let (q, k, v) = (gen(d), gen(50 * d), gen(50 * d));
+        let w = RowWeights::new(&q, &k, 50, d);
+        for (k0, k1) in [(0, 50), (0, 1), (17, 33), (49, 50)] {
+            let p = w.partial(&v, k0, k1, d);
+            let (lse, out) = direct(&q, &k, &v, k0, k1);
+            assert!((p.lse - lse).abs() < 1e-12, "{k0}..{k1}");
+            for (x, y) in p.out.iter().zip(&out) {
+                assert!((x - y).abs() < 1e-12, "{k0}..{k1}");
+            }
+        }
+        assert_eq!(w.partial(&v, 5, 5, d).lse, f64::NEG_INFINITY);
     }
 
     #[test]
@@ -270,6 +384,30 @@ mod tests {
         p.ranks[0].steps[0].tasks.push(t);
         let r = check_numeric(&p, &NumericOptions::default());
         assert!(r.max_abs_error > 1e-6, "duplicated tile: {r:?}");
+    }
+
+    /// Splits one task of the zigzag plan into two head halves: its document is then checked
+    /// once per half, every other document once, and losing either half is caught.
+    #[test]
+    fn head_segments_with_the_same_tasks_are_checked_once_and_a_lost_half_is_caught() {
+        use crate::plan::HeadRange;
+        let mut p = zigzag_plan();
+        let h = p.q_heads;
+        let t = p.ranks[1].steps[0].tasks[0];
+        assert!(t.heads.is_none() && t.q.doc == 0);
+        let half = |start, end| crate::plan::Task {
+            heads: Some(HeadRange { start, end }),
+            ..t
+        };
+        p.ranks[1].steps[0].tasks[0] = half(0, h / 2);
+        p.ranks[2].steps[0].tasks.push(half(h / 2, h));
+        let r = check_numeric(&p, &NumericOptions::default());
+        assert!(r.max_abs_error < 1e-12, "{r:?}");
+        // Document 0 (40 rows) twice, documents 1 and 2 (3 + 77 rows) once.
+        assert_eq!(r.rows_checked, 2 * 40 + 3 + 77);
+        p.ranks[2].steps[0].tasks.pop();
+        let r = check_numeric(&p, &NumericOptions::default());
+        assert!(r.max_abs_error > 1e-6, "lost head half: {r:?}");
     }
 
     #[test]

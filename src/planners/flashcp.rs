@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::plan::{allowed_pairs, Mask, Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
-use super::shard::{all_gather, cross_tasks, needed_kv, subtract_ranges};
+use super::shard::gather_attend_sending;
 use super::{PlanContext, Planner};
 
 /// FlashCP: Algorithm 1's hybrid of Whole-Doc and Per-Doc sharding.
@@ -683,13 +683,7 @@ impl FlashCp {
         }
         // Step 0: one varlen launch per rank over what it holds (whole documents entire);
         // step 1: its queries against the K/V the all-gather delivered.
-        for (r, own) in owned.iter().enumerate() {
-            cross_tasks(&mut b, r as u32, 0, own, own);
-            let remote = subtract_ranges(&needed_kv(mask, lens, own), own);
-            cross_tasks(&mut b, r as u32, 1, own, &remote);
-        }
-        let group: Vec<u32> = (0..n).collect();
-        all_gather(&mut b, &group, &exchanged(&s.shards, mask, n), 0, 1)?;
+        gather_attend_sending(&mut b, &owned, &exchanged(&s.shards, mask, n))?;
         Ok(b.finish())
     }
 }

@@ -268,21 +268,7 @@ pub fn all_gather_heads(
     arrive_by: u32,
     heads: Option<HeadRange>,
 ) -> Result<(), PlanError> {
-    // Every member's shard is listed once per receiver; refuse before building what could not
-    // be held (see [`MAX_PLAN_ITEMS`]).
-    let receivers = group.len().saturating_sub(1) as u64;
-    let ranges = group.iter().fold(b.transfer_range_count(), |acc, &src| {
-        acc.saturating_add(receivers.saturating_mul(shards[src as usize].len() as u64))
-    });
-    if ranges > MAX_PLAN_ITEMS {
-        return Err(PlanError::Planning(format!(
-            "this batch's all-gather on {} ranks lists about {ranges} token ranges (every rank's \
-             shard, one piece per document, sent to each of the other ranks), more than the \
-             {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a scheme \
-             that exchanges K/V point to point (fcp, magi)",
-            group.len()
-        )));
-    }
+    check_gather_size(b, group, shards)?;
     for &src in group {
         for &dst in group {
             if src == dst {
@@ -305,22 +291,57 @@ pub fn all_gather_heads(
     Ok(())
 }
 
+/// Refuse an all-gather of `shards` among `group` that would take the plan past
+/// [`MAX_PLAN_ITEMS`] token ranges: every member's shard is listed once per receiver.
+fn check_gather_size(
+    b: &PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    let receivers = group.len().saturating_sub(1) as u64;
+    let ranges = group.iter().fold(b.transfer_range_count(), |acc, &src| {
+        acc.saturating_add(receivers.saturating_mul(shards[src as usize].len() as u64))
+    });
+    if ranges > MAX_PLAN_ITEMS {
+        return Err(PlanError::Planning(format!(
+            "this batch's all-gather on {} ranks lists about {ranges} token ranges (every rank's \
+             shard, one piece per document, sent to each of the other ranks), more than the \
+             {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a scheme \
+             that exchanges K/V point to point (fcp, magi)",
+            group.len()
+        )));
+    }
+    Ok(())
+}
+
 /// All-gather attention over per-rank shards (already owned): step 0 computes each rank's
 /// queries against the K/V it owns while the all-gather (collective 0) runs; step 1 computes them
 /// against the gathered K/V of other ranks, restricted to the ranges the mask lets its queries
 /// see (each rank attends only to what its queries need; the pieces still carry everything).
 pub fn gather_attend(b: &mut PlanBuilder, shards: &[Vec<TokenRange>]) -> Result<(), PlanError> {
-    let n = shards.len() as u32;
+    gather_attend_sending(b, shards, shards)
+}
+
+/// [`gather_attend`] where rank `r` contributes `sent[r]` to the all-gather rather than all it
+/// owns (FlashCP's Eq. 5 leaves out shards no other rank reads). A gather too large to hold is
+/// refused before any task is built: per-doc CP at 256 ranks used to spend most of a second
+/// listing tasks for a plan it then refused.
+pub fn gather_attend_sending(
+    b: &mut PlanBuilder,
+    owned: &[Vec<TokenRange>],
+    sent: &[Vec<TokenRange>],
+) -> Result<(), PlanError> {
+    let n = owned.len() as u32;
+    let group: Vec<u32> = (0..n).collect();
+    check_gather_size(b, &group, sent)?;
     let mask = b.mask();
     let lens: Vec<u64> = b.documents().iter().map(|d| d.extent()).collect();
-    for r in 0..n {
-        let own = &shards[r as usize];
-        cross_tasks(b, r, 0, own, own);
+    for (r, own) in owned.iter().enumerate() {
+        cross_tasks(b, r as u32, 0, own, own);
         let remote = subtract_ranges(&needed_kv(mask, &lens, own), own);
-        cross_tasks(b, r, 1, own, &remote);
+        cross_tasks(b, r as u32, 1, own, &remote);
     }
-    let group: Vec<u32> = (0..n).collect();
-    all_gather(b, &group, shards, 0, 1)
+    all_gather(b, &group, sent, 0, 1)
 }
 
 /// Ring attention over the given per-rank shards (already registered with
