@@ -89,24 +89,18 @@ fn dash_o_dev_null_keeps_the_device() {
         let pipe = pipe.clone();
         std::thread::spawn(move || std::fs::read(pipe).unwrap())
     };
-    fcp()
-        .current_dir(d)
-        .args([
-            "trace", "gen", "--source", "magi", "--docs", "100", "--seed", "3", "-o", "pipe",
-        ])
-        .assert()
-        .success();
+    let gen = |out: &str| {
+        let args = [
+            "trace", "gen", "--source", "magi", "--docs", "100", "--seed", "3", "-o",
+        ];
+        fcp().current_dir(d).args(args).arg(out).assert().success();
+    };
+    gen("pipe");
     // Checked before joining: a replaced pipe would leave the reader blocked forever.
     let kind = std::fs::symlink_metadata(&pipe).unwrap().file_type();
     assert!(kind.is_fifo(), "the pipe was replaced by {kind:?}");
     let got = reader.join().unwrap();
-    fcp()
-        .current_dir(d)
-        .args([
-            "trace", "gen", "--source", "magi", "--docs", "100", "--seed", "3", "-o", "file.csv",
-        ])
-        .assert()
-        .success();
+    gen("file.csv");
     assert_eq!(got, std::fs::read(d.join("file.csv")).unwrap());
     assert!(temps(d).is_empty(), "{:?}", temps(d));
 }
