@@ -110,6 +110,14 @@ impl Auto {
     }
 }
 
+/// How `auto` compares candidates' attention time.
+enum Judge<'a> {
+    /// Forward and backward simulated (no budget).
+    Simulate(Box<Simulator>),
+    /// `hybrid`'s cost estimate (under a budget).
+    Estimate(ComputeModel<'a>),
+}
+
 impl Planner for Auto {
     fn name(&self) -> &'static str {
         "auto"
@@ -123,20 +131,23 @@ impl Planner for Auto {
         let start = Instant::now();
         let budgeted = self.budget_ms > 0;
         // The simulator only without a budget (building it costs about what the quick search
-        // does at 256 ranks).
-        let sim = if budgeted {
-            None
-        } else {
+        // does at 256 ranks); under one, `hybrid`'s estimate and the cost model it reads.
+        let profile = if budgeted {
             Some(
+                ctx.hardware
+                    .kernel_profile()
+                    .map_err(|e| PlanError::Planning(format!("auto: cost model: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let mut judge = match &profile {
+            Some(profile) => Judge::Estimate(ComputeModel::new(ctx.hardware, profile, ctx.model)),
+            None => Judge::Simulate(Box::new(
                 Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                     .map_err(|e| PlanError::Planning(format!("auto: {e}")))?,
-            )
+            )),
         };
-        let profile = ctx
-            .hardware
-            .kernel_profile()
-            .map_err(|e| PlanError::Planning(format!("auto: cost model: {e}")))?;
-        let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
         // Under a budget the quick search first, the rest in their order.
         let order: Vec<&str> = if budgeted {
             std::iter::once(QUICK)
@@ -180,12 +191,12 @@ impl Planner for Auto {
             if check && !verify(&plan).is_empty() {
                 continue;
             }
-            let t = match &sim {
-                None => match hybrid::estimate(&plan, ctx, &mut cm) {
+            let t = match &mut judge {
+                Judge::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
                     Ok(seconds) => seconds * 1e3,
                     Err(_) => continue,
                 },
-                Some(sim) => match sim.simulate(&plan, PassSel::Both) {
+                Judge::Simulate(sim) => match sim.simulate(&plan, PassSel::Both) {
                     Ok(report) => report.metrics.attention_time_ms,
                     Err(_) => continue,
                 },
