@@ -170,6 +170,11 @@ fn bad_plan_inputs_exit_2_and_leave_no_file() {
     let cases: &[(&[&str], &str)] = &[
         (&["--scheme", "nope", "--ranks", "2"], "unknown scheme"),
         (&["--scheme", "ring", "--ranks", "0"], "--ranks"),
+        // The bug: aborted on a 64 GB allocation (exit 134) instead of saying why.
+        (
+            &["--scheme", "flashcp", "--ranks", "4294967295"],
+            "more than the 65536 ranks",
+        ),
         (
             &["--scheme", "ring", "--ranks", "2", "--hardware", "tpu9"],
             "tpu9",

@@ -135,6 +135,13 @@ impl BatchArgs {
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
         }
+        if self.ranks > fcp::planners::MAX_RANKS {
+            bail!(
+                "--ranks {} is more than the {} ranks a plan may have",
+                self.ranks,
+                fcp::planners::MAX_RANKS
+            );
+        }
         if self.tokens_per_rank == 0 {
             bail!("--tokens-per-rank must be at least 1");
         }

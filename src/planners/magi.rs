@@ -16,9 +16,7 @@ use crate::plan::{
 };
 use crate::trace::Batch;
 
-use super::shard::{
-    cross_tasks, intersect_ranges, needed_kv, own_all, packed_ranges, subtract_ranges,
-};
+use super::shard::{cross_tasks, needed_kv, own_all, packed_ranges, subtract_ranges, Owners};
 use super::{PlanContext, Planner};
 
 /// MagiAttention: min-heap chunk dispatch plus zero-redundancy K/V fetch.
@@ -146,6 +144,7 @@ impl Planner for Magi {
                 own_all(&mut b, r as u32, &mine)
             })
             .collect();
+        let owners = Owners::new(&shards);
         let mut transfers = Vec::new();
         for (r, own) in shards.iter().enumerate() {
             let r32 = r as u32;
@@ -154,17 +153,15 @@ impl Planner for Magi {
             for (stage, kv) in uniform_stages(&remote, self.degree).into_iter().enumerate() {
                 let stage = stage as u32;
                 cross_tasks(&mut b, r32, stage + 1, own, &kv);
-                for (src, theirs) in shards.iter().enumerate() {
-                    if src == r {
-                        continue;
-                    }
+                // The remote K/V is, by construction, owned by other ranks only.
+                for (src, ranges) in owners.split(&kv) {
                     transfers.push(Transfer {
                         kind: TransferKind::AllToAll,
                         collective: Some(stage),
                         tensor: TransferTensor::Kv,
-                        src: src as u32,
+                        src,
                         dst: r32,
-                        ranges: intersect_ranges(&kv, theirs),
+                        ranges,
                         heads: None,
                         issue_at: stage,
                         arrive_by: stage + 1,
@@ -184,6 +181,7 @@ impl Planner for Magi {
 mod tests {
     use super::*;
     use crate::plan::Mask;
+    use crate::planners::shard::intersect_ranges;
     use crate::planners::testing::{assert_valid, with_ctx};
 
     #[test]

@@ -44,6 +44,12 @@ pub use zigzag::Zigzag;
 /// exhausting memory.
 pub const MAX_PLAN_ITEMS: u64 = 1 << 25;
 
+/// The largest CP group a plan may have: 65,536 ranks, far past any CP degree in use (the
+/// anchors top out at a few thousand GPUs per sequence). Planners size per-rank tables by N,
+/// so a mistyped `--ranks 4294967295` used to abort on a 64 GB allocation instead of saying
+/// what was wrong.
+pub const MAX_RANKS: u32 = 1 << 16;
+
 /// What every planner is given besides the batch.
 #[derive(Debug, Clone)]
 pub struct PlanContext<'a> {

@@ -10,7 +10,9 @@
 use crate::plan::{Plan, PlanBuilder, PlanError};
 use crate::trace::Batch;
 
-use super::shard::{assign_pieces, gather_attend, pad_batch, zigzag_pieces, Padding};
+use super::shard::{
+    assign_pieces, check_gather_ranges, gather_attend, pad_batch, zigzag_pieces, Padding,
+};
 use super::{PlanContext, Planner};
 
 /// Per-document 2N-chunk sharding with a K/V all-gather.
@@ -24,6 +26,13 @@ impl Planner for PerDoc {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks as usize;
+        // Padding makes every piece non-empty, so each rank holds at least one range of every
+        // document and the all-gather lists at least docs × N × (N − 1): refuse before cutting
+        // anything when even that is too many (16K ranks used to take 6 GB to find out).
+        let at_least = (batch.doc_lens.len() as u64)
+            .saturating_mul(n as u64)
+            .saturating_mul(n.saturating_sub(1) as u64);
+        check_gather_ranges(n, at_least)?;
         // Implementations that need every document divisible by 2N (TransformerEngine THD,
         // torch `_PerDocumentHeadTailLoadBalancer`) pad each one: planned and charged here.
         let (padded, pads) = pad_batch(batch, Padding::PerDocument(2 * n as u64));

@@ -183,6 +183,12 @@ impl SweepConfig {
         if g.ranks.contains(&0) {
             return bad("grid.ranks must be ≥ 1".into());
         }
+        if let Some(r) = g.ranks.iter().find(|&&r| r > crate::planners::MAX_RANKS) {
+            return bad(format!(
+                "grid.ranks {r} is more than the {} ranks a plan may have",
+                crate::planners::MAX_RANKS
+            ));
+        }
         if g.tokens_per_rank.contains(&0) || g.block.contains(&0) || g.context.contains(&0) {
             return bad("grid.tokens_per_rank, grid.block and grid.context must be ≥ 1".into());
         }
@@ -384,5 +390,11 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown field"), "{e}");
+        let e = SweepConfig::parse(
+            "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[8, 70000]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("grid.ranks 70000"), "{e}");
     }
 }
