@@ -15,6 +15,7 @@
 
 pub mod comm;
 pub mod hardware;
+pub mod hashing;
 pub mod ilp;
 pub mod model;
 pub mod output;

@@ -312,47 +312,34 @@ impl KernelProfile {
         let len = q.length();
         // Shortest and longest row, and the rows bracketing `len` (a: longest with
         // length ≤ len, b: shortest with length > len).
-        let mut first: Option<&KernelRow> = None;
-        let mut last: Option<&KernelRow> = None;
-        let mut a: Option<&KernelRow> = None;
-        let mut b: Option<&KernelRow> = None;
+        // Each candidate carries its length, so a row's square root is taken once.
+        let mut first: Option<(&KernelRow, f64)> = None;
+        let mut last: Option<(&KernelRow, f64)> = None;
+        let mut a: Option<(&KernelRow, f64)> = None;
+        let mut b: Option<(&KernelRow, f64)> = None;
         for r in self.rows.iter().filter(|r| same(r) && r.varlen == varlen) {
             let l = r.length();
-            if first.is_none_or(|f| l < f.length()) {
-                first = Some(r);
+            if first.is_none_or(|f| l < f.1) {
+                first = Some((r, l));
             }
-            if last.is_none_or(|f| l > f.length()) {
-                last = Some(r);
+            if last.is_none_or(|f| l > f.1) {
+                last = Some((r, l));
             }
-            if l <= len && a.is_none_or(|x| l > x.length()) {
-                a = Some(r);
+            if l <= len && a.is_none_or(|x| l > x.1) {
+                a = Some((r, l));
             }
-            if l > len && b.is_none_or(|x| l < x.length()) {
-                b = Some(r);
+            if l > len && b.is_none_or(|x| l < x.1) {
+                b = Some((r, l));
             }
         }
+        let (first, last, a, b) = (
+            first.map(|x| x.0),
+            last.map(|x| x.0),
+            a.map(|x| x.0),
+            b.map(|x| x.0),
+        );
         let (first, last) = (first.expect("a row matched"), last.expect("a row matched"));
-        const EPS: f64 = 1e-9;
-        let at = if (len - first.length()).abs() <= EPS * len {
-            At::Exact(first)
-        } else if len < first.length() {
-            At::Below(first)
-        } else if len >= last.length() {
-            if (len - last.length()).abs() <= EPS * len {
-                At::Exact(last)
-            } else {
-                At::Above(last)
-            }
-        } else {
-            // first.length() < len < last.length(): both brackets exist.
-            let (a, b) = (a.expect("a row below"), b.expect("a row above"));
-            if (len - a.length()).abs() <= EPS * len {
-                At::Exact(a)
-            } else {
-                let t = (len.log2() - a.length().log2()) / (b.length().log2() - a.length().log2());
-                At::Between(a, b, t)
-            }
-        };
+        let at = at_length(len, first, last, a, b);
         Ok(Located {
             at,
             len,
@@ -437,6 +424,103 @@ impl KernelProfile {
                 },
             },
         })
+    }
+}
+
+/// Where length `len` falls in a series: `first` and `last` its shortest and longest rows, `a`
+/// the longest row no longer than `len` and `b` the shortest longer one (each the first such
+/// row in file order). The one interpolation rule behind [`KernelProfile::locate`] and
+/// [`KernelIndex`].
+fn at_length<'a>(
+    len: f64,
+    first: &'a KernelRow,
+    last: &'a KernelRow,
+    a: Option<&'a KernelRow>,
+    b: Option<&'a KernelRow>,
+) -> At<'a> {
+    const EPS: f64 = 1e-9;
+    if (len - first.length()).abs() <= EPS * len {
+        At::Exact(first)
+    } else if len < first.length() {
+        At::Below(first)
+    } else if len >= last.length() {
+        if (len - last.length()).abs() <= EPS * len {
+            At::Exact(last)
+        } else {
+            At::Above(last)
+        }
+    } else {
+        // first.length() < len < last.length(): both brackets exist.
+        let (a, b) = (a.expect("a row below"), b.expect("a row above"));
+        if (len - a.length()).abs() <= EPS * len {
+            At::Exact(a)
+        } else {
+            let t = (len.log2() - a.length().log2()) / (b.length().log2() - a.length().log2());
+            At::Between(a, b, t)
+        }
+    }
+}
+
+/// A kernel profile's series sorted by length, for answering many queries: a binary search
+/// per query instead of [`KernelProfile::tflops_for`]'s scans of every row (8% of `hybrid`'s
+/// quick search at 256 ranks, whose tiles come in thousands of distinct shapes). Same values
+/// and same errors (`tflops_for_equals_lookup` and the index's own test check both).
+#[derive(Debug, Clone)]
+pub struct KernelIndex {
+    profile: KernelProfile,
+    /// Per series, its rows by length. Validation keeps lengths unique within a series; were
+    /// two equal, only the first in file order is kept, the one the scan picks.
+    series: Vec<(SeriesKey, Vec<(f64, KernelRow)>)>,
+}
+
+impl KernelIndex {
+    /// Index `profile` (a copy is kept, for the errors a query can get).
+    pub fn new(profile: &KernelProfile) -> KernelIndex {
+        let mut series: Vec<(SeriesKey, Vec<(f64, KernelRow)>)> = Vec::new();
+        for r in &profile.rows {
+            let key = (r.pass, r.mask, r.head_dim, r.varlen);
+            match series.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, rows)) => rows.push((r.length(), r.clone())),
+                None => series.push((key, vec![(r.length(), r.clone())])),
+            }
+        }
+        for (_, rows) in &mut series {
+            // Stable: among rows of one length, file order decides, as in the scan.
+            rows.sort_by(|x, y| x.0.total_cmp(&y.0));
+            rows.dedup_by(|later, earlier| later.0 == earlier.0);
+        }
+        KernelIndex {
+            profile: profile.clone(),
+            series,
+        }
+    }
+
+    /// [`KernelProfile::tflops_for`], by binary search.
+    pub fn tflops_for(&self, q: &KernelQuery) -> Result<f64, HardwareError> {
+        let find = |varlen: bool| {
+            self.series
+                .iter()
+                .find(|(k, _)| *k == (q.pass, q.mask, q.head_dim, varlen))
+                .map(|(_, rows)| rows)
+        };
+        let rows = match find(q.varlen).or_else(|| find(!q.varlen)) {
+            Some(rows) if q.q_len > 0 && q.kv_len > 0 => rows,
+            // No series, or an empty tile: the profile says why.
+            _ => return self.profile.tflops_for(q),
+        };
+        let len = q.length();
+        let split = rows.partition_point(|(l, _)| *l <= len);
+        let row = |i: usize| rows.get(i).map(|(_, r)| r);
+        let (first, last) = (&rows[0].1, &rows[rows.len() - 1].1);
+        let a = split.checked_sub(1).and_then(row);
+        let at = at_length(len, first, last, a, row(split));
+        Ok(Located {
+            at,
+            len,
+            varlen_fallback: false,
+            first,
+        }
+        .tflops())
     }
 }
 
@@ -641,6 +725,55 @@ bwd,full,64,true,total,2048,2048,40,v
             .lookup(&q(Pass::Fwd, Mask::Causal, 128, 4096, 4096, false))
             .unwrap();
         assert_eq!(l.tflops, 662.0);
+    }
+
+    /// The index answers what the scan answers, bit for bit, errors included: on every bundled
+    /// profile and on a small table with a non-square row, a series only in varlen and rows out
+    /// of length order.
+    #[test]
+    fn the_index_gives_the_scan_s_answers() {
+        let dup = format!(
+            "{CSV}fwd,full,128,false,total,1024,4096,70,d1\n\
+             fwd,full,128,false,total,8192,8192,400,e\n\
+             fwd,full,128,false,total,512,512,20,f\n"
+        );
+        let mut profiles = vec![KernelProfile::from_csv_str("dup", "dup.csv", &dup).unwrap()];
+        for name in bundled::names(bundled::KERNEL_PROFILES) {
+            profiles.push(KernelProfile::load(name).unwrap());
+        }
+        let lens = [
+            0u64, 1, 7, 100, 511, 512, 513, 1000, 1024, 2048, 3000, 4096, 5000,
+        ];
+        let lens = lens
+            .iter()
+            .copied()
+            .chain([8192, 12345, 65536, 1 << 20, 1 << 22]);
+        let lens: Vec<u64> = lens.collect();
+        for p in &profiles {
+            let index = KernelIndex::new(p);
+            for pass in [Pass::Fwd, Pass::Bwd] {
+                for mask in [Mask::Causal, Mask::Full] {
+                    for hd in [64, 128, 256] {
+                        for varlen in [false, true] {
+                            for &ql in &lens {
+                                for &kl in &lens {
+                                    let query = q(pass, mask, hd, ql, kl, varlen);
+                                    match (p.tflops_for(&query), index.tflops_for(&query)) {
+                                        (Ok(a), Ok(b)) => {
+                                            assert_eq!(a.to_bits(), b.to_bits(), "{query:?}")
+                                        }
+                                        (Err(a), Err(b)) => {
+                                            assert_eq!(a.to_string(), b.to_string())
+                                        }
+                                        (a, b) => panic!("{} {query:?}: {a:?} vs {b:?}", p.name),
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

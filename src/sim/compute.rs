@@ -10,18 +10,19 @@
 //! diagonal, causal one; other query ranges) is costed on its own, so a launch over many small
 //! fragments is still as slow as the GPU makes it.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
 
-use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
+use crate::hardware::{Hardware, HardwareError, KernelIndex, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
 use crate::plan::{allowed_pairs, Mask, Plan, Task};
 
 /// Costs tiles, caching profile lookups by tile shape (plans repeat shapes a lot).
 pub struct ComputeModel<'a> {
     hw: &'a Hardware,
-    profile: &'a KernelProfile,
+    /// The kernel table, sorted for lookups by binary search.
+    index: KernelIndex,
     model: &'a Model,
-    cache: HashMap<(Pass, Mask, u64, u64), f64>,
+    cache: FastMap<(Pass, Mask, u64, u64), f64>,
     /// Scratch for [`ComputeModel::launch`]'s fused segments, kept between calls so that
     /// costing a step allocates nothing.
     fused: Vec<(FuseKey, u64, f64)>,
@@ -44,9 +45,9 @@ impl<'a> ComputeModel<'a> {
     pub fn new(hw: &'a Hardware, profile: &'a KernelProfile, model: &'a Model) -> Self {
         ComputeModel {
             hw,
-            profile,
+            index: KernelIndex::new(profile),
             model,
-            cache: HashMap::new(),
+            cache: FastMap::default(),
             fused: Vec::new(),
         }
     }
@@ -63,7 +64,7 @@ impl<'a> ComputeModel<'a> {
         if let Some(&t) = self.cache.get(&key) {
             return Ok(t);
         }
-        let table = self.profile.tflops_for(&KernelQuery {
+        let table = self.index.tflops_for(&KernelQuery {
             pass,
             mask,
             head_dim: self.model.head_dim,

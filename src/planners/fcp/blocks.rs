@@ -1,7 +1,9 @@
 //! FCP's block distributor, sharding half (§4.1): documents → fixed-size blocks → assignment
 //! units, each weighed by f(B) from the shared cost model.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hashing::FastMap;
 
 use crate::hardware::{cost, Hardware, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
@@ -347,7 +349,7 @@ pub struct Weigher<'a> {
     profile: KernelProfile,
     model: &'a Model,
     mask: Mask,
-    cache: HashMap<TileKey, f64>,
+    cache: FastMap<TileKey, f64>,
 }
 
 impl<'a> Weigher<'a> {
@@ -361,7 +363,7 @@ impl<'a> Weigher<'a> {
             profile,
             model,
             mask,
-            cache: HashMap::new(),
+            cache: FastMap::default(),
         })
     }
 
