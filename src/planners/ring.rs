@@ -10,7 +10,9 @@ use crate::trace::Batch;
 
 use std::collections::BTreeMap;
 
-use super::shard::{assign_pieces, contiguous_pieces, ring_flash_params, ring_pass};
+use super::shard::{
+    assign_pieces, check_ring_bound, contiguous_pieces, ring_flash_params, ring_pass,
+};
 use super::{PlanContext, Planner};
 
 /// Contiguous per-document ring attention.
@@ -29,6 +31,7 @@ impl Planner for Ring {
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        check_ring_bound(&b, batch, n)?;
         let shards = assign_pieces(&mut b, batch, n, |len| contiguous_pieces(len, n));
         ring_pass(&mut b, &shards)?;
         Ok(b.finish())

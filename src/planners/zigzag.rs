@@ -10,7 +10,7 @@ use crate::trace::Batch;
 
 use std::collections::BTreeMap;
 
-use super::shard::{assign_pieces, ring_flash_params, ring_pass, zigzag_pieces};
+use super::shard::{assign_pieces, check_ring_bound, ring_flash_params, ring_pass, zigzag_pieces};
 use super::{PlanContext, Planner};
 
 /// Zigzag (2N-piece, mirrored) ring attention.
@@ -28,6 +28,7 @@ impl Planner for Zigzag {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        check_ring_bound(&b, batch, ctx.ranks)?;
         let shards = assign_pieces(&mut b, batch, ctx.ranks, |len| {
             zigzag_pieces(len, ctx.ranks)
         });
