@@ -576,7 +576,10 @@ mod tests {
                     cut.iter().flatten().filter(|(s, e)| e > s).count() as u64
                 };
                 assert_eq!(count(contiguous_pieces(len, n)), len.min(n as u64));
-                assert!(count(zigzag_pieces(len, n)) >= len.min(n as u64), "{len} {n}");
+                assert!(
+                    count(zigzag_pieces(len, n)) >= len.min(n as u64),
+                    "{len} {n}"
+                );
             }
         }
     }
