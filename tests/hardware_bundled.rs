@@ -67,9 +67,9 @@ fn every_bundled_file_loads_and_cites() {
     }
     for name in bundled::names(bundled::KERNEL_PROFILES) {
         let p = KernelProfile::load(name).unwrap();
-        assert!(p.rows.iter().all(|r| !r.source.is_empty()));
+        assert!(p.rows().iter().all(|r| !r.source.is_empty()));
         let path = format!("{}/kernels-profile/{name}.csv", env!("CARGO_MANIFEST_DIR"));
-        assert_eq!(KernelProfile::load(&path).unwrap().rows, p.rows);
+        assert_eq!(KernelProfile::load(&path).unwrap().rows(), p.rows());
     }
     for name in bundled::names(bundled::NCCL_TABLES) {
         NcclTable::load(name).unwrap();

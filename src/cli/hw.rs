@@ -140,7 +140,7 @@ fn list(as_json: bool) -> anyhow::Result<()> {
     let mut kernels = Vec::new();
     for name in bundled::names(bundled::KERNEL_PROFILES) {
         let p = KernelProfile::load(name)?;
-        kernels.push(json!({"name": name, "rows": p.rows.len(), "series": p.series()}));
+        kernels.push(json!({"name": name, "rows": p.rows().len(), "series": p.series()}));
     }
     let nccl = bundled::names(bundled::NCCL_TABLES);
     if as_json {

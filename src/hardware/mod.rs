@@ -18,8 +18,6 @@ mod profile;
 
 pub use cost::{kernel_time_s, overlap_bandwidth, tile_flops, tile_time_s, OverlapBandwidth};
 pub use error::HardwareError;
-pub use kernel::{
-    Clamp, KernelIndex, KernelLookup, KernelProfile, KernelQuery, KernelRow, LenKind, Pass,
-};
+pub use kernel::{Clamp, KernelLookup, KernelProfile, KernelQuery, KernelRow, LenKind, Pass};
 pub use network::{BusBw, Collective, NcclRow, NcclTable};
 pub use profile::{Hardware, Link, NUMERIC_FIELDS};

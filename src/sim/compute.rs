@@ -12,15 +12,14 @@
 
 use crate::hashing::FastMap;
 
-use crate::hardware::{Hardware, HardwareError, KernelIndex, KernelProfile, KernelQuery, Pass};
+use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
 use crate::plan::{allowed_pairs, Mask, Plan, Task};
 
 /// Costs tiles, caching profile lookups by tile shape (plans repeat shapes a lot).
 pub struct ComputeModel<'a> {
     hw: &'a Hardware,
-    /// The kernel table, sorted for lookups by binary search.
-    index: KernelIndex,
+    profile: &'a KernelProfile,
     model: &'a Model,
     cache: FastMap<(Pass, Mask, u64, u64), f64>,
     /// Scratch for [`ComputeModel::launch`]'s fused segments, kept between calls so that
@@ -45,7 +44,7 @@ impl<'a> ComputeModel<'a> {
     pub fn new(hw: &'a Hardware, profile: &'a KernelProfile, model: &'a Model) -> Self {
         ComputeModel {
             hw,
-            index: KernelIndex::new(profile),
+            profile,
             model,
             cache: FastMap::default(),
             fused: Vec::new(),
@@ -64,7 +63,7 @@ impl<'a> ComputeModel<'a> {
         if let Some(&t) = self.cache.get(&key) {
             return Ok(t);
         }
-        let table = self.index.tflops_for(&KernelQuery {
+        let table = self.profile.tflops_for(&KernelQuery {
             pass,
             mask,
             head_dim: self.model.head_dim,
