@@ -127,7 +127,7 @@ fn is_zero(x: &u64) -> bool {
 impl Document {
     /// Tokens the plan covers: the document plus its padding.
     pub fn extent(&self) -> u64 {
-        self.len + self.pad
+        self.len.saturating_add(self.pad)
     }
 }
 
@@ -357,7 +357,17 @@ impl Plan {
     }
 
     /// Parse a plan from JSON text; `origin` names the source in error messages.
+    ///
+    /// A plan of the current version parses straight into [`Plan`]. Anything else goes through
+    /// a generic JSON value first, so a plan of another version is reported as such rather than
+    /// by whichever field changed shape. (Always parsing the value first cost a 278 MB FlashCP
+    /// plan of 256 ranks 3 GB and a third of `fcp verify`'s time.)
     pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        if let Ok(plan) = serde_json::from_str::<Plan>(text) {
+            if plan.version == PLAN_VERSION {
+                return Ok(plan);
+            }
+        }
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| PlanError::Parse {
                 path: origin.to_string(),

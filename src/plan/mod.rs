@@ -5,6 +5,7 @@ mod builder;
 mod ir;
 mod mask;
 mod numeric;
+mod runs;
 mod summary;
 mod verify;
 
@@ -15,5 +16,6 @@ pub use ir::{
 };
 pub use mask::{allowed_pairs, Mask};
 pub use numeric::{check_numeric, NumericOptions, NumericReport};
+pub(crate) use runs::RunIndex;
 pub use summary::{imbalance, max_over_mean, summarize, transfer_bytes, PlanSummary, RankLoad};
 pub use verify::{verify, Violation, ViolationKind};

@@ -2,99 +2,67 @@
 //! a range, and whether a rank owns a range. Built once per plan so a query costs a binary
 //! search instead of a scan over every task.
 
-use std::collections::HashMap;
+use crate::hashing::FastMap;
+use crate::plan::{Plan, RunIndex, TokenRange, TransferTensor};
 
-use crate::plan::{Plan, TokenRange, TransferTensor};
+/// Ranges read (or owned) on one rank, per document: `(start, end, step)` runs.
+type Runs = RunIndex<u32>;
 
-/// Ranges read (or owned) on one rank, per document, sorted by start.
-#[derive(Default)]
-struct Runs {
-    /// (start, end, step) sorted by start.
-    runs: Vec<(u64, u64, u32)>,
-    /// Longest run, to bound the search for overlaps.
-    max_len: u64,
-}
+/// Per rank: the runs of each document, gathered before they are indexed.
+type Gathered = Vec<FastMap<u32, Vec<(u64, u64, u32)>>>;
 
-impl Runs {
-    fn finish(&mut self) {
-        self.runs.sort_unstable();
-        self.max_len = self.runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0);
-    }
-
-    /// Runs overlapping `[start, end)`.
-    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &(u64, u64, u32)> {
-        let lo = self.runs.partition_point(|r| r.0 + self.max_len <= start);
-        let hi = self.runs.partition_point(|r| r.0 < end);
-        self.runs[lo..hi.max(lo)]
-            .iter()
-            .filter(move |r| r.1 > start)
-    }
+fn index(gathered: Gathered) -> Vec<FastMap<u32, Runs>> {
+    gathered
+        .into_iter()
+        .map(|m| m.into_iter().map(|(d, r)| (d, RunIndex::new(r))).collect())
+        .collect()
 }
 
 /// Per rank and document: the query ranges and key/value ranges its tasks read, with their
 /// steps, and the ranges it owns.
 pub struct PlanIndex {
-    q: Vec<HashMap<u32, Runs>>,
-    kv: Vec<HashMap<u32, Runs>>,
-    owned: Vec<HashMap<u32, Runs>>,
+    q: Vec<FastMap<u32, Runs>>,
+    kv: Vec<FastMap<u32, Runs>>,
+    owned: Vec<FastMap<u32, Runs>>,
     /// What each rank holds before any transfer: its input layout, or `owned` without one.
-    initial: Option<Vec<HashMap<u32, Runs>>>,
+    initial: Option<Vec<FastMap<u32, Runs>>>,
 }
 
 impl PlanIndex {
     /// Index `plan`.
     pub fn new(plan: &Plan) -> Self {
         let n = plan.ranks.len();
-        let empty = || -> Vec<HashMap<u32, Runs>> { (0..n).map(|_| HashMap::new()).collect() };
+        let empty = || -> Gathered { (0..n).map(|_| FastMap::default()).collect() };
         let (mut q, mut kv, mut owned) = (empty(), empty(), empty());
         for (r, rp) in plan.ranks.iter().enumerate() {
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
                     q[r].entry(t.q.doc)
                         .or_default()
-                        .runs
                         .push((t.q.start, t.q.end, s as u32));
                     kv[r]
                         .entry(t.kv.doc)
                         .or_default()
-                        .runs
                         .push((t.kv.start, t.kv.end, s as u32));
                 }
             }
             for o in &rp.owned {
-                owned[r]
-                    .entry(o.doc)
-                    .or_default()
-                    .runs
-                    .push((o.start, o.end, 0));
+                owned[r].entry(o.doc).or_default().push((o.start, o.end, 0));
             }
         }
-        let mut initial = plan.input_layout.as_ref().map(|layout| {
+        let initial = plan.input_layout.as_ref().map(|layout| {
             let mut m = empty();
             for (r, ranges) in layout.iter().enumerate().take(n) {
                 for o in ranges {
-                    m[r].entry(o.doc)
-                        .or_default()
-                        .runs
-                        .push((o.start, o.end, 0));
+                    m[r].entry(o.doc).or_default().push((o.start, o.end, 0));
                 }
             }
-            m
+            index(m)
         });
-        for m in q
-            .iter_mut()
-            .chain(kv.iter_mut())
-            .chain(owned.iter_mut())
-            .chain(initial.iter_mut().flatten())
-        {
-            for runs in m.values_mut() {
-                runs.finish();
-            }
-        }
         PlanIndex {
-            q,
-            kv,
-            owned,
+            q: index(q),
+            kv: index(kv),
+            owned: index(owned),
             initial,
         }
     }
@@ -139,18 +107,10 @@ impl PlanIndex {
     }
 }
 
-fn covers_all(map: &HashMap<u32, Runs>, ranges: &[TokenRange]) -> bool {
+fn covers_all(map: &FastMap<u32, Runs>, ranges: &[TokenRange]) -> bool {
     ranges.iter().all(|r| {
-        map.get(&r.doc).is_some_and(|runs| {
-            let mut pos = r.start;
-            for &(s, e, _) in runs.overlapping(r.start, r.end) {
-                if s > pos {
-                    return false;
-                }
-                pos = pos.max(e);
-            }
-            pos >= r.end
-        })
+        map.get(&r.doc)
+            .is_some_and(|runs| runs.covers(r.start, r.end))
     })
 }
 

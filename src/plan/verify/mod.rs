@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{allowed_pairs, HeadRange, Plan, Task, TokenRange, PLAN_VERSION};
+use super::{allowed_pairs, HeadRange, Plan, RunIndex, Task, TokenRange, PLAN_VERSION};
 
 mod availability;
 mod coverage;
@@ -139,9 +139,27 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
         if d.len == 0 {
             out.push(v(Header, format!("document {i} has length 0")));
         }
+        if d.extent() > crate::trace::MAX_DOC_LEN {
+            out.push(v(
+                Header,
+                format!(
+                    "document {i} spans {} tokens, more than the {} a document may have",
+                    d.extent(),
+                    crate::trace::MAX_DOC_LEN
+                ),
+            ));
+        }
     }
     if plan.q_heads == 0 || plan.kv_heads == 0 {
         out.push(v(Header, "q_heads and kv_heads must be at least 1".into()));
+    } else if plan.q_heads % plan.kv_heads != 0 {
+        out.push(v(
+            Header,
+            format!(
+                "q_heads {} is not a multiple of kv_heads {}: grouped-query attention shares each K/V head among a whole group of query heads",
+                plan.q_heads, plan.kv_heads
+            ),
+        ));
     }
     if let Some(l) = &plan.input_layout {
         if l.len() != plan.num_ranks as usize {
@@ -212,8 +230,9 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
     }
 }
 
-/// Owner of each token, as sorted disjoint `(start, end, rank)` runs per document.
-pub(super) type OwnerMap = Vec<Vec<(u64, u64, u32)>>;
+/// Owner of each token, as `(start, end, rank)` runs per document indexed for overlap queries
+/// (disjoint in a valid plan; [`check_partition`] reports where they are not).
+pub(super) type OwnerMap = Vec<RunIndex<u32>>;
 
 pub(super) fn owner_map(plan: &Plan) -> OwnerMap {
     layout_map(plan, plan.ranks.iter().map(|rp| rp.owned.as_slice()))
@@ -225,16 +244,13 @@ pub(super) fn input_owner_map(plan: &Plan) -> OwnerMap {
 }
 
 fn layout_map<'a>(plan: &Plan, per_rank: impl Iterator<Item = &'a [TokenRange]>) -> OwnerMap {
-    let mut map: OwnerMap = vec![Vec::new(); plan.documents.len()];
+    let mut map: Vec<Vec<(u64, u64, u32)>> = vec![Vec::new(); plan.documents.len()];
     for (rank, ranges) in per_rank.enumerate() {
         for r in ranges {
             map[r.doc as usize].push((r.start, r.end, rank as u32));
         }
     }
-    for runs in &mut map {
-        runs.sort_unstable();
-    }
-    map
+    map.into_iter().map(RunIndex::new).collect()
 }
 
 fn check_ownership(plan: &Plan, out: &mut Vec<Violation>) {
@@ -260,7 +276,7 @@ fn check_partition(plan: &Plan, map: &OwnerMap, what: &str, out: &mut Vec<Violat
     for (doc, runs) in map.iter().enumerate() {
         let len = plan.documents[doc].extent();
         let mut pos = 0u64;
-        for &(s, e, rank) in runs {
+        for &(s, e, rank) in runs.runs() {
             if s < pos {
                 out.push(v(
                     ViolationKind::OwnedTwice,
