@@ -67,6 +67,17 @@ impl Hasher for FastHasher {
     }
 }
 
+/// A 64-bit FNV-1a hash of `bytes`: stable across Rust versions, platforms and runs (std's
+/// hasher is not), for names and fingerprints written to files.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

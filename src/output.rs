@@ -75,7 +75,16 @@ impl AtomicFile {
             use std::os::unix::fs::PermissionsExt;
             builder.permissions(std::fs::Permissions::from_mode(0o666));
         }
-        let tmp = builder.tempfile_in(dir)?;
+        // tempfile's error ends with the random temporary path (`… at path "dir/.fcp-…tmp"`);
+        // say which folder failed instead.
+        let tmp = builder.tempfile_in(dir).map_err(|e| {
+            let text = e.to_string();
+            let cause = text.split(" at path ").next().unwrap_or(&text);
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot create a file in {}: {cause}", dir.display()),
+            )
+        })?;
         if let Ok(meta) = std::fs::metadata(&target) {
             tmp.as_file().set_permissions(meta.permissions())?;
         }
@@ -164,7 +173,15 @@ mod tests {
     #[test]
     fn missing_directory_is_an_error_not_a_panic() {
         let p = Path::new("/nonexistent-dir-fcp/x.json");
-        assert!(write_atomic(p, b"x").is_err());
+        let e = write_atomic(p, b"x").unwrap_err();
+        // The folder is named, not the random temporary file (`.fcp-XXXX.tmp`).
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cannot create a file in /nonexistent-dir-fcp"),
+            "{msg}"
+        );
+        assert!(!msg.contains(".fcp-"), "{msg}");
     }
 
     #[test]

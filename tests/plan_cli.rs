@@ -187,6 +187,29 @@ fn bad_plan_inputs_exit_2_and_leave_no_file() {
             &["--scheme", "ring", "--ranks", "2", "--batch", "9"],
             "out of range",
         ),
+        // Regression: minutes building 4·10⁹ empty ring steps for a one-token batch.
+        (
+            &[
+                "--scheme",
+                "ring",
+                "--ranks",
+                "65536",
+                "--tokens-per-rank",
+                "1",
+            ],
+            "65536 steps on each rank",
+        ),
+        (
+            &[
+                "--scheme",
+                "zigzag",
+                "--ranks",
+                "65536",
+                "--tokens-per-rank",
+                "1",
+            ],
+            "65536 steps on each rank",
+        ),
     ];
     for (args, needle) in cases {
         fcp()

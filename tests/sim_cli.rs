@@ -208,6 +208,123 @@ fn bad_simulation_inputs_exit_2() {
         .stderr(predicate::str::contains("unknown scheme `warp`"));
 }
 
+/// Regression: `simulate` used to default to h100 / llama3-70b whatever the plan was made for,
+/// so a B200 plan was simulated on an H100 without a word and a llama3-8b plan was refused.
+#[test]
+fn simulate_defaults_to_the_profiles_the_plan_was_made_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("b200-8b.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "fcp",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+        ])
+        .args(["--hardware", "b200", "--model", "llama3-8b", "-o"])
+        .arg(&p)
+        .assert()
+        .success();
+    let time = |v: &Value| v["attention_time_ms"].as_f64().unwrap();
+    let default = fcp()
+        .args(["simulate", "--json"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty())
+        .get_output()
+        .stdout
+        .clone();
+    let default: Value = serde_json::from_slice(&default).unwrap();
+    let named = json(
+        fcp()
+            .args([
+                "simulate",
+                "--json",
+                "--hardware",
+                "b200",
+                "--model",
+                "llama3-8b",
+            ])
+            .arg(&p),
+    );
+    assert_eq!(default["hardware"], "b200");
+    assert_eq!(default["model"], "llama3-8b");
+    assert_eq!(time(&default), time(&named));
+    // Asking for another profile is honoured, with a note naming what the plan was made for.
+    let h100 = fcp()
+        .args(["simulate", "--json", "--hardware", "h100"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "the plan was made for hardware `b200`; using `h100`",
+        ))
+        .get_output()
+        .stdout
+        .clone();
+    let h100: Value = serde_json::from_slice(&h100).unwrap();
+    assert_eq!(h100["hardware"], "h100");
+    assert_ne!(time(&h100), time(&default), "another GPU, another time");
+    // A plan made with a profile file names a profile that cannot be found without the file.
+    let lab = dir.path().join("lab.toml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/hardware/h100.toml"
+    ))
+    .unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("name =") {
+                "name = \"lab\"".to_string()
+            } else if l.starts_with("kernel_profile =") {
+                "kernel_profile = \"h100-fa3\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&lab, text).unwrap();
+    let pl = dir.path().join("lab.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "4096",
+        ])
+        .arg("--hardware")
+        .arg(&lab)
+        .arg("-o")
+        .arg(&pl)
+        .assert()
+        .success();
+    fcp()
+        .arg("simulate")
+        .arg(&pl)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "made for hardware `lab`, which is not bundled: pass --hardware",
+        ));
+    fcp()
+        .arg("simulate")
+        .arg("--hardware")
+        .arg(&lab)
+        .arg(&pl)
+        .assert()
+        .success()
+        .stderr(predicate::str::is_empty());
+}
+
 #[test]
 fn overlap_bandwidth_reports_gbps() {
     let v = json(fcp().args([

@@ -44,6 +44,111 @@ pub struct ProfileArgs {
     pub model: String,
 }
 
+/// Hardware and model for a command that reads a plan: by default the ones the plan was made
+/// for. (Defaulting to h100 / llama3-70b instead simulated a B200 plan on an H100 without a
+/// word, and refused a llama3-8b plan with advice to plan it again.)
+#[derive(Debug, Clone, Args)]
+pub struct PlanProfileArgs {
+    /// Hardware profile: a bundled name (h100, h200, b200) or a TOML file. Defaults to the one
+    /// the plan was made for (its `hardware` field), h100 when it names none.
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// Model preset (llama3-70b, llama3-8b, mha-16, mha-32) or a TOML file. Defaults to the one
+    /// the plan was made for (its `model` field), llama3-70b when it names none.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+impl PlanProfileArgs {
+    /// Load both profiles for `plan`, saying on stderr when a flag overrides what the plan
+    /// records.
+    pub fn load(&self, plan: &fcp::plan::Plan) -> Result<(Hardware, Model)> {
+        let hw_name = pick(
+            "hardware",
+            self.hardware.as_deref(),
+            plan.hardware.as_deref(),
+            "h100",
+            fcp::hardware::bundled::HARDWARE,
+        )?;
+        let model_name = pick(
+            "model",
+            self.model.as_deref(),
+            plan.model.as_deref(),
+            "llama3-70b",
+            fcp::hardware::bundled::MODELS,
+        )?;
+        let hw = Hardware::load(&hw_name)?;
+        let model = Model::load(&model_name)?;
+        for (kind, recorded, used) in [
+            ("hardware", plan.hardware.as_deref(), hw.name.as_str()),
+            ("model", plan.model.as_deref(), model.name.as_str()),
+        ] {
+            if let Some(r) = recorded.filter(|r| *r != used) {
+                eprintln!("note: the plan was made for {kind} `{r}`; using `{used}` as asked");
+            }
+        }
+        Ok((hw, model))
+    }
+}
+
+/// The profile to load: the flag, else the plan's record when it is bundled, else the default.
+fn pick(
+    kind: &str,
+    flag: Option<&str>,
+    recorded: Option<&str>,
+    default: &str,
+    bundled: &[(&str, &str)],
+) -> Result<String> {
+    match (flag, recorded) {
+        (Some(f), _) => Ok(f.to_string()),
+        (None, Some(r)) if bundled.iter().any(|(n, _)| *n == r) => Ok(r.to_string()),
+        (None, Some(r)) => bail!(
+            "the plan was made for {kind} `{r}`, which is not bundled: pass --{kind} with its TOML file"
+        ),
+        (None, None) => Ok(default.to_string()),
+    }
+}
+
+/// Refuse an output path that names one of the inputs (the same file, through any path or
+/// link): writing the output would destroy the input. Regression: `fcp plan --trace t.csv -o
+/// t.csv` replaced the user's trace with the plan.
+pub fn refuse_overwriting_input(
+    output: &std::path::Path,
+    inputs: &[&std::path::Path],
+) -> Result<()> {
+    let Ok(out) = std::fs::metadata(output) else {
+        return Ok(()); // not there yet: nothing to destroy
+    };
+    if !out.is_file() {
+        return Ok(()); // devices, pipes: writing them destroys nothing
+    }
+    for input in inputs {
+        if let Ok(inp) = std::fs::metadata(input) {
+            if same_file(&out, &inp) {
+                bail!(
+                    "the output {} is the input {}: writing it would destroy the input; choose another output",
+                    output.display(),
+                    input.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
+    a.len() == b.len()
+        && a.modified().ok() == b.modified().ok()
+        && a.created().ok() == b.created().ok()
+}
+
 /// Passes to simulate, as a command-line value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PassArg {

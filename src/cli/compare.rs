@@ -38,6 +38,9 @@ pub struct CompareArgs {
 
 pub fn run(a: CompareArgs) -> Result<()> {
     let schemes = parse_scheme_list(&a.schemes)?;
+    if schemes.is_empty() {
+        bail!("--schemes lists no scheme (give names, comma-separated, or `all`)");
+    }
     if let Some(b) = &a.baseline {
         if !schemes.contains(b) {
             bail!(
@@ -79,6 +82,17 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!(
             "{}",
             compare_table(&rows, a.baseline.as_deref().unwrap_or(&schemes[0]))
+        );
+    }
+    if let Some(first) = rows
+        .iter()
+        .find(|r| r.mean.is_none())
+        .filter(|_| rows.iter().all(|r| r.mean.is_none()))
+    {
+        bail!(
+            "no scheme could plan these batches (first: {}: {})",
+            first.scheme,
+            first.error.as_deref().unwrap_or("unknown error")
         );
     }
     Ok(())

@@ -41,8 +41,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
         pack: PackArgs::default(),
         mask: MaskArg::Causal,
     };
+    if a.batches == 0 {
+        bail!("--batches must be at least 1");
+    }
     let packed = batch_args.load()?;
-    let batches: Vec<_> = packed.batches.into_iter().take(a.batches.max(1)).collect();
+    let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
     let (hw, model) = a.profile.load()?;
     let ctx = batch_args.ctx(&hw, &model);
     let sim = Simulator::new(hw.clone(), model.clone())?;
@@ -105,9 +108,36 @@ pub fn run(a: DemoArgs) -> Result<()> {
         m.vs_lower_bound,
         m.compute_imbalance
     );
+    let (plan_flags, simulate_flags) = next_flags(&a);
     outln!(
-        "Next: `fcp plan --scheme {} --ranks {} -o plan.json`, then `fcp simulate plan.json` for per-rank detail.",
+        "Next: `fcp plan --scheme {} --ranks {}{plan_flags} -o plan.json`, then `fcp simulate plan.json{simulate_flags}` for per-rank detail.",
         best.scheme, a.ranks
     );
     Ok(())
+}
+
+/// The flags that make the suggested `fcp plan` plan what the demo just planned (every input
+/// that differs from `plan`'s defaults), and those `fcp simulate` needs on top of what the plan
+/// records (profiles given as files, which a plan names but cannot carry).
+fn next_flags(a: &DemoArgs) -> (String, String) {
+    let mut plan = String::new();
+    let mut simulate = String::new();
+    if let Some(t) = &a.trace {
+        plan += &format!(" --trace {}", t.display());
+    }
+    if a.tokens_per_rank != 32768 {
+        plan += &format!(" --tokens-per-rank {}", a.tokens_per_rank);
+    }
+    for (flag, value, default, ext) in [
+        ("hardware", &a.profile.hardware, "h100", ".toml"),
+        ("model", &a.profile.model, "llama3-70b", ".toml"),
+    ] {
+        if value != default {
+            plan += &format!(" --{flag} {value}");
+        }
+        if fcp::hardware::bundled::is_path(value, ext) {
+            simulate += &format!(" --{flag} {value}");
+        }
+    }
+    (plan, simulate)
 }

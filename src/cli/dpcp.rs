@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use fcp::output::write_atomic;
+use std::io::Write;
+
+use fcp::output::AtomicFile;
 use fcp::study::dpcp::{dpcp_csv, run_dpcp, DpcpConfig};
 
 /// Arguments of `fcp dpcp`.
@@ -28,8 +30,18 @@ pub fn run(a: DpcpArgs) -> Result<()> {
     let json = serde_json::to_string_pretty(&rows)? + "\n";
     if let Some(dir) = &a.output {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        write_atomic(&dir.join("dpcp.csv"), dpcp_csv(&rows).as_bytes())?;
-        write_atomic(&dir.join("dpcp.json"), json.as_bytes())?;
+        // Both files are written before either appears, so a failure leaves neither behind.
+        let mut files = Vec::new();
+        for (name, bytes) in [("dpcp.csv", dpcp_csv(&rows)), ("dpcp.json", json.clone())] {
+            let path = dir.join(name);
+            let mut f =
+                AtomicFile::create(&path).with_context(|| format!("writing {}", path.display()))?;
+            f.write_all(bytes.as_bytes())?;
+            files.push(f);
+        }
+        for f in files {
+            f.commit()?;
+        }
     }
     if a.json {
         out!("{json}");

@@ -78,6 +78,9 @@ pub fn run(a: IlpArgs) -> Result<()> {
     if a.target_imbalance.is_nan() || a.target_imbalance < 1.0 {
         bail!("--target-imbalance must be ≥ 1");
     }
+    if let (Some(out), Some(t)) = (&a.output, &a.batch.trace) {
+        super::common::refuse_overwriting_input(out, &[t])?;
+    }
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load()?;
     let batch = packed.pick(a.batch_index)?;
@@ -96,10 +99,9 @@ pub fn run(a: IlpArgs) -> Result<()> {
     let r: Report = match a.scheme {
         IlpScheme::Flashcp => ilp::flashcp::solve(batch, &ctx, &opts)?,
         IlpScheme::Fcp => {
-            let f = Fcp {
-                block: a.block,
-                ..Fcp::default()
-            };
+            // Through the scheme's own parser, so `--block` is checked as `plan` checks it.
+            let spec = fcp::planners::SchemeSpec::parse(&format!("fcp:block={}", a.block))?;
+            let f = Fcp::from_spec(&spec).map_err(|e| anyhow::anyhow!("--block: {e}"))?;
             ilp::fcp::solve(&f, batch, &ctx, &opts)?
         }
     };

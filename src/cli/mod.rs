@@ -129,10 +129,27 @@ pub fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_message(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: errors that already quote their
+/// source (`cannot read X: No such file…`) would otherwise print it twice.
+fn error_message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -140,4 +157,23 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: `cannot read wlb.csv: No such file or directory (os error 2): No such file
+    /// or directory (os error 2)`.
+    #[test]
+    fn a_cause_already_quoted_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::from(fcp::trace::TraceError::Io {
+            path: "wlb.csv".into(),
+            source: io,
+        });
+        assert_eq!(error_message(&e), "cannot read wlb.csv: no such file");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_message(&e), "outer: inner");
+    }
 }

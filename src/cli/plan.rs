@@ -124,6 +124,12 @@ impl FcpSwitches {
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
+    if a.all_batches && a.output.as_os_str() == "-" {
+        bail!("--all-batches writes one file per batch into a directory; `-o -` (stdout) takes one plan");
+    }
+    if let Some(t) = &a.batch.trace {
+        super::common::refuse_overwriting_input(&a.output, &[t])?;
+    }
     let scheme = a.switches.apply(&a.scheme)?;
     let planner = planner_for(&scheme)?;
     let (hw, model) = a.profile.load()?;

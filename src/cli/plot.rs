@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 
-use fcp::plan::Plan;
 use fcp::report::plot::{
     gantt, length_cdf, line_chart, sweep_chart, GanttOptions, LineChart, SweepAxis, YFormat,
 };
@@ -14,7 +13,7 @@ use fcp::study::dpcp::DpcpRow;
 use fcp::study::traces::TraceSpec;
 use fcp::study::{load_results, CellResult};
 
-use super::common::{PassArg, ProfileArgs};
+use super::common::{load_verified_plan, refuse_overwriting_input, PassArg, PlanProfileArgs};
 
 /// Arguments of `fcp plot`.
 #[derive(Debug, Args)]
@@ -46,7 +45,7 @@ struct GanttArgs {
     /// Plan file.
     plan: PathBuf,
     #[command(flatten)]
-    profile: ProfileArgs,
+    profile: PlanProfileArgs,
     /// Passes: fwd, bwd, or both (training).
     #[arg(long, value_enum, default_value_t = PassArg::Both)]
     pass: PassArg,
@@ -160,8 +159,10 @@ pub fn run(a: PlotArgs) -> Result<()> {
 }
 
 fn run_gantt(a: GanttArgs) -> Result<()> {
-    let plan = Plan::load(&a.plan)?;
-    let (hw, model) = a.profile.load()?;
+    refuse_overwriting_input(&a.output, &[&a.plan])?;
+    // A broken plan would be drawn as if it ran (`simulate` refuses it too).
+    let plan = load_verified_plan(&a.plan)?;
+    let (hw, model) = a.profile.load(&plan)?;
     let sim = Simulator::new(hw.clone(), model.clone())?;
     let pass: fcp::sim::PassSel = a.pass.into();
     let (report, outcomes) = sim.simulate_traced(&plan, pass)?;
@@ -225,6 +226,7 @@ fn keep(row: &CellResult, filters: &[(String, String)]) -> Result<bool> {
 }
 
 fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<()> {
+    refuse_overwriting_input(&a.output, &[&a.results])?;
     let rows = load_results(&a.results)?;
     let filters: Vec<(String, String)> = a
         .filter
@@ -330,6 +332,7 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
 }
 
 fn run_cdf(a: CdfArgs) -> Result<()> {
+    refuse_overwriting_input(&a.output, &[std::path::Path::new(&a.trace)])?;
     let spec = TraceSpec::parse(&a.trace)?;
     let trace = spec.load(a.tokens)?;
     let lens = trace.lens();
@@ -347,6 +350,7 @@ fn run_cdf(a: CdfArgs) -> Result<()> {
 }
 
 fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
+    refuse_overwriting_input(&a.output, &[&a.results])?;
     let text = std::fs::read_to_string(&a.results)
         .with_context(|| format!("reading {}", a.results.display()))?;
     let rows: Vec<DpcpRow> = serde_json::from_str(&text)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use fcp::study::regress::{check, default_grid, evaluate, Baseline, DEFAULT_TOLERANCE};
+use fcp::study::regress::{check, default_grid, evaluate, failures, Baseline, DEFAULT_TOLERANCE};
 
 use super::Exit;
 
@@ -50,6 +50,19 @@ pub fn run(a: RegressArgs) -> Result<()> {
     })?;
     pb.finish_and_clear();
     if a.update {
+        let failed = failures(&results);
+        if let Some(first) = failed.first() {
+            bail!(
+                "{} of {} cells fail, and a baseline records numbers (first: {first}); fix those cells or drop them from the grid. Nothing was written{}",
+                failed.len(),
+                results.len(),
+                if failed.len() > 1 {
+                    format!(":\n  {}", failed.join("\n  "))
+                } else {
+                    String::new()
+                }
+            );
+        }
         let tol = a
             .tolerance
             .or(existing.as_ref().map(|b| b.tolerance))
@@ -65,6 +78,13 @@ pub fn run(a: RegressArgs) -> Result<()> {
     let Some(baseline) = existing else {
         unreachable!("a baseline is loaded unless --update creates one")
     };
+    if baseline.cells.is_empty() {
+        bail!(
+            "{} records no cells, so it would check nothing; record them with `fcp regress --baseline {} --update`",
+            a.baseline.display(),
+            a.baseline.display()
+        );
+    }
     let tol = a.tolerance.unwrap_or(baseline.tolerance);
     let rep = check(&baseline, &results, tol);
     for f in &rep.improvements {

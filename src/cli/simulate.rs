@@ -7,7 +7,7 @@ use clap::Args;
 
 use fcp::sim::{SimReport, Simulator};
 
-use super::common::{bytes, load_verified_plan, PassArg, ProfileArgs};
+use super::common::{bytes, load_verified_plan, PassArg, PlanProfileArgs};
 
 /// Arguments of `fcp simulate`.
 #[derive(Debug, Args)]
@@ -15,7 +15,7 @@ pub struct SimulateArgs {
     /// Plan file (`-` for stdin).
     plan: PathBuf,
     #[command(flatten)]
-    profile: ProfileArgs,
+    profile: PlanProfileArgs,
     /// Passes: fwd (inference), bwd, or both (training).
     #[arg(long, value_enum, default_value_t = PassArg::Both)]
     pass: PassArg,
@@ -27,7 +27,7 @@ pub struct SimulateArgs {
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
-    let (hw, model) = a.profile.load()?;
+    let (hw, model) = a.profile.load(&plan)?;
     let sim = Simulator::new(hw, model)?;
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {

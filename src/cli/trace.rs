@@ -373,6 +373,7 @@ impl<'a, W: Write> PackWriter<'a, W> {
 }
 
 fn derive(a: DeriveArgs) -> anyhow::Result<()> {
+    super::common::refuse_overwriting_input(&a.output, &[&a.input])?;
     let text = std::fs::read_to_string(&a.input)
         .with_context(|| format!("cannot read {}", a.input.display()))?;
     let lens =

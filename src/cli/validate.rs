@@ -9,7 +9,7 @@ use fcp::report::validate::{ErrorStats, Pair};
 use fcp::report::{validate, Measured, ValidationReport};
 use fcp::sim::Simulator;
 
-use super::common::{load_verified_plan, ProfileArgs};
+use super::common::{load_verified_plan, PlanProfileArgs};
 use super::Exit;
 
 /// Arguments of `fcp validate`.
@@ -22,7 +22,7 @@ pub struct ValidateArgs {
     #[arg(long)]
     measured: PathBuf,
     #[command(flatten)]
-    profile: ProfileArgs,
+    profile: PlanProfileArgs,
     /// Print JSON (summary, per-rank and per-step rows).
     #[arg(long)]
     json: bool,
@@ -39,7 +39,14 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         }
     }
     let measured = Measured::load(&a.measured)?;
-    let (hw, model) = a.profile.load()?;
+    if let Some(c) = measured.check.as_ref().filter(|c| c.passed == Some(false)) {
+        eprintln!(
+            "warning: {} records a replay whose outputs failed the dense check (max relative error {}): its timings are of a run that computed something else",
+            a.measured.display(),
+            c.max_rel_error.map_or("unknown".into(), |x| format!("{x:.3e}"))
+        );
+    }
+    let (hw, model) = a.profile.load(&plan)?;
     let sim = Simulator::new(hw, model)?;
     let report = validate(&plan, &sim, &measured, &a.measured.display().to_string())?;
     if a.json {

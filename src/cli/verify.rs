@@ -30,6 +30,9 @@ pub struct VerifyArgs {
 }
 
 pub fn run(a: VerifyArgs) -> Result<()> {
+    if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
+        anyhow::bail!("--tolerance must be a number ≥ 0, got {}", a.tolerance);
+    }
     let plan = Plan::load(&a.plan)?;
     let violations = verify(&plan);
     // Only run tensors through a plan that is structurally sound.

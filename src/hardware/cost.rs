@@ -92,10 +92,11 @@ pub fn overlap_bandwidth(
     model: &Model,
     block: u64,
 ) -> Result<OverlapBandwidth, HardwareError> {
-    if block == 0 {
-        return Err(HardwareError::InvalidQuery(
-            "block must be at least 1 token".into(),
-        ));
+    if block == 0 || block > crate::trace::MAX_DOC_LEN {
+        return Err(HardwareError::InvalidQuery(format!(
+            "block must be 1 to {} tokens, got {block}",
+            crate::trace::MAX_DOC_LEN
+        )));
     }
     let pairs = block as u128 * block as u128;
     let query = KernelQuery {

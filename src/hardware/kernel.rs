@@ -518,9 +518,17 @@ fn series_label(k: &SeriesKey) -> String {
 }
 
 fn csv_message(e: &csv::Error) -> String {
+    // csv words a short row as "found record with N fields, but the previous record has M
+    // fields"; cutting its position off that left "fields, but the previous …".
+    let what = match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("expected {expected_len} fields, found {len}"),
+        _ => strip_position(&e.to_string()),
+    };
     match e.position() {
-        Some(p) => format!("line {}: {}", p.line(), strip_position(&e.to_string())),
-        None => e.to_string(),
+        Some(p) => format!("line {}: {what}", p.line()),
+        None => what,
     }
 }
 
@@ -664,6 +672,12 @@ bwd,full,64,true,total,2048,2048,40,v
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 6"), "{e}");
+        // Regression: a short row read "line 2: fields, but the previous record has 9 fields".
+        let short = format!("{CSV}fwd,causal,128\n");
+        let e = KernelProfile::from_csv_str("t", "t.csv", &short)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected 9 fields, found 3"), "{e}");
     }
 
     #[test]

@@ -136,6 +136,21 @@ impl Hardware {
                 return Err(bad(field, format!("must be a positive number, got {v}")));
             }
         }
+        // Ranges far outside any GPU or link, so a typo (a unit off by 10⁹) is an error and not
+        // a simulation that never ends or times that overflow.
+        let ranged = [
+            ("peak_tflops", self.peak_tflops, 0.1, 1e6, "TFLOP/s"),
+            ("nvlink_gbs", self.nvlink_gbs, 0.01, 1e6, "GB/s"),
+            ("nic_gbs", self.nic_gbs, 0.01, 1e6, "GB/s"),
+        ];
+        for (field, v, lo, hi, unit) in ranged {
+            if !(lo..=hi).contains(&v) {
+                return Err(bad(
+                    field,
+                    format!("{v} {unit} is outside {lo}..={hi:e} {unit}"),
+                ));
+            }
+        }
         let non_negative = [
             ("nvlink_latency_us", self.nvlink_latency_us),
             ("nic_latency_us", self.nic_latency_us),
@@ -144,6 +159,9 @@ impl Hardware {
         for (field, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(field, format!("must be a number >= 0, got {v}")));
+            }
+            if v > 1e6 {
+                return Err(bad(field, format!("{v} µs is more than a second")));
             }
         }
         if self.sm_count == 0 {
@@ -222,9 +240,33 @@ impl Hardware {
         }
     }
 
-    /// Load the kernel throughput table this profile names.
+    /// Load the kernel throughput table this profile names. A table that measures more than
+    /// `peak_tflops` is refused: the peak would then be wrong (a sparse or FP8 figure against a
+    /// BF16 table, a typo), and every MFU and efficiency reported from it would pass 100%.
     pub fn kernel_profile(&self) -> Result<KernelProfile, HardwareError> {
-        KernelProfile::load(&self.kernel_profile)
+        let table = KernelProfile::load(&self.kernel_profile)?;
+        let fastest = table
+            .rows()
+            .iter()
+            .max_by(|a, b| a.tflops.total_cmp(&b.tflops));
+        if let Some(row) = fastest.filter(|r| r.tflops > self.peak_tflops) {
+            return Err(HardwareError::Invalid {
+                file: self.name.clone(),
+                field: "peak_tflops".into(),
+                message: format!(
+                    "{} TFLOP/s is below the {} TFLOP/s that kernel profile {} measures ({} {} hd {} at {} × {} tokens); set it to the GPU's dense BF16 peak",
+                    self.peak_tflops,
+                    row.tflops,
+                    table.name,
+                    row.pass,
+                    row.mask,
+                    row.head_dim,
+                    row.q_len,
+                    row.kv_len
+                ),
+            });
+        }
+        Ok(table)
     }
 
     /// Load the NCCL bus-bandwidth table this profile names, if any.
@@ -257,6 +299,21 @@ comm_sms = 20
 launch_overhead_us = 5.0
 kernel_profile = "h100-fa3"
 "#;
+
+    /// Regression: a lab file with `peak_tflops = 500` against the H100 table (756 TFLOP/s at
+    /// its best) reported 109% MFU and 140% kernel efficiency without a word.
+    #[test]
+    fn a_peak_below_the_kernel_table_is_refused() {
+        let low = MINIMAL.replace("peak_tflops = 1000.0", "peak_tflops = 500.0");
+        let hw = Hardware::from_toml_str(&low, "lab.toml").unwrap();
+        let e = hw.kernel_profile().unwrap_err().to_string();
+        assert!(e.contains("invalid `peak_tflops`"), "{e}");
+        assert!(e.contains("756"), "{e}");
+        Hardware::from_toml_str(MINIMAL, "ok.toml")
+            .unwrap()
+            .kernel_profile()
+            .unwrap();
+    }
 
     #[test]
     fn bundled_load() {
@@ -312,5 +369,31 @@ kernel_profile = "h100-fa3"
             .unwrap_err()
             .to_string();
         assert!(e.contains("nic_gbs"), "{e}");
+    }
+
+    /// Regression: `nvlink_gbs = 1e-20` made `fcp simulate` run for ever, and a latency of
+    /// 10¹⁸ µs gave a time below the lower bound (the sums overflowed).
+    #[test]
+    fn values_no_hardware_has_are_refused() {
+        for (from, to, field) in [
+            ("nvlink_gbs = 400.0", "nvlink_gbs = 1e-20", "nvlink_gbs"),
+            ("nic_gbs = 50.0", "nic_gbs = 1e9", "nic_gbs"),
+            ("peak_tflops = 1000.0", "peak_tflops = 1e300", "peak_tflops"),
+            (
+                "nvlink_latency_us = 2.0",
+                "nvlink_latency_us = 1e18",
+                "nvlink_latency_us",
+            ),
+            (
+                "launch_overhead_us = 5.0",
+                "launch_overhead_us = 2e6",
+                "launch_overhead_us",
+            ),
+        ] {
+            let text = MINIMAL.replace(from, to);
+            assert_ne!(text, MINIMAL, "{from}");
+            let e = Hardware::from_toml_str(&text, "x").unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
     }
 }

@@ -474,6 +474,16 @@ pub fn check_ring_bound(b: &PlanBuilder, batch: &Batch, n: u32) -> Result<(), Pl
 /// piece paired with every other the mask allows), on top of the tasks already built, against
 /// [`MAX_PLAN_ITEMS`].
 fn ring_tiles_fit(b: &PlanBuilder, members: usize, pieces: &[u64]) -> Result<(), PlanError> {
+    // Every member takes one step per member, tiles or not: at 65,536 ranks 4·10⁹ steps, which
+    // took minutes to build for a one-token batch before anything refused it.
+    let steps = (members as u64).saturating_mul(members as u64);
+    if steps > MAX_PLAN_ITEMS {
+        return Err(PlanError::Planning(format!(
+            "a ring pass over {members} ranks takes {members} steps on each rank, {steps} in all, \
+             more than the {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks or a scheme without \
+             a ring over all of them (fcp, flashcp, per-doc, llama3, magi)"
+        )));
+    }
     let causal = b.mask() == crate::plan::Mask::Causal;
     let tiles = pieces.iter().fold(0u64, |acc, &p| {
         let t = if causal {

@@ -38,11 +38,12 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     for r in rows {
         match (&r.mean, &r.p95) {
             (Some(m), Some(p)) => s.push_str(&format!(
-                "{:<24} {:>10.3} {:>10.3} {:>7.2}× {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3} {:>9}\n",
+                "{:<24} {:>10.3} {:>10.3} {:>8} {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3} {:>9}\n",
                 r.scheme,
                 m.attention_time_ms,
                 p.attention_time_ms,
-                r.speedup.unwrap_or(f64::NAN),
+                // No speedup when the baseline could not run: a dash, not `NaN×`.
+                r.speedup.map_or("-".to_string(), |x| format!("{x:.2}×")),
                 100.0 * m.mfu,
                 m.compute_imbalance,
                 m.comm_imbalance,
@@ -60,9 +61,15 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
             )),
         }
     }
-    s.push_str(&format!(
-        "(means over batches; speedup = {baseline}'s mean attention time / the scheme's)\n"
-    ));
+    let note = if rows
+        .iter()
+        .any(|r| r.scheme == baseline && r.mean.is_none())
+    {
+        format!("speedup: none, {baseline} could not run")
+    } else {
+        format!("speedup = {baseline}'s mean attention time / the scheme's")
+    };
+    s.push_str(&format!("(means over batches; {note})\n"));
     s
 }
 

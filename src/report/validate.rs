@@ -105,6 +105,24 @@ pub struct Measured {
     pub attention_time_ms: Option<f64>,
     /// Per rank.
     pub ranks: Vec<MeasuredRank>,
+    /// The replay's check of its outputs against dense attention, when it ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<MeasuredCheck>,
+}
+
+/// `check` of a measured.json: whether the replay's outputs matched dense attention. Timings
+/// from a replay that computed the wrong thing say little about the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredCheck {
+    /// Whether the check ran.
+    #[serde(default)]
+    pub ran: bool,
+    /// Whether it passed (absent when it did not run).
+    #[serde(default)]
+    pub passed: Option<bool>,
+    /// Largest relative error found.
+    #[serde(default)]
+    pub max_rel_error: Option<f64>,
 }
 
 impl Measured {
@@ -134,6 +152,12 @@ impl Measured {
                 m.time_unit
             )));
         }
+        if !matches!(m.mode.as_str(), "distributed" | "single-device") {
+            return Err(bad(format!(
+                "mode is `{}`, expected distributed or single-device",
+                m.mode
+            )));
+        }
         if pass_sel(&m.pass).is_none() {
             return Err(bad(format!(
                 "pass is `{}`, expected fwd, bwd or both",
@@ -161,6 +185,23 @@ impl Measured {
                 }
             }
             for p in &r.passes {
+                check(format!("rank {i} {} compute_ms", p.pass), p.compute_ms)?;
+                for (k, v) in [("comm_ms", p.comm_ms), ("end_ms", p.end_ms)] {
+                    if let Some(v) = v {
+                        check(format!("rank {i} {} {k}", p.pass), v)?;
+                    }
+                }
+                if let Some((j, s)) = p
+                    .steps
+                    .iter()
+                    .enumerate()
+                    .find(|(j, s)| s.step as usize != *j)
+                {
+                    return Err(bad(format!(
+                        "rank {i} {}: steps[{j}] says step {}; steps are listed in plan order, one per step",
+                        p.pass, s.step
+                    )));
+                }
                 for s in &p.steps {
                     check(
                         format!("rank {i} {} step {} compute_ms", p.pass, s.step),
@@ -505,6 +546,7 @@ mod tests {
             dtype: None,
             attention_time_ms: Some(k * rep.metrics.attention_time_ms),
             ranks,
+            check: None,
         }
     }
 
@@ -583,5 +625,21 @@ mod tests {
         assert!(e.contains("expected a time"), "{e}");
         let e = Measured::from_json("{", "m").unwrap_err().to_string();
         assert!(e.contains("not a measured.json"), "{e}");
+        // Regression: a negative pass time, an unknown mode and steps out of plan order were
+        // read as if measured.
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.ranks[0].passes[0].compute_ms = -5.0;
+        let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
+        assert!(e.to_string().contains("fwd compute_ms is -5"), "{e}");
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        m.mode = "bogus".into();
+        let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
+        assert!(e.to_string().contains("mode is `bogus`"), "{e}");
+        let mut m = scaled(&plan, &sim, 1.0, "fwd");
+        for s in &mut m.ranks[0].passes[0].steps {
+            s.step = 7;
+        }
+        let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
+        assert!(e.to_string().contains("plan order"), "{e}");
     }
 }

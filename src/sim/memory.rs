@@ -31,7 +31,7 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
         let until = until.min(nsteps - 1);
         let from = from.min(until);
         for slot in &mut live[t.dst as usize][from..=until] {
-            *slot += bytes;
+            *slot = slot.saturating_add(bytes);
         }
     }
     plan.ranks
@@ -39,17 +39,26 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
         .enumerate()
         .map(|(r, rp)| {
             // Masked padding slots occupy Q/K/V/O buffers like owned tokens.
-            let tokens: u64 = rp.owned.iter().map(TokenRange::len).sum::<u64>() + rp.pad_slots;
+            // Saturating: a hand-made plan's padding of 2⁶⁰ slots reads as "more than any
+            // GPU has", never as a small number that wrapped around.
+            let tokens: u64 = rp
+                .owned
+                .iter()
+                .map(TokenRange::len)
+                .fold(rp.pad_slots, u64::saturating_add);
             let q = model.q_bytes_per_token();
             let kv = model.kv_bytes_per_token();
             let recv = live[r].iter().copied().max().unwrap_or(0);
-            let fwd = tokens * (2 * q + kv) + recv;
+            let fwd = tokens.saturating_mul(2 * q + kv).saturating_add(recv);
             passes
                 .iter()
                 .map(|p| match p {
                     Pass::Fwd => fwd,
                     // dQ, dK, dV for owned tokens and a gradient buffer per received buffer.
-                    Pass::Bwd => fwd + (tokens * (q + kv) + recv) / dtype * gb,
+                    Pass::Bwd => fwd.saturating_add(
+                        (tokens.saturating_mul(q + kv).saturating_add(recv) / dtype)
+                            .saturating_mul(gb),
+                    ),
                 })
                 .max()
                 .unwrap_or(fwd)

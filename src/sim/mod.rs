@@ -122,13 +122,14 @@ impl Simulator {
     ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
         if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
             return Err(SimError::Mismatch(format!(
-                "the plan was made for {} q / {} kv heads but model {} has {} / {}; plan again with --model {}",
+                "the plan was made for {} q / {} kv heads ({}) but model {} has {} / {}: simulate it with the model it was made for, or plan again with --model {}",
                 plan.q_heads,
                 plan.kv_heads,
+                plan.model.as_deref().unwrap_or("model not recorded"),
                 self.model.name,
                 self.model.q_heads,
                 self.model.kv_heads,
-                plan.model.as_deref().unwrap_or("<the plan's model>")
+                self.model.name,
             )));
         }
         let mut cm = self.compute_model();

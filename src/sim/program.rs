@@ -97,6 +97,10 @@ pub fn grad_bytes(plan: &Plan, model: &Model) -> u64 {
         .unwrap_or(model.dtype_bytes as u64)
 }
 
+/// The longest step the simulator times (10⁵ s, about a day): with at most 65,536 steps per
+/// rank, sums stay inside `u64` nanoseconds (6.6·10¹⁸ of 1.8·10¹⁹).
+const MAX_STEP_NS: f64 = 1e14;
+
 fn step_costs(
     plan: &Plan,
     cm: &mut ComputeModel<'_>,
@@ -109,6 +113,16 @@ fn step_costs(
                 .iter()
                 .map(|st| {
                     let c = cm.step(plan, &st.tasks, pass)?;
+                    // Times are integer nanoseconds; a step this long (a hand-made plan of a
+                    // trillion-token document) would overflow the timeline's sums.
+                    if c.seconds.is_nan() || c.seconds * 1e9 >= MAX_STEP_NS {
+                        return Err(HardwareError::InvalidQuery(format!(
+                            "a {pass} step of rank {} would take {:.3e} s, beyond the {:.0e} s one step may take in the simulator; no real batch comes near",
+                            rp.rank,
+                            c.seconds,
+                            MAX_STEP_NS / 1e9
+                        )));
+                    }
                     Ok(StepCost {
                         ns: (c.seconds * 1e9).round() as u64,
                         flops: c.flops,

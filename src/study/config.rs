@@ -50,6 +50,9 @@ fn default_model() -> Vec<String> {
     vec!["llama3-70b".into()]
 }
 
+/// The most batches a study cell may run.
+pub const MAX_BATCHES: usize = 100_000;
+
 /// A sweep: shared settings and the grid.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -164,6 +167,13 @@ impl SweepConfig {
         let bad = |m: String| Err(StudyError::Config(m));
         if self.batches == 0 {
             return bad("`batches` must be at least 1".into());
+        }
+        // More batches than any trace packs into; a billion spun the progress bar for minutes.
+        if self.batches > MAX_BATCHES {
+            return bad(format!(
+                "`batches` is {}, more than the {MAX_BATCHES} a study may run",
+                self.batches
+            ));
         }
         self.pass_sel()?;
         self.mask_kind()?;

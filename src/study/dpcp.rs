@@ -146,6 +146,9 @@ impl DpcpConfig {
                 return bad(format!("cp {c} does not divide gpus {}", self.gpus));
             }
         }
+        if self.balance.is_empty() {
+            return bad("balance must list at least one balancer (none, lpt)".into());
+        }
         for b in &self.balance {
             if b != "none" && b != "lpt" {
                 return bad(format!("balance `{b}`: expected none or lpt"));

@@ -10,6 +10,11 @@
 //! * its attention time rose by more than `tolerance` relative (`cur > base × (1 + tol)`), or
 //! * it now fails (an error) where the baseline had numbers, or it is missing.
 //!
+//! A cell the gate cannot check also fails it: one the baseline recorded as failing, and one
+//! the grid holds but the baseline has no numbers for (added to the grid without `--update`).
+//! `--update` refuses to record failing cells (a misspelt scheme would otherwise be recorded
+//! as an error and "pass" for ever), and a baseline with no cells checks nothing and fails.
+//!
 //! The simulator is deterministic, so any change is a code change: improvements pass and are
 //! listed so the baseline can be refreshed with `fcp regress --update`.
 
@@ -143,6 +148,12 @@ impl Baseline {
                 ),
             });
         }
+        if !(b.tolerance.is_finite() && b.tolerance >= 0.0) {
+            return Err(StudyError::Parse {
+                path: path.display().to_string(),
+                message: format!("`tolerance` must be a number ≥ 0, got {}", b.tolerance),
+            });
+        }
         b.grid.validate()?;
         Ok(b)
     }
@@ -178,7 +189,7 @@ pub fn default_grid() -> SweepConfig {
         batches = 2
         [grid]
         traces = ["default"]
-        schemes = ["ring", "zigzag", "llama3", "per-doc", "ulysses", "bytescale", "wlb-llm", "magi", "fcp"]
+        schemes = ["ring", "zigzag", "llama3", "per-doc", "ulysses", "bytescale", "wlb-llm", "magi", "fcp", "flashcp", "hybrid"]
         ranks = [4, 8]
         tokens_per_rank = [16384]
         "#,
@@ -215,16 +226,44 @@ pub fn check(baseline: &Baseline, current: &[CellResult], tolerance: f64) -> Reg
             ));
             continue;
         };
+        if let Some(e) = &base.error {
+            rep.regressions.push(finding(
+                "unchecked",
+                None,
+                None,
+                format!(
+                    "recorded as failing ({e}), so nothing is gated: fix the cell or drop it from the grid, then --update"
+                ),
+            ));
+            continue;
+        }
         if let Some(e) = &cur.error {
-            if base.error.is_none() {
-                rep.regressions
-                    .push(finding("error", None, None, format!("now fails: {e}")));
-            }
+            rep.regressions
+                .push(finding("error", None, None, format!("now fails: {e}")));
             continue;
         }
         for &(metric, cmp) in GATED {
-            let (Some(b), Some(c)) = (base.get(metric), cur.mean(metric)) else {
-                continue;
+            let (b, c) = match (base.get(metric), cur.mean(metric)) {
+                (Some(b), Some(c)) => (b, c),
+                (None, None) => continue,
+                (None, Some(_)) => {
+                    rep.regressions.push(finding(
+                        metric,
+                        None,
+                        None,
+                        format!("the baseline records no {metric}, so it is not gated: --update"),
+                    ));
+                    continue;
+                }
+                (Some(b), None) => {
+                    rep.regressions.push(finding(
+                        metric,
+                        Some(b),
+                        None,
+                        format!("{metric} is no longer reported"),
+                    ));
+                    continue;
+                }
             };
             let (worse, better) = match cmp {
                 Cmp::Absolute => (c > b + tolerance, c < b - tolerance),
@@ -244,7 +283,28 @@ pub fn check(baseline: &Baseline, current: &[CellResult], tolerance: f64) -> Reg
             }
         }
     }
+    for cur in current {
+        if !baseline.cells.iter().any(|b| b.key == cur.key) {
+            rep.cells += 1;
+            rep.regressions.push(Finding {
+                cell: cur.key.clone(),
+                metric: "unrecorded".into(),
+                baseline: None,
+                current: None,
+                message: "in the grid but not in the baseline: record it with --update".into(),
+            });
+        }
+    }
     rep
+}
+
+/// The cells of `results` that failed, as `label: error` lines: `--update` records none of
+/// them.
+pub fn failures(results: &[CellResult]) -> Vec<String> {
+    results
+        .iter()
+        .filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.key.label())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -286,7 +346,50 @@ mod tests {
     }
 
     #[test]
-    fn default_grid_is_small() {
-        assert!(default_grid().cells().len() <= 20);
+    fn default_grid_is_small_and_gates_every_main_scheme() {
+        let cells = default_grid().cells();
+        assert!(cells.len() <= 24);
+        for s in ["fcp", "flashcp", "hybrid"] {
+            assert!(cells.iter().any(|c| c.scheme == s), "{s}");
+        }
+    }
+
+    /// Regression: a misspelt scheme was recorded as a failing cell, and every later check
+    /// passed it; a cell added to the grid without `--update` was never checked.
+    #[test]
+    fn cells_the_gate_cannot_check_fail_it() {
+        let g = grid();
+        let cur = evaluate(&g, &|_| {}).unwrap();
+        let mut base = Baseline::from_results(g.clone(), DEFAULT_TOLERANCE, &cur);
+        base.cells[0].error = Some("unknown scheme `zigzagg`".into());
+        let r = check(&base, &cur, DEFAULT_TOLERANCE);
+        assert_eq!(r.regressions.len(), 1);
+        assert_eq!(r.regressions[0].metric, "unchecked");
+        // The grid grew by a cell the baseline does not record.
+        let mut fewer = Baseline::from_results(g, DEFAULT_TOLERANCE, &cur);
+        fewer.cells.pop();
+        let r = check(&fewer, &cur, DEFAULT_TOLERANCE);
+        assert_eq!(r.cells, 2);
+        assert_eq!(r.regressions.len(), 1);
+        assert_eq!(r.regressions[0].metric, "unrecorded");
+        assert_eq!(r.regressions[0].cell.scheme, "fcp");
+        // A baseline whose numbers were blanked gates nothing either.
+        let mut blank = Baseline::from_results(grid(), DEFAULT_TOLERANCE, &cur);
+        blank.cells[1].attention_time_ms = None;
+        let r = check(&blank, &cur, DEFAULT_TOLERANCE);
+        assert_eq!(r.regressions.len(), 1);
+        assert_eq!(r.regressions[0].metric, "attention_time_ms");
+    }
+
+    #[test]
+    fn failures_name_the_failing_cells() {
+        let g = SweepConfig::parse(
+            "batches = 1\n[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\",\"fcpp\"]\nranks=[4]\ntokens_per_rank=[8192]",
+        )
+        .unwrap();
+        let cur = evaluate(&g, &|_| {}).unwrap();
+        let f = failures(&cur);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].contains("fcpp"), "{f:?}");
     }
 }

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::hardware::Hardware;
+use crate::hashing::stable_hash;
 use crate::model::Model;
 use crate::output::write_atomic;
 use crate::planners::{planner_for, PlanContext};
@@ -120,18 +121,49 @@ pub struct SweepOutcome {
 
 /// The file name of a cell inside `DIR/cells/`: a stable hash of its key and settings.
 pub fn cell_file_name(key: &CellKey, settings: &str) -> String {
-    // FNV-1a, 64 bit: stable across Rust versions and platforms (std's hasher is not).
     let text = format!(
         "{}\u{1f}{}",
         serde_json::to_string(key).unwrap_or_default(),
         settings
     );
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    format!("{:016x}.json", stable_hash(text.as_bytes()))
+}
+
+/// The files a cell reads besides the bundled data: a trace file, hardware and model TOMLs and
+/// the tables a hardware file names. Bundled names and generated traces read none.
+fn input_files(key: &CellKey) -> Vec<PathBuf> {
+    use crate::hardware::bundled::is_path;
+    let mut files = Vec::new();
+    if let Ok(TraceSpec::File(p)) = TraceSpec::parse(&key.trace) {
+        files.push(PathBuf::from(p));
     }
-    format!("{h:016x}.json")
+    if is_path(&key.hardware, ".toml") {
+        files.push(PathBuf::from(&key.hardware));
+        if let Ok(hw) = Hardware::load(&key.hardware) {
+            let tables = std::iter::once(&hw.kernel_profile).chain(hw.nccl_table.as_ref());
+            files.extend(tables.filter(|t| is_path(t, ".csv")).map(PathBuf::from));
+        }
+    }
+    if is_path(&key.model, ".toml") {
+        files.push(PathBuf::from(&key.model));
+    }
+    files
+}
+
+/// The settings a cell's file records: the sweep's [`SweepConfig::settings_tag`], plus a hash
+/// of the contents of every file the cell reads. Regression: after `nvlink_gbs` changed in a
+/// hardware file, a rerun reused the cell computed with the old value (2.36 ms for 71.9 ms).
+fn cell_settings(settings: &str, key: &CellKey) -> String {
+    let files = input_files(key);
+    if files.is_empty() {
+        return settings.to_string();
+    }
+    let mut text = String::new();
+    for f in &files {
+        let content = std::fs::read(f).map_or(0, |bytes| stable_hash(&bytes));
+        text.push_str(&format!("{}={content:016x};", f.display()));
+    }
+    format!("{settings};inputs={:016x}", stable_hash(text.as_bytes()))
 }
 
 /// A simulator with the profiles it was built from.
@@ -290,18 +322,19 @@ pub fn run_sweep(
 ) -> Result<SweepOutcome, StudyError> {
     cfg.validate()?;
     let cells = cfg.cells();
-    let settings = cfg.settings_tag();
+    let base = cfg.settings_tag();
+    let settings: Vec<String> = cells.iter().map(|k| cell_settings(&base, k)).collect();
     let cells_dir = dir.map(|d| d.join("cells"));
     let mut done: HashMap<usize, CellResult> = HashMap::new();
     if let Some(cd) = &cells_dir {
         std::fs::create_dir_all(cd).map_err(|e| StudyError::io(cd, e))?;
         remove_stale_temps(cd);
         for (i, k) in cells.iter().enumerate() {
-            let p = cd.join(cell_file_name(k, &settings));
+            let p = cd.join(cell_file_name(k, &settings[i]));
             if let Ok(text) = std::fs::read_to_string(&p) {
-                // A file from other settings or an unreadable one is simply recomputed.
+                // A file from other settings or inputs, or an unreadable one, is recomputed.
                 if let Ok(r) = serde_json::from_str::<CellResult>(&text) {
-                    if &r.key == k && r.settings == settings {
+                    if &r.key == k && r.settings == settings[i] {
                         done.insert(i, r);
                     }
                 }
@@ -319,9 +352,10 @@ pub fn run_sweep(
     let computed: Vec<Result<(usize, CellResult), StudyError>> = todo
         .par_iter()
         .map(|&i| {
-            let r = run_cell(cfg, &cells[i], &inputs, &tick);
+            let mut r = run_cell(cfg, &cells[i], &inputs, &tick);
+            r.settings.clone_from(&settings[i]);
             if let Some(cd) = &cells_dir {
-                let p = cd.join(cell_file_name(&cells[i], &settings));
+                let p = cd.join(cell_file_name(&cells[i], &settings[i]));
                 let text = serde_json::to_string_pretty(&r).map_err(|e| StudyError::Parse {
                     path: p.display().to_string(),
                     message: e.to_string(),
@@ -496,6 +530,38 @@ mod tests {
         assert_eq!((second.computed, second.skipped), (2, 4));
         assert!(std::fs::read_to_string(dir.path().join("results.csv")).unwrap() == csv1);
         assert!(!dir.path().join("cells/.fcp-abc.tmp").exists());
+    }
+
+    /// Regression: a rerun reused cells computed from an earlier version of an input file.
+    #[test]
+    fn a_changed_input_file_is_recomputed_on_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("t.csv");
+        std::fs::write(&trace, "doc_len\n3000\n1000\n500\n").unwrap();
+        let hw = dir.path().join("hw.toml");
+        let h100 = include_str!("../../configs/hardware/h100.toml")
+            .replace("name = \"h100\"", "name = \"lab\"");
+        std::fs::write(&hw, &h100).unwrap();
+        let cfg = SweepConfig::parse(&format!(
+            "batches = 1\n[grid]\ntraces = [{:?}]\nschemes = [\"zigzag\"]\nranks = [2]\ntokens_per_rank = [4096]\nhardware = [{:?}]",
+            trace.display().to_string(),
+            hw.display().to_string()
+        ))
+        .unwrap();
+        let out = dir.path().join("out");
+        let first = run_sweep(&cfg, Some(&out), &|_| {}).unwrap();
+        let again = run_sweep(&cfg, Some(&out), &|_| {}).unwrap();
+        assert_eq!((again.computed, again.skipped), (0, 1));
+        let slow = h100.replace("nvlink_gbs = 380.0", "nvlink_gbs = 1.0");
+        assert_ne!(slow, h100, "the bundled h100 file changed");
+        std::fs::write(&hw, slow).unwrap();
+        let changed = run_sweep(&cfg, Some(&out), &|_| {}).unwrap();
+        assert_eq!((changed.computed, changed.skipped), (1, 0));
+        let t = |o: &SweepOutcome| o.rows[0].mean("attention_time_ms").unwrap();
+        assert!(t(&changed) > t(&first));
+        std::fs::write(&trace, "doc_len\n3000\n1000\n501\n").unwrap();
+        let retraced = run_sweep(&cfg, Some(&out), &|_| {}).unwrap();
+        assert_eq!(retraced.computed, 1);
     }
 
     #[test]

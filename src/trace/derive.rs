@@ -30,10 +30,13 @@ pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
     for (i, v) in values.iter().enumerate() {
         let len = v
             .as_u64()
-            .filter(|&n| n >= 1)
+            .filter(|&n| (1..=super::MAX_DOC_LEN).contains(&n))
             .ok_or_else(|| TraceError::Json {
                 line: 1,
-                message: format!("element {i} (`{v}`) is not a positive integer"),
+                message: format!(
+                    "element {i} (`{v}`) is not a whole number of tokens from 1 to {}",
+                    super::MAX_DOC_LEN
+                ),
             })?;
         lens.push(len);
     }

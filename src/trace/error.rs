@@ -30,7 +30,7 @@ pub enum TraceError {
         found: String,
     },
     /// A document length that is not an integer ≥ 1.
-    #[error("line {line}: document length `{value}` is not a positive integer (lengths are tokens, ≥ 1)")]
+    #[error("line {line}: document length `{value}` is not a whole number of tokens from 1 to 4294967296 (2^32)")]
     BadLength {
         /// 1-based line number in the input.
         line: u64,

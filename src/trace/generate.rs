@@ -74,6 +74,12 @@ impl Lognormal {
         if min == 0 {
             return Err(TraceError::BadParameter("min must be ≥ 1".into()));
         }
+        if max > super::MAX_DOC_LEN {
+            return Err(TraceError::BadParameter(format!(
+                "max ({max}) is above the {} tokens a document may have",
+                super::MAX_DOC_LEN
+            )));
+        }
         if min > max {
             return Err(TraceError::BadParameter(format!(
                 "min ({min}) must not exceed max ({max})"

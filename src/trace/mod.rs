@@ -26,6 +26,11 @@ pub use tables::{
     PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
 };
 
+/// The longest document a trace may hold: 2³² tokens, thousands of times the longest context
+/// trained today, and small enough that a batch's token counts, attention pairs and simulated
+/// nanoseconds never overflow.
+pub const MAX_DOC_LEN: u64 = 1 << 32;
+
 /// The bundled default trace (`traces/default.csv`), made by
 /// `fcp trace gen --source wlb-llm --docs 4000 --seed 1 -o traces/default.csv`.
 pub const DEFAULT_TRACE_CSV: &str = include_str!("../../traces/default.csv");

@@ -7,7 +7,7 @@
 use std::io::{BufRead, Read};
 use std::path::Path;
 
-use super::{Trace, TraceDoc, TraceError};
+use super::{Trace, TraceDoc, TraceError, MAX_DOC_LEN};
 
 /// Input formats a trace can come in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +174,16 @@ impl<R: BufRead> DocReader<R> {
                 found: headers.iter().collect::<Vec<_>>().join(","),
             }
         })?;
+        for name in ["doc_len", "batch"] {
+            if headers.iter().filter(|h| *h == name).count() > 1 {
+                return Err(TraceError::Json {
+                    line: 1,
+                    message: format!(
+                        "the header names `{name}` twice; which column holds the lengths is ambiguous"
+                    ),
+                });
+            }
+        }
         let batch_col = headers.iter().position(|h| h == "batch");
         Ok(DocReader {
             inner: Inner::Csv {
@@ -278,7 +288,7 @@ impl<R: BufRead> DocReader<R> {
                 let value = record.get(*len_col).unwrap_or("");
                 let len = parse_len(value).ok_or_else(|| TraceError::BadLength {
                     line,
-                    value: value.to_string(),
+                    value: quote(value),
                 })?;
                 let batch = match batch_col {
                     None => None,
@@ -370,10 +380,10 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
         .map(|v| {
             let len = v
                 .as_u64()
-                .filter(|&n| n >= 1)
+                .filter(|&n| (1..=MAX_DOC_LEN).contains(&n))
                 .ok_or_else(|| TraceError::BadLength {
                     line,
-                    value: v.to_string(),
+                    value: quote(&v.to_string()),
                 })?;
             Ok(TraceDoc {
                 len,
@@ -383,12 +393,24 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
         .collect()
 }
 
-/// A length: an integer ≥ 1, nothing else (no sign, no fraction, no exponent).
+/// A length: an integer in 1..=[`MAX_DOC_LEN`], nothing else (no sign, no fraction, no
+/// exponent).
 fn parse_len(s: &str) -> Option<u64> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    s.parse::<u64>().ok().filter(|&n| n >= 1)
+    s.parse::<u64>()
+        .ok()
+        .filter(|&n| (1..=MAX_DOC_LEN).contains(&n))
+}
+
+/// The offending text for an error message, cut to a readable length.
+fn quote(value: &str) -> String {
+    const MAX: usize = 40;
+    match value.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}… ({} bytes)", &value[..at], value.len()),
+        None => value.to_string(),
+    }
 }
 
 fn csv_error(e: csv::Error) -> TraceError {
@@ -475,6 +497,25 @@ mod tests {
             .unwrap();
         assert_eq!(lens(&t), vec![3, 4, 5]);
         assert_eq!(t.docs[2].batch, Some(1));
+    }
+
+    /// Regression: lengths up to u64::MAX were read (their sum saturated in `trace stats`), a
+    /// 200 KB field was echoed whole, and a second `doc_len` column was silently ignored.
+    #[test]
+    fn lengths_beyond_the_cap_long_fields_and_duplicate_columns_are_errors() {
+        let big = format!("doc_len\n{}\n", MAX_DOC_LEN + 1);
+        assert!(Trace::from_csv_str(&big).is_err());
+        let ok = format!("doc_len\n{MAX_DOC_LEN}\n");
+        assert_eq!(lens(&Trace::from_csv_str(&ok).unwrap()), vec![MAX_DOC_LEN]);
+        assert!(Trace::from_jsonl_str(&format!("[{}]", u64::MAX)).is_err());
+        let long = format!("doc_len\n{}\n", "x".repeat(200_000));
+        let e = Trace::from_csv_str(&long).unwrap_err().to_string();
+        assert!(e.len() < 200, "{e}");
+        assert!(e.contains("200000 bytes"), "{e}");
+        let e = Trace::from_csv_str("doc_len,doc_len\n1,2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`doc_len` twice"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,215 @@
+//! Regressions from a fuzzing pass over the command line: each input once panicked, destroyed
+//! an input, or exited 0 where it should have said what was wrong.
+
+mod support;
+
+use std::path::Path;
+use support::fcp;
+
+use predicates::prelude::*;
+
+fn trace(dir: &Path) -> std::path::PathBuf {
+    let t = dir.join("t.csv");
+    std::fs::write(&t, "doc_len\n100\n300\n").unwrap();
+    t
+}
+
+/// `fcp plan --trace t.csv -o t.csv` replaced the user's trace with the plan.
+#[test]
+fn an_output_that_is_the_input_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path());
+    let before = std::fs::read(&t).unwrap();
+    let link = dir.path().join("alias.csv");
+    std::os::unix::fs::symlink(&t, &link).unwrap();
+    for out in [&t, &link] {
+        for cmd in [
+            vec!["plan", "--scheme", "ring", "--ranks", "2"],
+            vec!["ilp", "--scheme", "fcp", "--ranks", "2"],
+        ] {
+            fcp()
+                .args(&cmd)
+                .arg("--trace")
+                .arg(&t)
+                .arg("-o")
+                .arg(out)
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("would destroy the input"));
+            assert_eq!(std::fs::read(&t).unwrap(), before, "{cmd:?} -o {out:?}");
+        }
+    }
+    fcp()
+        .args(["plot", "cdf"])
+        .arg(&t)
+        .arg("-o")
+        .arg(&t)
+        .assert()
+        .code(2);
+    assert_eq!(std::fs::read(&t).unwrap(), before);
+}
+
+/// Each of these panicked (exit 101) or exited 0.
+#[test]
+fn usage_errors_exit_2_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path());
+    let t = t.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        // Divided by zero in the block cutter.
+        (
+            &["ilp", "--scheme", "fcp", "--ranks", "2", "--block", "0"],
+            "--block",
+        ),
+        // Indexed an empty scheme list.
+        (
+            &[
+                "compare",
+                "--ranks",
+                "2",
+                "--schemes",
+                ",",
+                "--batches",
+                "1",
+            ],
+            "lists no scheme",
+        ),
+        (
+            &["compare", "--ranks", "2", "--schemes", "", "--json"],
+            "lists no scheme",
+        ),
+        // Every scheme failed, yet exit 0.
+        (
+            &[
+                "compare",
+                "--ranks",
+                "3",
+                "--schemes",
+                "ulysses",
+                "--batches",
+                "1",
+            ],
+            "no scheme could plan",
+        ),
+        // Ran one batch.
+        (&["demo", "--batches", "0"], "--batches"),
+        // Made a directory named `-`.
+        (
+            &[
+                "plan",
+                "--scheme",
+                "ring",
+                "--ranks",
+                "2",
+                "--all-batches",
+                "-o",
+                "-",
+            ],
+            "--all-batches",
+        ),
+    ];
+    for (args, needle) in cases {
+        let with_trace = ["--trace", t];
+        let extra: &[&str] = if args[0] == "demo" { &[] } else { &with_trace };
+        fcp()
+            .current_dir(dir.path())
+            .args(*args)
+            .args(extra)
+            .assert()
+            .code(2)
+            .stderr(
+                predicate::str::contains(*needle).and(predicate::str::contains("panicked").not()),
+            );
+    }
+    assert!(!dir.path().join("-").exists());
+}
+
+#[test]
+fn a_nan_tolerance_is_a_usage_error_not_a_failed_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "512",
+            "-o",
+        ])
+        .arg(&p)
+        .assert()
+        .success();
+    for tol in ["NaN", "-1"] {
+        fcp()
+            .args(["verify", "--numeric", &format!("--tolerance={tol}")])
+            .arg(&p)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--tolerance"));
+    }
+}
+
+/// `plot gantt` drew a plan that `verify` rejects and `simulate` refuses.
+#[test]
+fn gantt_refuses_an_invalid_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "512",
+            "-o",
+        ])
+        .arg(&p)
+        .assert()
+        .success();
+    let mut plan = fcp::Plan::load(&p).unwrap();
+    plan.transfers.clear();
+    plan.save(&p).unwrap();
+    let png = dir.path().join("g.png");
+    fcp()
+        .args(["plot", "gantt"])
+        .arg(&p)
+        .arg("-o")
+        .arg(&png)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not a valid plan"));
+    assert!(!png.exists());
+}
+
+/// A missing folder is named; the random temporary file is not, and the cause once.
+#[test]
+fn io_errors_name_the_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("missing").join("p.json");
+    let err = fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "2", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert!(err.contains("cannot create a file in"), "{err}");
+    assert!(!err.contains(".fcp-"), "{err}");
+    let err = fcp()
+        .args(["trace", "stats"])
+        .arg(dir.path().join("nope.csv"))
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(err).unwrap();
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+}
