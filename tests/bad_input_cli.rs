@@ -14,6 +14,26 @@ fn trace(dir: &Path) -> std::path::PathBuf {
     t
 }
 
+/// A small valid plan, `DIR/p.json`.
+fn small_plan(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("p.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "ring",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "512",
+            "-o",
+        ])
+        .arg(&p)
+        .assert()
+        .success();
+    p
+}
+
 /// `fcp plan --trace t.csv -o t.csv` replaced the user's trace with the plan.
 #[test]
 fn an_output_that_is_the_input_is_refused_and_the_input_kept() {
@@ -127,21 +147,7 @@ fn usage_errors_exit_2_with_a_reason() {
 #[test]
 fn a_nan_tolerance_is_a_usage_error_not_a_failed_plan() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("p.json");
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "ring",
-            "--ranks",
-            "2",
-            "--tokens-per-rank",
-            "512",
-            "-o",
-        ])
-        .arg(&p)
-        .assert()
-        .success();
+    let p = small_plan(dir.path());
     for tol in ["NaN", "-1"] {
         fcp()
             .args(["verify", "--numeric", &format!("--tolerance={tol}")])
@@ -156,21 +162,7 @@ fn a_nan_tolerance_is_a_usage_error_not_a_failed_plan() {
 #[test]
 fn gantt_refuses_an_invalid_plan() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("p.json");
-    fcp()
-        .args([
-            "plan",
-            "--scheme",
-            "ring",
-            "--ranks",
-            "2",
-            "--tokens-per-rank",
-            "512",
-            "-o",
-        ])
-        .arg(&p)
-        .assert()
-        .success();
+    let p = small_plan(dir.path());
     let mut plan = fcp::Plan::load(&p).unwrap();
     plan.transfers.clear();
     plan.save(&p).unwrap();
