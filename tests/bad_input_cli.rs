@@ -205,3 +205,51 @@ fn io_errors_name_the_path_once() {
     let err = String::from_utf8(err).unwrap();
     assert_eq!(err.matches("os error 2").count(), 1, "{err}");
 }
+
+/// `fcp trace stats /dev/zero` read forever: a CSV field with no end. A binary or compressed
+/// file now stops at once with what it looks like.
+#[test]
+fn binary_and_compressed_traces_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    if Path::new("/dev/zero").exists() {
+        fcp()
+            .args(["trace", "stats", "/dev/zero"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("byte 0 is NUL"));
+    }
+    let gz = dir.path().join("t.csv.gz");
+    std::fs::write(&gz, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03doc_len").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&gz)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("gzip-compressed"));
+    fcp()
+        .args(["trace", "stats", "-"])
+        .write_stdin(&b"doc_len\n100\n\x00\n"[..])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("byte 12 is NUL"));
+}
+
+/// A byte-order mark before JSONL (Notepad writes one) was read as invalid JSON.
+#[test]
+fn a_byte_order_mark_before_jsonl_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.jsonl");
+    std::fs::write(&t, b"\xEF\xBB\xBF{\"doc_lens\": [100, 300]}\n").unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&t)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("400"));
+    fcp()
+        .args(["trace", "stats", "-"])
+        .write_stdin(&b"\xEF\xBB\xBF[100, 300]"[..])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("400"));
+}

@@ -57,34 +57,10 @@ fn demo_compares_every_scheme_and_recommends_the_fastest() {
     assert_eq!(best, fastest.0, "{out}");
 }
 
-/// Regression: the `Next:` line dropped `--trace`, `--hardware` and `--model`, so following it
-/// planned the bundled trace for an H100 instead of what the demo had just compared.
-#[test]
-fn the_next_line_replans_what_the_demo_recommended() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.csv");
-    fcp()
-        .args([
-            "trace", "gen", "--source", "wlb-llm", "--docs", "300", "--seed", "5", "-o",
-        ])
-        .arg(&trace)
-        .assert()
-        .success();
-    let trace = trace.to_str().unwrap();
-    let out = demo(&[
-        "--trace",
-        trace,
-        "--ranks",
-        "4",
-        "--tokens-per-rank",
-        "8192",
-        "--hardware",
-        "b200",
-        "--model",
-        "llama3-8b",
-        "--batches",
-        "1",
-    ]);
+/// Run the demo with `args`, check that its `Next:` advice holds each of `expect`, run the advice
+/// as written (in `dir`) and get the demo's figure back to the printed precision.
+fn next_line_reproduces(dir: &std::path::Path, args: &[&str], expect: &[&str]) {
+    let out = demo(args);
     let use_line = out
         .lines()
         .find(|l| l.starts_with("All plans verified. Use "))
@@ -98,18 +74,15 @@ fn the_next_line_replans_what_the_demo_recommended() {
     let next = out.lines().find(|l| l.starts_with("Next: ")).unwrap();
     let plan_cmd = next.split('`').nth(1).unwrap();
     let simulate_cmd = next.split('`').nth(3).unwrap();
-    assert!(plan_cmd.contains(&format!("--trace {trace}")), "{next}");
-    assert!(
-        plan_cmd.contains("--hardware b200 --model llama3-8b"),
-        "{next}"
-    );
-    // Run the advice as written (in the temporary folder) and get the demo's figure back.
+    for e in expect {
+        assert!(next.contains(e), "no `{e}` in {next}");
+    }
     let words = |cmd: &str| -> Vec<String> {
         cmd.split_whitespace()
             .skip(1)
             .map(|w| {
                 if w == "plan.json" {
-                    dir.path().join("plan.json").display().to_string()
+                    dir.join("plan.json").display().to_string()
                 } else {
                     w.to_string()
                 }
@@ -130,6 +103,72 @@ fn the_next_line_replans_what_the_demo_recommended() {
     let got = sim["attention_time_ms"].as_f64().unwrap();
     assert!(
         (got - ms).abs() < 0.0005 + 1e-9,
-        "demo said {ms} ms, the plan simulates {got} ms"
+        "demo said {ms} ms, the plan simulates {got} ms ({next})"
+    );
+}
+
+/// Regression: the `Next:` line dropped `--trace`, `--hardware` and `--model`, so following it
+/// planned the bundled trace for an H100 instead of what the demo had just compared.
+#[test]
+fn the_next_line_replans_what_the_demo_recommended() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    fcp()
+        .args([
+            "trace", "gen", "--source", "wlb-llm", "--docs", "300", "--seed", "5", "-o",
+        ])
+        .arg(&trace)
+        .assert()
+        .success();
+    let trace = trace.to_str().unwrap();
+    let with_trace = format!("--trace {trace}");
+    next_line_reproduces(
+        dir.path(),
+        &[
+            "--trace",
+            trace,
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--hardware",
+            "b200",
+            "--model",
+            "llama3-8b",
+            "--batches",
+            "1",
+        ],
+        &[&with_trace, "--hardware b200 --model llama3-8b"],
+    );
+}
+
+/// The demo takes the packing, mask and pass that `compare` takes, says so in its header, and
+/// its advice carries them.
+#[test]
+fn the_demo_plans_windows_full_masks_and_inference_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--ranks",
+        "4",
+        "--pack",
+        "window",
+        "--context",
+        "16384",
+        "--mask",
+        "full",
+        "--pass",
+        "fwd",
+        "--batches",
+        "1",
+    ];
+    let out = demo(&args);
+    let header = out.lines().next().unwrap();
+    for want in ["16384-token windows", "full", "inference (fwd)"] {
+        assert!(header.contains(want), "no `{want}` in {header}");
+    }
+    next_line_reproduces(
+        dir.path(),
+        &args,
+        &["--pack window --context 16384", "--mask full", "--pass fwd"],
     );
 }

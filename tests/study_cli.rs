@@ -260,6 +260,23 @@ fn plots_are_written_as_png_and_svg() {
             .success();
         png(name);
     }
+    // Regression: a filter on a key that does not exist, or a value no row has, ended in a
+    // message about missing values that did not name the filter.
+    for (filter, says) in [
+        ("nokey=1", "have no key `nokey` (keys: "),
+        ("scheme=nope", "no row of"),
+        ("scheme=nope", "(values: "),
+    ] {
+        fcp()
+            .args(["plot", "imbalance"])
+            .arg(&results)
+            .args(["--filter", filter, "-o"])
+            .arg(dir.path().join("never.png"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        assert!(!dir.path().join("never.png").exists());
+    }
     fcp()
         .args(["plot", "lines"])
         .arg(&results)

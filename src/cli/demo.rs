@@ -11,8 +11,8 @@ use fcp::planners::SCHEMES;
 use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{PassSel, Simulator};
 
-use super::common::{BatchArgs, MaskArg, ProfileArgs};
-use super::trace::PackArgs;
+use super::common::{BatchArgs, MaskArg, PassArg, ProfileArgs};
+use super::trace::{PackArgs, PackModeArg};
 
 /// Arguments of `fcp demo`.
 #[derive(Debug, Args)]
@@ -30,7 +30,24 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 4)]
     batches: usize,
     #[command(flatten)]
+    pack: PackArgs,
+    /// Mask inside each document.
+    #[arg(long, value_enum, default_value_t = MaskArg::Causal)]
+    mask: MaskArg,
+    /// Passes: fwd (inference), bwd, or both (training).
+    #[arg(long, value_enum, default_value_t = PassArg::Both)]
+    pass: PassArg,
+    #[command(flatten)]
     profile: ProfileArgs,
+}
+
+/// What the demo's figures cover, in its header and verdict.
+fn pass_words(p: PassSel) -> &'static str {
+    match p {
+        PassSel::Both => "training (fwd+bwd)",
+        PassSel::Fwd => "inference (fwd)",
+        PassSel::Bwd => "backward only",
+    }
 }
 
 pub fn run(a: DemoArgs) -> Result<()> {
@@ -38,9 +55,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
         trace: a.trace.clone(),
         ranks: a.ranks,
         tokens_per_rank: a.tokens_per_rank,
-        pack: PackArgs::default(),
-        mask: MaskArg::Causal,
+        pack: a.pack.clone(),
+        mask: a.mask,
     };
+    let pass = PassSel::from(a.pass);
     if a.batches == 0 {
         bail!("--batches must be at least 1");
     }
@@ -57,7 +75,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         &CompareOptions {
             schemes: schemes.clone(),
             baseline: None,
-            pass: PassSel::Both,
+            pass,
             // Every plan is checked before its numbers are shown.
             verify: true,
         },
@@ -65,15 +83,22 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
     let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
     outln!(
-        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens · {} / {} · causal · training (fwd+bwd)\n",
+        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} / {} · {} · {}\n",
         batches.len(),
         a.trace
             .as_ref()
             .map_or("the bundled trace".to_string(), |p| p.display().to_string()),
         a.ranks,
         a.tokens_per_rank,
+        match a.pack.pack {
+            PackModeArg::Budget => String::new(),
+            PackModeArg::Window => format!(" · {}-token windows", a.pack.context),
+            PackModeArg::Carry => " · carry packing".to_string(),
+        },
         hw.name,
-        model.name
+        model.name,
+        batch_args.mask_name(),
+        pass_words(pass)
     );
     out!("{}", compare_table(&rows, &schemes[0]));
     if let Some(bad) = rows.iter().find(|r| {
@@ -99,9 +124,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
         .context("no scheme could plan these batches")?;
     let m = best.mean.as_ref().context("best row has metrics")?;
     outln!(
-        "\nAll plans verified. Use {}: {:.3} ms of attention per batch (fwd+bwd), {:.2}× {}, {:.1}% MFU, {:.2}× the lower bound; compute imbalance {:.3}.",
+        "\nAll plans verified. Use {}: {:.3} ms of attention per batch ({}), {:.2}× {}, {:.1}% MFU, {:.2}× the lower bound; compute imbalance {:.3}.",
         best.scheme,
         m.attention_time_ms,
+        pass.name().replace("both", "fwd+bwd"),
         best.speedup.unwrap_or(1.0),
         schemes[0],
         100.0 * m.mfu,
@@ -127,6 +153,17 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     }
     if a.tokens_per_rank != 32768 {
         plan += &format!(" --tokens-per-rank {}", a.tokens_per_rank);
+    }
+    match a.pack.pack {
+        PackModeArg::Budget => {}
+        PackModeArg::Window => plan += &format!(" --pack window --context {}", a.pack.context),
+        PackModeArg::Carry => plan += " --pack carry",
+    }
+    if a.mask == MaskArg::Full {
+        plan += " --mask full";
+    }
+    if a.pass != PassArg::Both {
+        simulate += &format!(" --pass {}", PassSel::from(a.pass).name());
     }
     for (flag, value, default, ext) in [
         ("hardware", &a.profile.hardware, "h100", ".toml"),

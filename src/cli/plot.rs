@@ -210,19 +210,64 @@ fn metric_meta(metric: &str) -> (String, YFormat, bool) {
     }
 }
 
+/// A key field of a cell as `--filter` compares it: strings bare, numbers as written, absent
+/// (`null`) as the empty string.
+fn key_field(key: &serde_json::Value, field: &str) -> String {
+    match key.get(field) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
 fn keep(row: &CellResult, filters: &[(String, String)]) -> Result<bool> {
     let v = serde_json::to_value(&row.key)?;
+    Ok(filters.iter().all(|(k, want)| &key_field(&v, k) == want))
+}
+
+/// Refuse a `--filter` that names no key field, or that no row matches, saying what the rows
+/// hold. Both used to end in the same "no row has a value" message, which did not say that the
+/// filter was the reason.
+fn check_filters(
+    rows: &[CellResult],
+    filters: &[(String, String)],
+    path: &std::path::Path,
+) -> Result<()> {
+    let keys = rows
+        .iter()
+        .map(|r| serde_json::to_value(&r.key))
+        .collect::<Result<Vec<_>, _>>()?;
+    let fields: Vec<String> = match keys.first() {
+        Some(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+        _ => return Ok(()),
+    };
     for (k, want) in filters {
-        let got = match v.get(k) {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(serde_json::Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        };
-        if &got != want {
-            return Ok(false);
+        if !fields.contains(k) {
+            bail!(
+                "--filter `{k}={want}`: the rows of {} have no key `{k}` (keys: {})",
+                path.display(),
+                fields.join(", ")
+            );
+        }
+        if !keys.iter().any(|key| &key_field(key, k) == want) {
+            let seen: std::collections::BTreeSet<String> =
+                keys.iter().map(|key| key_field(key, k)).collect();
+            let mut seen: Vec<String> = seen.into_iter().collect();
+            let more = seen.len().saturating_sub(12);
+            seen.truncate(12);
+            bail!(
+                "--filter `{k}={want}`: no row of {} has {k} = `{want}` (values: {}{})",
+                path.display(),
+                seen.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<()> {
@@ -237,6 +282,7 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
                 .with_context(|| format!("--filter `{f}` is not key=value"))
         })
         .collect::<Result<_>>()?;
+    check_filters(&rows, &filters, &a.results)?;
     let mut kept = Vec::new();
     for r in rows {
         if keep(&r, &filters)? {

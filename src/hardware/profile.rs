@@ -133,7 +133,10 @@ impl Hardware {
         ];
         for (field, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(bad(field, format!("must be a positive number, got {v}")));
+                return Err(bad(
+                    field,
+                    format!("must be a positive number, got {}", shown(v)),
+                ));
             }
         }
         // Ranges far outside any GPU or link, so a typo (a unit off by 10⁹) is an error and not
@@ -147,7 +150,7 @@ impl Hardware {
             if !(lo..=hi).contains(&v) {
                 return Err(bad(
                     field,
-                    format!("{v} {unit} is outside {lo}..={hi:e} {unit}"),
+                    format!("{} {unit} is outside {lo}..={hi:e} {unit}", shown(v)),
                 ));
             }
         }
@@ -158,10 +161,13 @@ impl Hardware {
         ];
         for (field, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(bad(field, format!("must be a number >= 0, got {v}")));
+                return Err(bad(
+                    field,
+                    format!("must be a number >= 0, got {}", shown(v)),
+                ));
             }
             if v > 1e6 {
-                return Err(bad(field, format!("{v} µs is more than a second")));
+                return Err(bad(field, format!("{} µs is more than a second", shown(v))));
             }
         }
         if self.sm_count == 0 {
@@ -283,6 +289,17 @@ impl Hardware {
     }
 }
 
+/// A value from a user's file, as an error message shows it: `1e308` stays `1e308` rather than
+/// the 309 digits `{}` would print, and `1e-30` does not become thirty zeros.
+fn shown(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e9).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +330,19 @@ kernel_profile = "h100-fa3"
             .unwrap()
             .kernel_profile()
             .unwrap();
+    }
+
+    /// Regression (fuzzing): `nic_gbs = 1e308` was echoed as 309 digits in the error.
+    #[test]
+    fn huge_values_are_shown_in_exponent_form() {
+        let big = MINIMAL.replace("nic_gbs = 50.0", "nic_gbs = 1e308");
+        let e = Hardware::from_toml_str(&big, "lab.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1e308 GB/s"), "{e}");
+        assert!(e.len() < 200, "{e}");
+        assert_eq!(shown(50.0), "50");
+        assert_eq!(shown(1e-30), "1e-30");
     }
 
     #[test]

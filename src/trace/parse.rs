@@ -130,12 +130,16 @@ impl DocReader<Box<dyn BufRead>> {
                     break;
                 }
             }
-            let format = Format::sniff(&String::from_utf8_lossy(&head));
-            (Box::new(std::io::Cursor::new(head).chain(stdin)), format)
+            let format = Format::sniff(&String::from_utf8_lossy(strip_bom(&head)));
+            let text = TextOnly::new(std::io::Cursor::new(head).chain(stdin));
+            (
+                Box::new(std::io::BufReader::with_capacity(1 << 16, text)),
+                format,
+            )
         } else {
             let f = std::fs::File::open(path).map_err(io_err)?;
             (
-                Box::new(std::io::BufReader::with_capacity(1 << 16, f)),
+                Box::new(std::io::BufReader::with_capacity(1 << 16, TextOnly::new(f))),
                 Format::from_path(path),
             )
         };
@@ -157,9 +161,7 @@ impl<R: BufRead> DocReader<R> {
     /// Read CSV (see [`Trace::from_csv_str`]); the header is read and checked here.
     pub fn csv(mut src: R) -> Result<Self, TraceError> {
         // A UTF-8 byte-order mark (Excel) would otherwise glue itself to the first header.
-        if src.fill_buf().is_ok_and(|b| b.starts_with(b"\xEF\xBB\xBF")) {
-            src.consume(3);
-        }
+        skip_bom(&mut src);
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .comment(Some(b'#'))
@@ -202,6 +204,8 @@ impl<R: BufRead> DocReader<R> {
     /// Read JSONL (see [`Trace::from_jsonl_str`]). A JSON array of lengths is detected by its
     /// first non-blank line and read whole.
     pub fn jsonl(mut src: R) -> Result<Self, TraceError> {
+        // Editors that write a byte-order mark write it before JSON too.
+        skip_bom(&mut src);
         // Skip blank lines to see the first value, counting them for line numbers; keep them
         // so a JSON array's error positions match the file.
         let mut head = String::new();
@@ -356,6 +360,88 @@ impl<R: BufRead> Iterator for DocReader<R> {
 }
 
 /// An I/O error met reading JSONL (invalid UTF-8, a failing disk), at `line`.
+/// The UTF-8 byte-order mark some editors (Excel, Notepad) put at the start of a text file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Consume a byte-order mark at the start of `src`, if there is one.
+fn skip_bom<R: BufRead>(src: &mut R) {
+    if src.fill_buf().is_ok_and(|b| b.starts_with(BOM)) {
+        src.consume(BOM.len());
+    }
+}
+
+/// `head` without a leading byte-order mark.
+fn strip_bom(head: &[u8]) -> &[u8] {
+    head.strip_prefix(BOM).unwrap_or(head)
+}
+
+/// A reader that stops at the first NUL byte with an error. No CSV or JSONL trace holds one,
+/// while every compressed or binary file does within its first bytes; without this check
+/// `fcp trace stats /dev/zero` read forever (a CSV field never ends), and a gzipped trace was
+/// reported as a bad header. The error says what the file looks like.
+struct TextOnly<R> {
+    inner: R,
+    offset: u64,
+    /// The refusal, repeated on every later read: a caller that drops the first error (a
+    /// peek for a byte-order mark) must not read on past the bytes that were refused.
+    refused: Option<String>,
+}
+
+impl<R> TextOnly<R> {
+    fn new(inner: R) -> Self {
+        TextOnly {
+            inner,
+            offset: 0,
+            refused: None,
+        }
+    }
+}
+
+impl<R: Read> Read for TextOnly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.refused.is_none() {
+            let n = self.inner.read(buf)?;
+            self.refused = refusal(&buf[..n], self.offset);
+            self.offset += n as u64;
+            if self.refused.is_none() {
+                return Ok(n);
+            }
+        }
+        let message = self.refused.clone().unwrap_or_default();
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            message,
+        ))
+    }
+}
+
+/// Why `got`, read at byte `offset` of a trace, cannot be one: a compressed file's magic
+/// number at the start, or a NUL byte anywhere.
+fn refusal(got: &[u8], offset: u64) -> Option<String> {
+    if offset == 0 {
+        let kind = if got.starts_with(&[0x1f, 0x8b]) {
+            Some("gzip-compressed")
+        } else if got.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some("zstd-compressed")
+        } else if got.starts_with(b"PAR1") {
+            Some("a Parquet file")
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            return Some(format!(
+                "this is {kind}, not a CSV or JSONL trace; convert or decompress it and pass \
+                 the text (`-` reads stdin)"
+            ));
+        }
+    }
+    let i = got.iter().position(|&b| b == 0)?;
+    Some(format!(
+        "byte {} is NUL: this is a binary file, not a CSV or JSONL trace",
+        offset + i as u64
+    ))
+}
+
 fn jsonl_io(line: u64, e: std::io::Error) -> TraceError {
     TraceError::Json {
         line,

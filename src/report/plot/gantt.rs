@@ -10,6 +10,7 @@ use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::sim::{PassOutcome, RankTimeline};
 
@@ -135,6 +136,9 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
     ))
 }
 
+/// Pixels kept right of the chart for the legend (its longest label is about 250 px).
+const LEGEND_WIDTH: i32 = 280;
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     bars: &Bars,
@@ -143,13 +147,16 @@ fn draw<DB: DrawingBackend>(
     boundaries: &[f64],
     opts: &GanttOptions,
 ) -> Result<(), PlotError> {
-    let mut ch = ChartBuilder::on(root)
+    // The legend has its own strip on the right, so it never hides a bar and the time axis
+    // ends where the last pass ends (it used to run on 45% past it to make room).
+    let width = root.dim_in_pixel().0 as i32;
+    let (plot, legend) = root.split_horizontally(width - LEGEND_WIDTH);
+    let mut ch = ChartBuilder::on(&plot)
         .caption(&opts.title, (FAMILY, 24))
         .margin(16)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        // Room on the right for the legend, so it never hides a bar.
-        .build_cartesian_2d(0f64..total * 1.45, -0.5f64..(n as f64 - 0.5))
+        .build_cartesian_2d(0f64..total, -0.5f64..(n as f64 - 0.5))
         .map_err(draw_err)?;
     let rank_fmt = |v: &f64| {
         let k = v.round();
@@ -197,15 +204,24 @@ fn draw<DB: DrawingBackend>(
         ("send", &bars.send, SEND, 0.31, 0.45),
         ("receive", &bars.recv, RECV, -0.45, -0.31),
     ];
-    for (label, items, color, lo, hi) in lanes {
+    for (i, (label, items, color, lo, hi)) in lanes.into_iter().enumerate() {
         ch.draw_series(
             items
                 .iter()
                 .map(move |&(a, b, y)| Rectangle::new([(a, y + lo), (b, y + hi)], color.filled())),
         )
-        .map_err(draw_err)?
-        .label(label)
-        .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 18, y + 6)], color.filled()));
+        .map_err(draw_err)?;
+        let y = 70 + 26 * i as i32;
+        legend
+            .draw(&Rectangle::new([(4, y - 6), (22, y + 6)], color.filled()))
+            .map_err(draw_err)?;
+        legend
+            .draw(&Text::new(
+                label,
+                (30, y),
+                TextStyle::from((FAMILY, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
+            ))
+            .map_err(draw_err)?;
     }
     let names = &opts.pass_names;
     for (i, &t) in boundaries.iter().enumerate() {
@@ -228,13 +244,6 @@ fn draw<DB: DrawingBackend>(
             .map_err(draw_err)?;
         }
     }
-    ch.configure_series_labels()
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .label_font((FAMILY, 15))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(draw_err)?;
     Ok(())
 }
 
