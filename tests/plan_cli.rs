@@ -371,3 +371,28 @@ fn budget_ms_flag_reaches_auto_and_only_auto() {
         .code(2)
         .stderr(predicate::str::contains("--budget-ms does not apply"));
 }
+
+/// Regressions, each on the bundled trace at one token per rank: `fcp` at 65,536 ranks built
+/// plans until it had taken 16 GB (no limit checked its exchange), `flashcp` spent minutes in
+/// Algorithm 1's O(N²) token equalisation before its all-gather was refused, and
+/// `llama3-contig` at 4096 ranks built a whole stage's gather (13 s, 3.4 GB) before the next
+/// stage's check refused it. Each is now refused before the plan is built.
+#[test]
+fn oversized_plans_are_refused_before_they_are_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    for (scheme, ranks, needle) in [
+        ("fcp", "65536", "spreads documents over"),
+        ("flashcp", "65536", "all-gather on 65536 ranks"),
+        ("llama3-contig", "4096", "all-gather on 4096 ranks"),
+    ] {
+        fcp()
+            .args(["plan", "--scheme", scheme, "--ranks", ranks])
+            .args(["--tokens-per-rank", "1", "-o"])
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(needle));
+        assert!(!out.exists());
+    }
+}

@@ -316,13 +316,24 @@ impl Hybrid {
                 ..Fcp::default()
             });
         }
-        let dists = specs
+        // A candidate that cannot be planned (too large a plan at its block size) drops out;
+        // the search fails only when every candidate does, with the first one's reason. (One
+        // refused candidate used to fail the whole search, where others fitted.)
+        let mut refused: Option<PlanError> = None;
+        let dists: Vec<_> = specs
             .par_iter()
             .map(|fcp| fcp.distribute(batch, ctx))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect();
         let mut placements = Vec::new();
         let mut seen = Vec::new();
         for (fcp, dist) in specs.into_iter().zip(dists) {
+            let dist = match dist {
+                Ok(d) => d,
+                Err(e) => {
+                    refused.get_or_insert(e);
+                    continue;
+                }
+            };
             // A split limit that splits nothing is the unsplit placement again.
             let split_limit = if dist.heavy_splits == 0 {
                 f64::INFINITY
@@ -398,7 +409,7 @@ impl Hybrid {
         }
         // Head-parallel nodes: FCP across nodes, heads split inside them. No LPT bound
         // prunes these (their placement is made per node); each is built and estimated.
-        let scored = node_specs
+        let scored: Vec<Result<_, PlanError>> = node_specs
             .into_par_iter()
             .map(|fcp| {
                 let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
@@ -406,8 +417,15 @@ impl Hybrid {
                 let seconds = estimate(&plan, ctx, &mut cm)?;
                 Ok((Score { seconds, fcp }, plan))
             })
-            .collect::<Result<Vec<_>, PlanError>>()?;
+            .collect();
         for c in scored {
+            let c = match c {
+                Ok(c) => c,
+                Err(e) => {
+                    refused.get_or_insert(e);
+                    continue;
+                }
+            };
             // Parameters that change nothing (a split limit that splits nothing, a whole
             // threshold FCP's packs already cover) give the same plan again: kept once.
             let same = |b: &(Score, Plan)| {
@@ -423,6 +441,11 @@ impl Hybrid {
         }
         if let Some(k) = keep {
             keep_best(&mut built, k);
+        }
+        if built.is_empty() {
+            if let Some(e) = refused {
+                return Err(e);
+            }
         }
         Ok(Candidates {
             built,

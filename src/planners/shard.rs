@@ -375,6 +375,49 @@ pub fn check_gather_ranges(members: usize, ranges: u64) -> Result<(), PlanError>
     Ok(())
 }
 
+/// Refuse a placement whose K/V exchange could not be held, before any step is scheduled. If
+/// `r` ranks hold pieces of a causal document, then of any two of them one holds a piece
+/// before some piece of the other, whose queries need it: at least one token range reaches
+/// that rank, directly or by a relay hop, so the exchange lists at least `r(r − 1)/2` ranges
+/// (`r(r − 1)` under a full mask, where both directions are needed). FCP at 65,536 ranks on a
+/// one-token-per-rank batch spread documents over thousands of ranks each and built plans
+/// until memory ran out (16 GB after a minute) instead of refusing.
+pub fn check_spread(
+    scheme: &str,
+    owned: &[Vec<TokenRange>],
+    docs: usize,
+    mask: crate::plan::Mask,
+) -> Result<(), PlanError> {
+    let mut holders = vec![0u64; docs];
+    let mut last = vec![u32::MAX; docs];
+    for (r, ranges) in owned.iter().enumerate() {
+        for t in ranges {
+            let d = t.doc as usize;
+            if d < docs && last[d] != r as u32 {
+                last[d] = r as u32;
+                holders[d] += 1;
+            }
+        }
+    }
+    let ranges = holders.iter().fold(0u64, |acc, &h| {
+        let pairs = h.saturating_mul(h.saturating_sub(1));
+        acc.saturating_add(if mask == crate::plan::Mask::Causal {
+            pairs / 2
+        } else {
+            pairs
+        })
+    });
+    if ranges > MAX_PLAN_ITEMS {
+        let widest = holders.iter().max().copied().unwrap_or(0);
+        return Err(PlanError::Planning(format!(
+            "{scheme}: this placement spreads documents over up to {widest} ranks each, so its \
+             K/V exchange lists at least {ranges} token ranges, more than the {MAX_PLAN_ITEMS} \
+             a plan may hold; use fewer ranks, more tokens per rank, or larger blocks"
+        )));
+    }
+    Ok(())
+}
+
 /// All-gather attention over per-rank shards (already owned): step 0 computes each rank's
 /// queries against the K/V it owns while the all-gather (collective 0) runs; step 1 computes them
 /// against the gathered K/V of other ranks, restricted to the ranges the mask lets its queries
@@ -530,6 +573,35 @@ pub fn kv_group(h: HeadRange, group: u32) -> HeadRange {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// One document spread one token per rank over `ranks` ranks, and a second on rank 0.
+    fn spread(ranks: u32) -> Vec<Vec<TokenRange>> {
+        (0..ranks)
+            .map(|r| {
+                let mut v = vec![TokenRange::new(0, r as u64, r as u64 + 1)];
+                if r == 0 {
+                    v.push(TokenRange::new(1, 0, 5));
+                }
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn check_spread_counts_one_range_per_pair_of_holders() {
+        use crate::plan::Mask;
+        // 8192·8191/2 = 33,550,336 fits 2^25 = 33,554,432; 8193 ranks do not.
+        assert!(check_spread("fcp", &spread(8192), 2, Mask::Causal).is_ok());
+        let e = check_spread("fcp", &spread(8193), 2, Mask::Causal).unwrap_err();
+        assert!(e.to_string().contains("up to 8193 ranks"), "{e}");
+        // Full masks need both directions: 5794·5793 > 2^25 ≥ 5793·5792.
+        assert!(check_spread("fcp", &spread(5793), 2, Mask::Full).is_ok());
+        assert!(check_spread("fcp", &spread(5794), 2, Mask::Full).is_err());
+        // Several ranges of one document on a rank count it once.
+        let mut twice = spread(8192);
+        twice[3].push(TokenRange::new(0, 9000, 9001));
+        assert!(check_spread("fcp", &twice, 2, Mask::Causal).is_ok());
+    }
 
     proptest! {
         #[test]

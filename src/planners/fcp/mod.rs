@@ -19,8 +19,8 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::{
-    limit_json, param_bool, param_non_negative, param_positive, rebalance, repair, PlanContext,
-    Planner, SchemeError, SchemeSpec,
+    limit_json, param_bool, param_non_negative, param_positive, rebalance, repair, shard,
+    PlanContext, Planner, SchemeError, SchemeSpec,
 };
 
 pub mod blocks;
@@ -355,6 +355,12 @@ impl Fcp {
         if self.repair {
             Fcp::repair_traffic(&mut assignment, batch, ctx, cap);
         }
+        shard::check_spread(
+            self.name(),
+            &assignment.owned,
+            batch.doc_lens.len(),
+            ctx.mask,
+        )?;
         Ok(Distribution {
             cap,
             broken_pairs,
