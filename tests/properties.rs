@@ -7,6 +7,7 @@ mod support;
 use fcp::hardware::Hardware;
 use fcp::plan::{check_numeric, verify, Mask, NumericOptions, ViolationKind};
 use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::sim::{waits, PassSel, Simulator};
 use fcp::trace::Batch;
 use fcp::Model;
 use proptest::prelude::*;
@@ -73,6 +74,41 @@ proptest! {
             let opts = NumericOptions { max_rows_per_doc: 64, ..NumericOptions::default() };
             let r = check_numeric(&plan, &opts);
             prop_assert!(r.max_abs_error < 1e-9, "{scheme}: {r:?}");
+        }
+    }
+
+    /// A rank's waits split into time with a message of its own in flight and time waiting on
+    /// a peer, and the two add up to the engine's exposed time to the nanosecond, on every
+    /// scheme's plans, both passes.
+    #[test]
+    fn waits_split_the_exposed_time_exactly(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in ranks_strategy(8),
+        causal in any::<bool>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        let sim = Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-8b").unwrap(),
+        )
+        .unwrap();
+        for scheme in SCHEMES {
+            let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };
+            let (report, outcomes) = sim.simulate_traced(&plan, PassSel::Both).unwrap();
+            for o in &outcomes {
+                for (r, x) in o.ranks.iter().enumerate() {
+                    let (flight, peers) = waits::split_waits(&o.timeline[r], x.finish_ns);
+                    prop_assert_eq!(
+                        waits::total(&flight) + waits::total(&peers),
+                        x.exposed_ns,
+                        "{} rank {}", scheme, r
+                    );
+                }
+            }
+            for m in &report.ranks {
+                prop_assert!(m.waiting_on_peers_ms <= m.exposed_comm_ms + 1e-9, "{scheme}: {m:?}");
+            }
         }
     }
 

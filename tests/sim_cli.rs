@@ -41,6 +41,7 @@ const RANK_KEYS: &[&str] = &[
     "compute_ms",
     "comm_ms",
     "exposed_comm_ms",
+    "waiting_on_peers_ms",
     "idle_ms",
     "flops",
     "bytes_sent",
@@ -346,4 +347,49 @@ fn overlap_bandwidth_reports_gbps() {
         small > 2.0 * g,
         "smaller blocks need more bandwidth: {small} vs {g}"
     );
+}
+
+/// The split of exposed time: FCP's light ranks wait at the end of the backward pass for dK/dV
+/// that busier ranks return after their last step (imbalance: nothing of theirs in flight),
+/// while zigzag's balanced ranks wait only on transfers in flight. Both used to be reported as
+/// exposed communication alone.
+#[test]
+fn waiting_on_peers_is_told_apart_from_exposed_communication() {
+    let dir = tempfile::tempdir().unwrap();
+    let on_peers = |scheme: &str| -> Vec<(f64, f64)> {
+        let p = dir.path().join(format!("{scheme}.json"));
+        fcp()
+            .args(["plan", "--scheme", scheme, "--ranks", "8"])
+            .args(["--tokens-per-rank", "16384", "-o"])
+            .arg(&p)
+            .assert()
+            .success();
+        let r = json(fcp().arg("simulate").arg(&p).arg("--json"));
+        r["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x["waiting_on_peers_ms"].as_f64().unwrap(),
+                    x["exposed_comm_ms"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let fcp_ranks = on_peers("fcp");
+    assert!(
+        fcp_ranks.iter().all(|&(p, e)| p <= e + 1e-9),
+        "{fcp_ranks:?}"
+    );
+    let (p, e) = fcp_ranks[7];
+    assert!(
+        p > 0.5 * e && p > 1.0,
+        "rank 7: {p} of {e} ms: {fcp_ranks:?}"
+    );
+    let zigzag = on_peers("zigzag");
+    let (p, e) = zigzag
+        .iter()
+        .fold((0.0, 0.0), |acc, &(p, e)| (acc.0 + p, acc.1 + e));
+    assert!(p < 0.05 * e, "zigzag: {p} of {e} ms on peers: {zigzag:?}");
 }

@@ -62,11 +62,12 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         bytes(m.mem_max_bytes)
     );
     outln!(
-        "{:>5} {:>11} {:>9} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
+        "{:>5} {:>11} {:>9} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
         "rank",
         "compute_ms",
         "comm_ms",
         "exposed_ms",
+        "on_peers_ms",
         "idle_ms",
         "TFLOP",
         "sent",
@@ -76,11 +77,12 @@ pub fn print_table(r: &SimReport) -> Result<()> {
     );
     for x in &r.ranks {
         outln!(
-            "{:>5} {:>11.3} {:>9.3} {:>11.3} {:>9.3} {:>9.2} {:>11} {:>11} {:>8} {:>11}",
+            "{:>5} {:>11.3} {:>9.3} {:>11.3} {:>11.3} {:>9.3} {:>9.2} {:>11} {:>11} {:>8} {:>11}",
             x.rank,
             x.compute_ms,
             x.comm_ms,
             x.exposed_comm_ms,
+            x.waiting_on_peers_ms,
             x.idle_ms,
             x.flops / 1e12,
             bytes(x.bytes_sent),

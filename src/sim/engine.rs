@@ -12,7 +12,7 @@ use std::collections::BinaryHeap;
 
 use super::network::{CollectiveModel, FairShare, Network};
 use super::program::Program;
-use super::SimError;
+use super::{waits, SimError};
 
 /// Messages that would finish within this many nanoseconds of the earliest one finish with it.
 /// Merging near-simultaneous completions saves a rate recomputation each (the dominant cost on
@@ -359,7 +359,7 @@ pub fn run(
     let mut end = 0;
     for (r, o) in out.iter_mut().enumerate() {
         let comm_end = spans[r].iter().map(|s| s.1).max().unwrap_or(0);
-        o.comm_ns = union_len(&mut spans[r]);
+        o.comm_ns = waits::total(&waits::union(std::mem::take(&mut spans[r])));
         o.finish_ns = ranks[r].compute_end.max(comm_end);
         o.exposed_ns += o.finish_ns - ranks[r].compute_end;
         end = end.max(o.finish_ns);
@@ -418,27 +418,6 @@ fn drain(active: &[usize], flows: &mut [FlowRt], now: u64, last: &mut u64) {
         }
     }
     *last = now;
-}
-
-/// Total length of the union of intervals.
-fn union_len(spans: &mut [(u64, u64)]) -> u64 {
-    spans.sort_unstable();
-    let mut total = 0;
-    let mut cur: Option<(u64, u64)> = None;
-    for &(a, b) in spans.iter() {
-        match cur {
-            Some((s, e)) if a <= e => cur = Some((s, e.max(b))),
-            Some((s, e)) => {
-                total += e - s;
-                cur = Some((a, b));
-            }
-            None => cur = Some((a, b)),
-        }
-    }
-    if let Some((s, e)) = cur {
-        total += e - s;
-    }
-    total
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use super::compute::ComputeModel;
 use super::engine::PassOutcome;
 use super::index::PlanIndex;
 use super::memory::peak_bytes;
+use super::waits;
 use super::PassSel;
 
 /// Per-rank results, summed over the simulated passes.
@@ -23,6 +24,10 @@ pub struct RankMetrics {
     pub comm_ms: f64,
     /// Time its compute waited for data (communication not hidden behind compute).
     pub exposed_comm_ms: f64,
+    /// The part of `exposed_comm_ms` during which none of its messages was moving: the data it
+    /// waited for had not been sent yet, because the peer sending it was still computing. This
+    /// is imbalance seen from the waiting rank, not a slow link ([`super::waits`]).
+    pub waiting_on_peers_ms: f64,
     /// Time it had nothing to do while slower ranks finished.
     pub idle_ms: f64,
     /// FLOPs it computed.
@@ -129,6 +134,7 @@ pub(super) fn report(
                 compute_ms: 0.0,
                 comm_ms: 0.0,
                 exposed_comm_ms: 0.0,
+                waiting_on_peers_ms: 0.0,
                 idle_ms: 0.0,
                 flops: 0.0,
                 bytes_sent: 0,
@@ -141,6 +147,8 @@ pub(super) fn report(
                 m.compute_ms += x.compute_ns as f64 * MS;
                 m.comm_ms += x.comm_ns as f64 * MS;
                 m.exposed_comm_ms += x.exposed_ns as f64 * MS;
+                let (_, on_peers) = waits::split_waits(&o.timeline[r], x.finish_ns);
+                m.waiting_on_peers_ms += waits::total(&on_peers) as f64 * MS;
                 m.idle_ms += (o.end_ns - x.finish_ns) as f64 * MS;
                 m.flops += x.flops;
                 m.bytes_sent += x.bytes_sent;

@@ -12,6 +12,7 @@ mod memory;
 mod metrics;
 mod network;
 mod program;
+pub mod waits;
 
 pub use compute::{ComputeModel, TileCost};
 pub use engine::{PassOutcome, RankOutcome, RankTimeline};

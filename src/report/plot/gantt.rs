@@ -2,9 +2,11 @@
 //!
 //! Each rank is a row with three lanes: sends on top, the compute stream in the middle,
 //! receives at the bottom. On the compute lane, kernels are solid; **waiting** (the stream had
-//! work left but its data had not arrived: exposed communication) is light red; **idle** (the
-//! rank was done while slower ranks still ran) is grey. Training shows the forward pass, then
-//! the backward pass after a dashed line.
+//! work left but its data had not arrived) is light red while one of the rank's messages is
+//! moving (exposed communication) and yellow while none is (it waits for a peer still
+//! computing: imbalance, see [`crate::sim::waits`]); **idle** (the rank was done while slower
+//! ranks still ran) is grey. Training shows the forward pass, then the backward pass after a
+//! dashed line.
 
 use std::path::Path;
 
@@ -12,6 +14,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::sim::waits::{split_waits, union};
 use crate::sim::{PassOutcome, RankTimeline};
 
 use super::{draw_err, render, PlotError, FAMILY};
@@ -30,36 +33,7 @@ const SEND: RGBColor = RGBColor(255, 127, 14);
 const RECV: RGBColor = RGBColor(44, 160, 44);
 const WAIT: RGBColor = RGBColor(244, 160, 160);
 const IDLE: RGBColor = RGBColor(200, 200, 200);
-
-/// Union of intervals, sorted.
-fn union(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    v.retain(|s| s.1 > s.0);
-    v.sort_unstable();
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (a, b) in v {
-        match out.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
-}
-
-/// Gaps of `busy` inside `[0, end)`.
-fn gaps(busy: &[(u64, u64)], end: u64) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut t = 0;
-    for &(a, b) in busy {
-        if a > t {
-            out.push((t, a));
-        }
-        t = t.max(b);
-    }
-    if end > t {
-        out.push((t, end));
-    }
-    out
-}
+const PEERS: RGBColor = RGBColor(240, 215, 110);
 
 /// Bars `(start_ms, end_ms, row)`.
 type Bar = (f64, f64, f64);
@@ -69,6 +43,7 @@ struct Bars {
     send: Vec<(f64, f64, f64)>,
     recv: Vec<(f64, f64, f64)>,
     wait: Vec<(f64, f64, f64)>,
+    peers: Vec<(f64, f64, f64)>,
     idle: Vec<(f64, f64, f64)>,
 }
 
@@ -84,6 +59,7 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
         send: vec![],
         recv: vec![],
         wait: vec![],
+        peers: vec![],
         idle: vec![],
     };
     let mut offset = 0u64;
@@ -97,18 +73,16 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
             } = tl;
             // Row centre: rank 0 on top.
             let y = (n - 1 - r) as f64;
-            let c = union(compute.clone());
             let finish = o.ranks[r].finish_ns;
-            let compute_end = c.last().map_or(0, |s| s.1);
-            for &(a, b) in &c {
+            for (a, b) in union(compute.clone()) {
                 bars.compute.push((ms(offset + a), ms(offset + b), y));
             }
-            for (a, b) in gaps(&c, compute_end) {
+            let (in_flight, on_peers) = split_waits(tl, finish);
+            for (a, b) in in_flight {
                 bars.wait.push((ms(offset + a), ms(offset + b), y));
             }
-            if finish > compute_end {
-                bars.wait
-                    .push((ms(offset + compute_end), ms(offset + finish), y));
+            for (a, b) in on_peers {
+                bars.peers.push((ms(offset + a), ms(offset + b), y));
             }
             if o.end_ns > finish {
                 bars.idle
@@ -136,8 +110,8 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
     ))
 }
 
-/// Pixels kept right of the chart for the legend (its longest label is about 250 px).
-const LEGEND_WIDTH: i32 = 280;
+/// Pixels kept right of the chart for the legend (its longest label is about 270 px).
+const LEGEND_WIDTH: i32 = 300;
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -179,7 +153,7 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(draw_err)?;
     // Lanes inside a row of height 1 centred on y: send on top, compute mid, receive bottom.
-    let lanes: [(&str, &Vec<Bar>, RGBColor, f64, f64); 5] = [
+    let lanes: [(&str, &Vec<Bar>, RGBColor, f64, f64); 6] = [
         (
             "idle (done, others still running)",
             &bars.idle,
@@ -188,9 +162,16 @@ fn draw<DB: DrawingBackend>(
             0.28,
         ),
         (
-            "exposed comm (waiting on transfers)",
+            "exposed comm (a transfer in flight)",
             &bars.wait,
             WAIT,
+            -0.28,
+            0.28,
+        ),
+        (
+            "waiting on a peer (nothing in flight)",
+            &bars.peers,
+            PEERS,
             -0.28,
             0.28,
         ),
@@ -245,15 +226,4 @@ fn draw<DB: DrawingBackend>(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unions_and_gaps() {
-        assert_eq!(union(vec![(5, 7), (0, 2), (1, 3)]), vec![(0, 3), (5, 7)]);
-        assert_eq!(gaps(&[(1, 3), (5, 7)], 9), vec![(0, 1), (3, 5), (7, 9)]);
-    }
 }
