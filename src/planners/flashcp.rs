@@ -503,6 +503,11 @@ fn attempt(
         part.add(lens, mask, n, d, |s| shards.push(s));
     }
     let wd = whole_doc_pass(lens, mask, part, whole, target_r);
+    assemble(per_doc, shards, wd, target_r)
+}
+
+/// An attempt's sharding from its Per-Doc chunks and its Whole-Doc pass.
+fn assemble(per_doc: &[u32], mut shards: Vec<Shard>, wd: WholeDoc<'_>, target_r: f64) -> Sharding {
     shards.extend(wd.shards);
     shards.sort_unstable();
     let imbalance = ratio(&wd.loads);
@@ -521,22 +526,23 @@ fn attempt(
 /// document is Per-Doc and R is still missed, the algorithm as printed would pop from an empty
 /// list; we stop there and return the most balanced plan seen (fewer Per-Doc documents on ties).
 ///
-/// Each attempt is judged by its loads alone, with the Per-Doc part grown one document at a
-/// time; only the attempt returned is built in full ([`attempt`]), so the result is the one
-/// building every attempt in full gives.
+/// The Per-Doc part grows one document per attempt (its chunks kept as they are cut), and an
+/// attempt is judged by its loads; the first that reaches R is assembled from what it built.
+/// Only when none does is the most balanced one rebuilt ([`attempt`]).
 pub(crate) fn algorithm1(lens: &[u64], mask: Mask, n: u32, target_r: f64) -> Sharding {
     let mut order: Vec<u32> = (0..lens.len() as u32).collect();
     order.sort_by_key(|&d| (std::cmp::Reverse(lens[d as usize]), d));
     let mut part = PerDocPart::new(n);
+    let mut chunks: Vec<Shard> = Vec::new();
     let mut best: Option<(f64, usize)> = None;
     for k in 0..=order.len() {
         if k > 0 {
-            part.add(lens, mask, n, order[k - 1], |_| {});
+            part.add(lens, mask, n, order[k - 1], |s| chunks.push(s));
         }
         let wd = whole_doc_pass(lens, mask, part.clone(), &order[k..], target_r);
         let imbalance = ratio(&wd.loads);
         if imbalance <= target_r {
-            return attempt(lens, mask, n, &order[..k], &order[k..], target_r);
+            return assemble(&order[..k], chunks, wd, target_r);
         }
         if best.is_none_or(|b| imbalance < b.0) {
             best = Some((imbalance, k));

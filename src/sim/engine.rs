@@ -28,6 +28,9 @@ pub struct RankOutcome {
     /// Time its compute stream waited for data (before a step, and after its last step until
     /// its own messages were done).
     pub exposed_ns: u64,
+    /// The part of `exposed_ns` during which none of its messages or collectives was in
+    /// flight: it waited on a peer still computing ([`super::waits`]).
+    pub waiting_on_peers_ns: u64,
     /// Time during which at least one of its messages or collectives was in flight.
     pub comm_ns: u64,
     /// When its last compute or communication ended.
@@ -372,10 +375,14 @@ pub fn run(
     }
     let mut end = 0;
     for (r, o) in out.iter_mut().enumerate() {
+        // Before the union, which drops empty spans (a message may land at its issue time).
         let comm_end = spans[r].iter().map(|s| s.1).max().unwrap_or(0);
-        o.comm_ns = waits::total(&waits::union(std::mem::take(&mut spans[r])));
+        let moving = waits::union(std::mem::take(&mut spans[r]));
+        o.comm_ns = waits::total(&moving);
         o.finish_ns = ranks[r].compute_end.max(comm_end);
         o.exposed_ns += o.finish_ns - ranks[r].compute_end;
+        let (_, on_peers) = waits::split(&timeline[r].compute, &moving, o.finish_ns);
+        o.waiting_on_peers_ns = waits::total(&on_peers);
         end = end.max(o.finish_ns);
     }
     Ok(PassOutcome {

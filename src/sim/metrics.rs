@@ -10,7 +10,6 @@ use super::compute::ComputeModel;
 use super::engine::PassOutcome;
 use super::index::PlanIndex;
 use super::memory::peak_bytes;
-use super::waits;
 use super::PassSel;
 
 /// Per-rank results, summed over the simulated passes.
@@ -147,8 +146,7 @@ pub(super) fn report(
                 m.compute_ms += x.compute_ns as f64 * MS;
                 m.comm_ms += x.comm_ns as f64 * MS;
                 m.exposed_comm_ms += x.exposed_ns as f64 * MS;
-                let (_, on_peers) = waits::split_waits(&o.timeline[r], x.finish_ns);
-                m.waiting_on_peers_ms += waits::total(&on_peers) as f64 * MS;
+                m.waiting_on_peers_ms += x.waiting_on_peers_ns as f64 * MS;
                 m.idle_ms += (o.end_ns - x.finish_ns) as f64 * MS;
                 m.flops += x.flops;
                 m.bytes_sent += x.bytes_sent;

@@ -51,13 +51,19 @@ pub fn total(v: &[(u64, u64)]) -> u64 {
 /// is in flight (the first list) and where none is (the second). Together they are the
 /// engine's `exposed_ns`.
 pub fn split_waits(tl: &RankTimeline, finish: u64) -> (Spans, Spans) {
-    let compute = union(tl.compute.clone());
+    let moving = union(tl.send.iter().chain(&tl.recv).copied().collect());
+    split(&tl.compute, &moving, finish)
+}
+
+/// [`split_waits`] given the rank's steps and the union of its messages' spans (`moving`,
+/// sorted and disjoint), which the engine has at hand already.
+pub fn split(steps: &[(u64, u64)], moving: &[(u64, u64)], finish: u64) -> (Spans, Spans) {
+    let compute = union(steps.to_vec());
     let compute_end = compute.last().map_or(0, |s| s.1);
     let mut waits = gaps(&compute, compute_end);
     if finish > compute_end {
         waits.push((compute_end, finish));
     }
-    let moving = union(tl.send.iter().chain(&tl.recv).copied().collect());
     let (mut in_flight, mut on_peers) = (Vec::new(), Vec::new());
     let mut j = 0;
     for (a, b) in waits {
