@@ -16,7 +16,7 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
     let nsteps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0) + 1;
     // Live received bytes per rank per step.
     let mut live = vec![vec![0u64; nsteps]; n];
-    for t in &plan.transfers {
+    for (i, t) in plan.transfers.iter().enumerate() {
         // Outputs land in their owner's O buffer; reshuffled Q/K/V (a plan with an input
         // layout) lands in the receiver's own buffers, counted with its owned tokens.
         if t.tensor == TransferTensor::Out || idx.owns_all(t.dst, &t.ranges) {
@@ -25,7 +25,7 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
         let bytes = bytes_of(t, plan, model);
         let from = t.arrive_by.saturating_sub(1) as usize;
         let until = idx
-            .use_steps(t.dst, &t.ranges, t.tensor)
+            .use_steps(i)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
         // A plan may name a step past the last one; clamp, and never build a reversed range.
         let until = until.min(nsteps - 1);

@@ -277,7 +277,7 @@ impl Program {
         let steps = step_costs(plan, cm, Pass::Bwd)?;
         let gb = grad_bytes(plan, model);
         let mut pieces = Vec::new();
-        for t in &plan.transfers {
+        for (i, t) in plan.transfers.iter().enumerate() {
             let bytes = bytes_of(t, plan, model);
             match t.tensor {
                 TransferTensor::Kv | TransferTensor::Q => {
@@ -291,9 +291,7 @@ impl Program {
                         need_by: Some(t.arrive_by),
                         forwards: !idx.holds_initially(t.src, &t.ranges),
                     });
-                    let done = idx
-                        .use_steps(t.dst, &t.ranges, t.tensor)
-                        .map_or(t.arrive_by, |(_, last)| last + 1);
+                    let done = idx.use_steps(i).map_or(t.arrive_by, |(_, last)| last + 1);
                     let kind = match t.kind {
                         TransferKind::AllGather => TransferKind::ReduceScatter,
                         k => k,
@@ -311,9 +309,7 @@ impl Program {
                     });
                 }
                 TransferTensor::Out => {
-                    let first = idx
-                        .use_steps(t.src, &t.ranges, TransferTensor::Q)
-                        .map_or(0, |(first, _)| first);
+                    let first = idx.use_steps(i).map_or(0, |(first, _)| first);
                     pieces.push(Piece {
                         kind: t.kind,
                         collective: t.collective.map(|c| c + (1 << 30)),
