@@ -234,6 +234,36 @@ fn binary_and_compressed_traces_are_refused_at_once() {
         .stderr(predicate::str::contains("byte 12 is NUL"));
 }
 
+/// Text that never ends a line (`yes 1 | tr -d '\n' | fcp trace stats -`) was gathered into
+/// memory until the machine ran out; it now stops after 64 MiB with what it saw.
+#[test]
+fn a_line_that_never_ends_is_refused() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("fcp"))
+        .args(["trace", "stats", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Feeds digits until fcp stops reading and the pipe breaks.
+    let feeder = std::thread::spawn(move || {
+        let chunk = [b'1'; 1 << 16];
+        while stdin.write_all(&chunk).is_ok() {}
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the line starting at byte 0 runs on for more than 64 MiB"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
 /// A byte-order mark before JSONL (Notepad writes one) was read as invalid JSON.
 #[test]
 fn a_byte_order_mark_before_jsonl_is_skipped() {

@@ -375,13 +375,22 @@ fn strip_bom(head: &[u8]) -> &[u8] {
     head.strip_prefix(BOM).unwrap_or(head)
 }
 
-/// A reader that stops at the first NUL byte with an error. No CSV or JSONL trace holds one,
-/// while every compressed or binary file does within its first bytes; without this check
-/// `fcp trace stats /dev/zero` read forever (a CSV field never ends), and a gzipped trace was
-/// reported as a bad header. The error says what the file looks like.
+/// The longest line a trace may have: a CSV row holds one document, a JSONL line one batch's
+/// lengths (ten million of them fit). A line that runs on past it is not a trace.
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// A reader that stops with an error at the first NUL byte, or at a line longer than
+/// [`MAX_LINE_BYTES`]. No CSV or JSONL trace holds either, while every compressed or binary
+/// file has a NUL within its first bytes; without the NUL check `fcp trace stats /dev/zero`
+/// read forever (a CSV field never ends), and a gzipped trace was reported as a bad header.
+/// Without the line limit, text that never ends a line (`yes 1 | tr -d '\n'`) was gathered into
+/// memory until the machine ran out. The error says what the file looks like.
 struct TextOnly<R> {
     inner: R,
     offset: u64,
+    /// Where the line being read started.
+    line_start: u64,
+    max_line: u64,
     /// The refusal, repeated on every later read: a caller that drops the first error (a
     /// peek for a byte-order mark) must not read on past the bytes that were refused.
     refused: Option<String>,
@@ -389,11 +398,36 @@ struct TextOnly<R> {
 
 impl<R> TextOnly<R> {
     fn new(inner: R) -> Self {
+        TextOnly::with_line_limit(inner, MAX_LINE_BYTES)
+    }
+
+    fn with_line_limit(inner: R, max_line: u64) -> Self {
         TextOnly {
             inner,
             offset: 0,
+            line_start: 0,
+            max_line,
             refused: None,
         }
+    }
+
+    /// Why the `got` bytes just read refuse the input, if they do.
+    fn check(&mut self, got: &[u8]) -> Option<String> {
+        let why = refusal(got, self.offset);
+        if let Some(i) = got.iter().rposition(|&b| b == b'\n') {
+            self.line_start = self.offset + i as u64 + 1;
+        }
+        self.offset += got.len() as u64;
+        why.or_else(|| {
+            (self.offset - self.line_start > self.max_line).then(|| {
+                format!(
+                    "the line starting at byte {} runs on for more than {} MiB without ending: \
+                     this is not a CSV or JSONL trace (a line holds one document, or one batch)",
+                    self.line_start,
+                    self.max_line >> 20
+                )
+            })
+        })
     }
 }
 
@@ -401,8 +435,7 @@ impl<R: Read> Read for TextOnly<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.refused.is_none() {
             let n = self.inner.read(buf)?;
-            self.refused = refusal(&buf[..n], self.offset);
-            self.offset += n as u64;
+            self.refused = self.check(&buf[..n]);
             if self.refused.is_none() {
                 return Ok(n);
             }
@@ -575,6 +608,39 @@ mod tests {
             Trace::from_csv_str("doc_len\n"),
             Err(TraceError::Empty)
         ));
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_refused_wherever_it_starts() {
+        use std::io::BufReader;
+        let text = |body: &str| -> Vec<u8> { body.as_bytes().to_vec() };
+        let read = |bytes: Vec<u8>, jsonl: bool| {
+            let src = BufReader::new(TextOnly::with_line_limit(std::io::Cursor::new(bytes), 40));
+            let r = if jsonl {
+                DocReader::jsonl(src)
+            } else {
+                DocReader::csv(src)
+            };
+            r.and_then(DocReader::collect_trace)
+        };
+        // The limit counts from each line's start: many short lines pass.
+        let ok = format!("doc_len\n{}", "100\n".repeat(30));
+        assert_eq!(read(text(&ok), false).unwrap().docs.len(), 30);
+        let long = format!("doc_len\n100\n{}", "7".repeat(60));
+        let err = read(text(&long), false).unwrap_err().to_string();
+        assert!(
+            err.contains("the line starting at byte 12 runs on"),
+            "{err}"
+        );
+        let long = format!(
+            "{{\"doc_lens\": [1]}}\n{{\"doc_lens\": [{}",
+            "1, ".repeat(30)
+        );
+        let err = read(text(&long), true).unwrap_err().to_string();
+        assert!(
+            err.contains("the line starting at byte 18 runs on"),
+            "{err}"
+        );
     }
 
     #[test]
