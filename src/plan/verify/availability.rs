@@ -561,6 +561,21 @@ mod tests {
         [TransferTensor::Q, TransferTensor::Kv, TransferTensor::Out][t as usize % 3]
     }
 
+    /// A range asked at a step before it arrives and again after: the second answer is not
+    /// the first one reused (found by mutating the reuse rule; proptest's shrunk case).
+    #[test]
+    fn a_range_missing_at_one_step_is_there_at_the_next() {
+        let mut h = Holdings::default();
+        h.add(1, TransferTensor::Q, &TokenRange::new(1, 11, 30), 1, None);
+        let held = h.index();
+        let ask = |step, origin| Ask {
+            origin,
+            ..Ask::new(&TokenRange::new(1, 20, 30), TransferTensor::Q, None, step)
+        };
+        let mut asks = vec![ask(1, 0), ask(0, 1), ask(0, 2), ask(2, 3)];
+        assert_eq!(held.unavailable(1, &mut asks), vec![1, 2]);
+    }
+
     proptest! {
         /// Answering a rank's questions in one sorted batch gives exactly the questions that
         /// [`Held::has`] answers no to one by one, repeated ranges and head splits included.
