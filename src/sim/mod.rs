@@ -7,6 +7,7 @@
 
 mod compute;
 mod engine;
+mod fair_share;
 mod index;
 mod memory;
 mod metrics;

@@ -7,12 +7,11 @@
 //! it max-min fairly (water-filling), so two flows into one NIC take twice as long as one.
 //! Each message first pays its link's latency α, then drains its bytes at its fair rate.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
-
 use crate::hardware::{Collective, Hardware, HardwareError, NcclTable};
 
 use super::program::{CollectiveKind, CollectiveOp};
+
+pub use super::fair_share::{max_min_rates, FairShare};
 
 /// Port directions of one GPU.
 const NV_OUT: usize = 0;
@@ -89,135 +88,6 @@ impl Network {
         } else {
             self.nic_alpha_ns
         }
-    }
-}
-
-#[derive(PartialEq)]
-struct Share(f64, usize);
-impl Eq for Share {}
-impl PartialOrd for Share {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Share {
-    // Min-heap on the share, ties by port id for determinism.
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.0.total_cmp(&self.0).then(o.1.cmp(&self.1))
-    }
-}
-
-/// Max-min fair rates (bytes/ns) for flows crossing the given port pairs: repeatedly the port
-/// with the smallest fair share fixes the rate of its remaining flows (water-filling).
-pub fn max_min_rates(net: &Network, ports: &[[usize; 2]]) -> Vec<f64> {
-    let total = ports.iter().flatten().copied().max().map_or(0, |m| m + 1);
-    FairShare::new(total).rates(net, ports).to_vec()
-}
-
-/// Water-filling with buffers kept between calls: the engine recomputes rates every time a
-/// message starts or ends, so allocation and sorting would otherwise dominate.
-pub struct FairShare {
-    slot_of_port: Vec<u32>,
-    used: Vec<usize>,
-    cap: Vec<f64>,
-    count: Vec<u32>,
-    start: Vec<u32>,
-    fill: Vec<u32>,
-    members: Vec<u32>,
-    heap: BinaryHeap<Share>,
-    fixed: Vec<bool>,
-    rates: Vec<f64>,
-}
-
-impl FairShare {
-    /// Buffers for a network with `ports` port ids (4 per GPU).
-    pub fn new(ports: usize) -> Self {
-        FairShare {
-            slot_of_port: vec![u32::MAX; ports],
-            used: Vec::new(),
-            cap: Vec::new(),
-            count: Vec::new(),
-            start: Vec::new(),
-            fill: Vec::new(),
-            members: Vec::new(),
-            heap: BinaryHeap::new(),
-            fixed: Vec::new(),
-            rates: Vec::new(),
-        }
-    }
-
-    /// Max-min fair rates for flows crossing `ports` (same order).
-    pub fn rates(&mut self, net: &Network, ports: &[[usize; 2]]) -> &[f64] {
-        let nf = ports.len();
-        self.rates.clear();
-        self.rates.resize(nf, 0.0);
-        // Number the ports in use densely.
-        for &p in &self.used {
-            self.slot_of_port[p] = u32::MAX;
-        }
-        self.used.clear();
-        self.count.clear();
-        for ps in ports {
-            for &p in ps {
-                if self.slot_of_port[p] == u32::MAX {
-                    self.slot_of_port[p] = self.used.len() as u32;
-                    self.used.push(p);
-                    self.count.push(0);
-                }
-                self.count[self.slot_of_port[p] as usize] += 1;
-            }
-        }
-        let np = self.used.len();
-        // Flows of each port, as one array with offsets.
-        self.start.clear();
-        let mut acc = 0u32;
-        for k in 0..np {
-            self.start.push(acc);
-            acc += self.count[k];
-        }
-        self.start.push(acc);
-        self.fill.clear();
-        self.fill.extend_from_slice(&self.start[..np]);
-        self.members.clear();
-        self.members.resize(acc as usize, 0);
-        for (f, ps) in ports.iter().enumerate() {
-            for &p in ps {
-                let k = self.slot_of_port[p] as usize;
-                self.members[self.fill[k] as usize] = f as u32;
-                self.fill[k] += 1;
-            }
-        }
-        self.cap.clear();
-        self.cap.extend(self.used.iter().map(|&p| net.capacity(p)));
-        self.heap.clear();
-        for k in 0..np {
-            self.heap.push(Share(self.cap[k] / self.count[k] as f64, k));
-        }
-        self.fixed.clear();
-        self.fixed.resize(nf, false);
-        while let Some(Share(share, k)) = self.heap.pop() {
-            let n = self.count[k];
-            if n == 0 || (self.cap[k] / n as f64 - share).abs() > 1e-12 * share.max(1.0) {
-                continue; // stale entry
-            }
-            for m in self.start[k]..self.start[k + 1] {
-                let f = self.members[m as usize] as usize;
-                if self.fixed[f] {
-                    continue;
-                }
-                self.fixed[f] = true;
-                self.rates[f] = share;
-                for &q in &ports[f] {
-                    let j = self.slot_of_port[q] as usize;
-                    self.cap[j] = (self.cap[j] - share).max(0.0);
-                    self.count[j] -= 1;
-                    if j != k && self.count[j] > 0 {
-                        self.heap.push(Share(self.cap[j] / self.count[j] as f64, j));
-                    }
-                }
-            }
-        }
-        &self.rates
     }
 }
 
