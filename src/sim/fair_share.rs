@@ -252,12 +252,10 @@ impl SlotHeap {
             if !before(item, self.heap[parent]) {
                 break;
             }
-            self.heap[i] = self.heap[parent];
-            self.pos[self.heap[i].1 as usize] = i as u32;
+            self.place(i, self.heap[parent]);
             i = parent;
         }
-        self.heap[i] = item;
-        self.pos[item.1 as usize] = i as u32;
+        self.place(i, item);
     }
 
     /// Move the entry at `i` down to its place, recording the positions it passes.
@@ -278,10 +276,14 @@ impl SlotHeap {
             if !before(self.heap[best], item) {
                 break;
             }
-            self.heap[i] = self.heap[best];
-            self.pos[self.heap[i].1 as usize] = i as u32;
+            self.place(i, self.heap[best]);
             i = best;
         }
+        self.place(i, item);
+    }
+
+    /// Put `item` at position `i` and record it there.
+    fn place(&mut self, i: usize, item: (f64, u32)) {
         self.heap[i] = item;
         self.pos[item.1 as usize] = i as u32;
     }
