@@ -172,8 +172,12 @@ impl FairShare {
             pending.swap_remove(i);
         }
         pending.retain(|&s| current - s <= DEAD * s.max(1.0));
-        // The current share itself is always pending: it was pushed when the port last
-        // changed (or is its first), and a share equal to the current one is never stale.
+        // The current share is pending already (pushed when the port last changed, or its
+        // first; a share equal to the current one is never stale); should it not be, it is
+        // added, as the first version's heap always held it, and the loop still ends.
+        if !pending.contains(&current) {
+            pending.push(current);
+        }
         let next = pending.iter().copied().fold(f64::INFINITY, f64::min);
         self.heap.raise(k, next);
     }
