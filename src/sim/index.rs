@@ -86,34 +86,26 @@ impl PlanIndex {
     /// Here the ranges are answered one reading rank at a time, sorted by document.
     fn transfer_use_steps(&self, plan: &Plan) -> Vec<Option<(u32, u32)>> {
         let mut spans = vec![None; plan.transfers.len()];
-        // The transfers each rank reads, and that rank reading Q (or K/V) of them.
-        let mut by_reader: Vec<Vec<(usize, bool)>> = vec![Vec::new(); self.q.len()];
+        // The transfers each rank reads, and what its tasks read them as.
+        let mut by_reader: Vec<Vec<usize>> = vec![Vec::new(); self.q.len()];
         for (i, t) in plan.transfers.iter().enumerate() {
-            let (rank, as_q) = match t.tensor {
-                TransferTensor::Out => (t.src, true),
-                tensor => (t.dst, tensor == TransferTensor::Q),
-            };
-            if let Some(b) = by_reader.get_mut(rank as usize) {
-                b.push((i, as_q));
+            if let Some(b) = by_reader.get_mut(reader(t).0 as usize) {
+                b.push(i);
             }
         }
-        // Per reading rank: (doc, read as Q, start, end, transfer).
-        let mut asks: Vec<(u32, bool, u64, u64, usize)> = Vec::new();
+        // Per reading rank: (doc, read as, start, end, transfer).
+        let mut asks: Vec<(u32, TransferTensor, u64, u64, usize)> = Vec::new();
         for (rank, transfers) in by_reader.iter().enumerate() {
             asks.clear();
-            for &(i, as_q) in transfers {
-                let ranges = &plan.transfers[i].ranges;
-                asks.extend(ranges.iter().map(|r| (r.doc, as_q, r.start, r.end, i)));
+            for &i in transfers {
+                let t = &plan.transfers[i];
+                let read_as = reader(t).1;
+                asks.extend(t.ranges.iter().map(|r| (r.doc, read_as, r.start, r.end, i)));
             }
             asks.sort_unstable();
             for chunk in asks.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-                let (doc, as_q) = (chunk[0].0, chunk[0].1);
-                let tensor = if as_q {
-                    TransferTensor::Q
-                } else {
-                    TransferTensor::Kv
-                };
-                let Some(runs) = self.reads(rank as u32, tensor).get(&doc) else {
+                let (doc, read_as) = (chunk[0].0, chunk[0].1);
+                let Some(runs) = self.reads(rank as u32, read_as).get(&doc) else {
                     continue;
                 };
                 for &(_, _, start, end, i) in chunk {
@@ -145,6 +137,15 @@ impl PlanIndex {
             Some(m) => covers_all(&m[rank as usize], ranges),
             None => self.owns_all(rank, ranges),
         }
+    }
+}
+
+/// The rank whose tasks read what `t` carries, and what they read it as: Q and K/V are read
+/// by their receiver, an output return's queries by its sender.
+fn reader(t: &crate::plan::Transfer) -> (u32, TransferTensor) {
+    match t.tensor {
+        TransferTensor::Out => (t.src, TransferTensor::Q),
+        tensor => (t.dst, tensor),
     }
 }
 
@@ -208,6 +209,9 @@ mod tests {
                     }
                 }
                 assert_eq!(idx.use_steps(i), scan, "{scheme}: transfer {i}");
+                if scheme == "zigzag" {
+                    assert!(idx.owns_all(t.src, &t.ranges) == (t.arrive_by == 1));
+                }
             }
         }
         assert_eq!(

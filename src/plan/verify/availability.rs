@@ -180,7 +180,7 @@ impl Held {
     }
 }
 
-/// One question for [`Held::unavailable`]: is `[start, end)` of `doc`'s `tensor` (for `heads`)
+/// One question for [`Held::mark_unavailable`]: is `[start, end)` of `doc`'s `tensor` (for `heads`)
 /// on the asking rank by `step`? `origin` numbers the question in the caller's order.
 #[derive(Clone, Copy)]
 struct Ask {
@@ -208,29 +208,25 @@ impl Ask {
 }
 
 impl Held {
-    /// The origins, ascending, of the `asks` of `rank` whose data is not there in time.
+    /// Mark `missing[origin]` for each of the `asks` of `rank` whose data is not there in
+    /// time.
     ///
     /// Answers [`Held::has`] for many questions of one rank at once, grouped by document and
     /// tensor (a stable sort on one integer): each index is then read while it is in cache.
     /// Asked in plan order instead, every task of a 64-rank zigzag plan (3.8 million) missed
     /// the cache on another document's index: 9 of its 15 s of `verify`.
-    fn unavailable(&self, rank: u32, asks: &mut [Ask]) -> Vec<u32> {
+    fn mark_unavailable(&self, rank: u32, asks: &mut [Ask], missing: &mut [bool]) {
         asks.sort_by_key(|a| ((a.doc as u64) << 2) | a.tensor as u64);
-        let mut missing = Vec::new();
         let mut index: Option<(u32, TransferTensor, Option<&StepIndex>)> = None;
         for a in asks.iter() {
             if index.is_none_or(|(d, t, _)| (d, t) != (a.doc, a.tensor)) {
                 index = Some((a.doc, a.tensor, self.runs.get(&(rank, a.doc, a.tensor))));
             }
-            let ok = index
+            let held = index
                 .and_then(|(_, _, idx)| idx)
                 .is_some_and(|idx| idx.covers(a.start, a.end, a.heads, |from| from <= a.step));
-            if !ok {
-                missing.push(a.origin);
-            }
+            missing[a.origin as usize] = !held;
         }
-        missing.sort_unstable();
-        missing
     }
 }
 
@@ -296,7 +292,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
         origin += t.ranges.len() as u32;
         by_src[t.src as usize].push(i);
     }
-    let mut unsent: Vec<u32> = Vec::new();
+    let mut unsent = vec![false; origin as usize];
     let mut asks: Vec<Ask> = Vec::new();
     for (src, transfers) in by_src.iter().enumerate() {
         asks.clear();
@@ -312,11 +308,9 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                     }),
             );
         }
-        unsent.extend(held.unavailable(src as u32, &mut asks));
+        held.mark_unavailable(src as u32, &mut asks, &mut unsent);
     }
-    unsent.sort_unstable();
-    let mut unsent = unsent.into_iter().peekable();
-    let mut origin = 0u32;
+    let mut unsent = unsent.into_iter();
     for t in &plan.transfers {
         if t.tensor != Out && t.issue_at > t.arrive_by {
             out.push(v(
@@ -328,9 +322,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
             ));
         }
         for r in &t.ranges {
-            let missing = unsent.next_if_eq(&origin).is_some();
-            origin += 1;
-            if missing {
+            if unsent.next().unwrap_or(false) {
                 out.push(v(
                     ViolationKind::BadTransfer,
                     format!(
@@ -377,15 +369,14 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                 }
             }
         }
-        let mut unread = held.unavailable(rp.rank, &mut asks).into_iter().peekable();
-        let mut origin = 0u32;
+        let mut unread = vec![false; asks.len()];
+        held.mark_unavailable(rp.rank, &mut asks, &mut unread);
+        let mut unread = unread.into_iter();
         for (s, step) in rp.steps.iter().enumerate() {
             let s32 = s as u32;
             for t in &step.tasks {
                 for (tensor, r) in [(Q, &t.q), (Kv, &t.kv)] {
-                    let missing = unread.next_if_eq(&origin).is_some();
-                    origin += 1;
-                    if missing {
+                    if unread.next().unwrap_or(false) {
                         out.push(v(
                             ViolationKind::NotAvailable,
                             format!(
@@ -547,6 +538,15 @@ mod tests {
         }
     }
 
+    /// The origins, ascending, of the asks `mark_unavailable` marks missing.
+    fn unavailable(held: &Held, rank: u32, asks: &mut [Ask]) -> Vec<u32> {
+        let mut missing = vec![false; asks.len()];
+        held.mark_unavailable(rank, asks, &mut missing);
+        (0..asks.len() as u32)
+            .filter(|&i| missing[i as usize])
+            .collect()
+    }
+
     fn tensor(t: u8) -> TransferTensor {
         [TransferTensor::Q, TransferTensor::Kv, TransferTensor::Out][t as usize % 3]
     }
@@ -563,7 +563,7 @@ mod tests {
             ..Ask::new(&TokenRange::new(1, 20, 30), TransferTensor::Q, None, step)
         };
         let mut asks = vec![ask(1, 0), ask(0, 1), ask(0, 2), ask(2, 3)];
-        assert_eq!(held.unavailable(1, &mut asks), vec![1, 2]);
+        assert_eq!(unavailable(&held, 1, &mut asks), vec![1, 2]);
     }
 
     proptest! {
@@ -598,7 +598,7 @@ mod tests {
                     })
                     .map(|a| a.origin)
                     .collect();
-                prop_assert_eq!(held.unavailable(rank, &mut batch), expected);
+                prop_assert_eq!(unavailable(&held, rank, &mut batch), expected);
             }
         }
     }
