@@ -129,25 +129,19 @@ impl Planner for ByteScale {
 mod tests {
     use super::*;
     use crate::plan::summarize;
-    use crate::planners::testing::{assert_valid, with_ctx};
+    use crate::planners::testing::{assert_plans_verify, assert_valid, with_ctx};
     use crate::planners::Zigzag;
 
     #[test]
     fn bytescale_plans_verify() {
-        for mask in [Mask::Causal, Mask::Full] {
-            for n in [1, 2, 3, 4, 8, 16] {
-                for lens in [
-                    vec![1],
-                    vec![5000],
-                    vec![1, 2, 7, 33, 100, 5],
-                    vec![3000, 1500, 17, 900, 2],
-                    vec![1025, 1025, 1025],
-                ] {
-                    let batch = Batch::new(0, lens);
-                    assert_valid(&with_ctx(n, mask, |ctx| ByteScale.plan(&batch, ctx)).unwrap());
-                }
-            }
-        }
+        let batches: &[&[u64]] = &[
+            &[1],
+            &[5000],
+            &[1, 2, 7, 33, 100, 5],
+            &[3000, 1500, 17, 900, 2],
+            &[1025, 1025, 1025],
+        ];
+        assert_plans_verify(&ByteScale, &[1, 2, 3, 4, 8, 16], batches);
     }
 
     #[test]

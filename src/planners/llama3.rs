@@ -152,24 +152,13 @@ impl Planner for Llama3Contig {
 mod tests {
     use super::*;
     use crate::plan::{summarize, Mask, TransferKind};
-    use crate::planners::testing::{assert_valid, with_ctx};
+    use crate::planners::testing::{assert_plans_verify, with_ctx};
 
     #[test]
     fn llama3_plans_verify() {
-        for mask in [Mask::Causal, Mask::Full] {
-            for n in [1, 2, 3, 4, 8, 16] {
-                for lens in [
-                    vec![1],
-                    vec![5000],
-                    vec![1, 2, 7, 33, 100, 5],
-                    vec![3, 900, 17],
-                ] {
-                    let batch = Batch::new(0, lens);
-                    assert_valid(&with_ctx(n, mask, |ctx| Llama3.plan(&batch, ctx)).unwrap());
-                    let contig = with_ctx(n, mask, |ctx| Llama3Contig::default().plan(&batch, ctx));
-                    assert_valid(&contig.unwrap());
-                }
-            }
+        let batches: &[&[u64]] = &[&[1], &[5000], &[1, 2, 7, 33, 100, 5], &[3, 900, 17]];
+        for planner in [&Llama3 as &dyn Planner, &Llama3Contig::default()] {
+            assert_plans_verify(planner, &[1, 2, 3, 4, 8, 16], batches);
         }
     }
 

@@ -182,34 +182,21 @@ mod tests {
     use super::*;
     use crate::plan::Mask;
     use crate::planners::shard::intersect_ranges;
-    use crate::planners::testing::{assert_valid, with_ctx};
+    use crate::planners::testing::{assert_plans_verify, assert_valid, with_ctx};
 
     #[test]
     fn magi_plans_verify() {
-        for mask in [Mask::Causal, Mask::Full] {
-            for n in [1, 2, 3, 4, 8, 16] {
-                for lens in [
-                    vec![1],
-                    vec![2500],
-                    vec![1, 2, 7, 33, 100, 5],
-                    vec![3, 900, 17],
-                ] {
-                    let batch = Batch::new(0, lens);
-                    for m in [
-                        Magi::default(),
-                        Magi {
-                            chunk: 16,
-                            degree: 1,
-                        },
-                        Magi {
-                            chunk: 7,
-                            degree: 3,
-                        },
-                    ] {
-                        assert_valid(&with_ctx(n, mask, |ctx| m.plan(&batch, ctx)).unwrap());
-                    }
-                }
-            }
+        let batches: &[&[u64]] = &[&[1], &[2500], &[1, 2, 7, 33, 100, 5], &[3, 900, 17]];
+        let small = Magi {
+            chunk: 16,
+            degree: 1,
+        };
+        let odd = Magi {
+            chunk: 7,
+            degree: 3,
+        };
+        for m in [Magi::default(), small, odd] {
+            assert_plans_verify(&m, &[1, 2, 3, 4, 8, 16], batches);
         }
     }
 

@@ -441,7 +441,6 @@ pub(crate) mod testing {
         f(&ctx)
     }
 
-    /// Assert a plan passes the structural verifier and the numeric check.
     /// Simulated attention time (forward + backward, ms) of `plan` in `ctx`: what the tests of
     /// planners that pick by simulation compare.
     pub fn simulated_ms(ctx: &PlanContext<'_>, plan: &Plan) -> f64 {
@@ -454,6 +453,25 @@ pub(crate) mod testing {
             .attention_time_ms
     }
 
+    /// Plan each batch of document lengths on each rank count under both masks and assert
+    /// every plan valid: the matrix every planner's unit tests run, in one place so that a
+    /// planner's test names only what is particular to it (its rank counts and batches).
+    pub fn assert_plans_verify(planner: &dyn Planner, ranks: &[u32], batches: &[&[u64]]) {
+        for mask in [Mask::Causal, Mask::Full] {
+            for &n in ranks {
+                for lens in batches {
+                    let batch = Batch::new(0, lens.to_vec());
+                    let plan = with_ctx(n, mask, |ctx| planner.plan(&batch, ctx));
+                    let plan = plan.unwrap_or_else(|e| {
+                        panic!("{} on {n} ranks, {mask:?}, {lens:?}: {e}", planner.name())
+                    });
+                    assert_valid(&plan);
+                }
+            }
+        }
+    }
+
+    /// Assert a plan passes the structural verifier and the numeric check.
     pub fn assert_valid(plan: &Plan) {
         use crate::plan::{check_numeric, verify, NumericOptions};
         let v = verify(plan);
