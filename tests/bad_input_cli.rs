@@ -283,3 +283,31 @@ fn a_byte_order_mark_before_jsonl_is_skipped() {
         .success()
         .stdout(predicate::str::contains("400"));
 }
+
+/// `fcp verify --numeric` of a valid plan with a 2³²-token document asked for 128 GiB of
+/// random K/V and aborted (exit 134). It is refused now, before anything is allocated, and
+/// the structural check still answers.
+#[test]
+fn the_numeric_check_of_a_four_billion_token_document_is_refused_not_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("big.csv");
+    std::fs::write(&t, "doc_len\n4294967296\n").unwrap();
+    let p = dir.path().join("big.json");
+    fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "2", "--mask", "full"])
+        .args(["--tokens-per-rank", "2147483648", "--trace"])
+        .arg(&t)
+        .arg("-o")
+        .arg(&p)
+        .assert()
+        .success();
+    fcp().arg("verify").arg(&p).assert().success();
+    fcp()
+        .args(["verify", "--numeric"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains("too large for the numeric check"))
+        .stderr(predicate::str::contains("document 0 (4294967296 tokens)"));
+}

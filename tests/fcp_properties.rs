@@ -31,7 +31,7 @@ fn verified_within_cap(plan: &fcp::Plan, tpr: u64) -> Result<(), TestCaseError> 
         max_rows_per_doc: 48,
         ..NumericOptions::default()
     };
-    let r = check_numeric(plan, &opts);
+    let r = check_numeric(plan, &opts).unwrap();
     prop_assert!(r.max_abs_error < 1e-9, "{:?}", r);
     prop_assert_eq!(plan.memory_cap_tokens, Some(tpr));
     for rp in &plan.ranks {
@@ -197,7 +197,7 @@ fn fcp_and_hybrid_verify_on_every_source_rank_count_and_block() {
                     max_rows_per_doc: 8,
                     ..NumericOptions::default()
                 };
-                let r = check_numeric(&plan, &opts);
+                let r = check_numeric(&plan, &opts).unwrap();
                 assert!(r.max_abs_error < 1e-9, "{source} N={ranks} {spec}: {r:?}");
                 for rp in &plan.ranks {
                     let t: u64 = rp.owned.iter().map(|c| c.len()).sum();

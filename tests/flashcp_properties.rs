@@ -50,7 +50,7 @@ proptest! {
         let v = verify(&plan);
         prop_assert!(v.is_empty(), "{v:?}");
         let opts = NumericOptions { max_rows_per_doc: 64, ..NumericOptions::default() };
-        let r = check_numeric(&plan, &opts);
+        let r = check_numeric(&plan, &opts).unwrap();
         prop_assert!(r.max_abs_error < 1e-9, "{r:?}");
 
         // Eq. 2: every rank holds total/N tokens, ±1 when N does not divide the total.

@@ -116,7 +116,8 @@ fn assert_valid(plan: &Plan) {
             max_rows_per_doc: 128,
             ..NumericOptions::default()
         },
-    );
+    )
+    .unwrap();
     assert!(r.max_abs_error < 1e-9, "{r:?}");
 }
 

@@ -80,7 +80,7 @@ fn check(scheme: &str, c: &Case) {
                 max_rows_per_doc: 128,
                 ..NumericOptions::default()
             };
-            let r = check_numeric(&plan, &opts);
+            let r = check_numeric(&plan, &opts).unwrap();
             assert!(r.max_abs_error < 1e-9, "{scheme}, {what}: {r:?}");
             // Shown with --nocapture: the N = 1024 rows are what bounds this test's runtime.
             eprintln!(

@@ -72,7 +72,7 @@ proptest! {
             let v = verify(&plan);
             prop_assert!(v.is_empty(), "{scheme}: {v:?}");
             let opts = NumericOptions { max_rows_per_doc: 64, ..NumericOptions::default() };
-            let r = check_numeric(&plan, &opts);
+            let r = check_numeric(&plan, &opts).unwrap();
             prop_assert!(r.max_abs_error < 1e-9, "{scheme}: {r:?}");
         }
     }
@@ -144,7 +144,7 @@ proptest! {
             };
             let kinds: Vec<_> = verify(&plan).into_iter().map(|v| v.kind).collect();
             prop_assert!(kinds.contains(&expected), "{scheme}: {kinds:?}");
-            let num = check_numeric(&plan, &NumericOptions::default());
+            let num = check_numeric(&plan, &NumericOptions::default()).unwrap();
             prop_assert!(num.max_abs_error > 1e-9, "{scheme}: numeric check missed it: {num:?}");
         }
     }

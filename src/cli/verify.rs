@@ -36,15 +36,17 @@ pub fn run(a: VerifyArgs) -> Result<()> {
     let plan = Plan::load(&a.plan)?;
     let violations = verify(&plan);
     // Only run tensors through a plan that is structurally sound.
-    let numeric = (a.numeric && violations.is_empty()).then(|| {
-        check_numeric(
-            &plan,
-            &NumericOptions {
-                max_rows_per_doc: a.max_rows,
-                ..NumericOptions::default()
-            },
-        )
-    });
+    let numeric = (a.numeric && violations.is_empty())
+        .then(|| {
+            check_numeric(
+                &plan,
+                &NumericOptions {
+                    max_rows_per_doc: a.max_rows,
+                    ..NumericOptions::default()
+                },
+            )
+        })
+        .transpose()?;
     let numeric_ok = numeric
         .as_ref()
         .is_none_or(|r| r.max_abs_error <= a.tolerance);

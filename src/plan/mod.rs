@@ -15,7 +15,10 @@ pub use ir::{
     TransferKind, TransferTensor, PLAN_VERSION,
 };
 pub use mask::{allowed_pairs, Mask};
-pub use numeric::{check_numeric, NumericOptions, NumericReport};
+pub use numeric::{
+    check_numeric, NumericOptions, NumericReport, NumericTooLarge, NUMERIC_MAX_DOC_BYTES,
+    NUMERIC_MAX_PAIRS,
+};
 pub(crate) use runs::RunIndex;
 pub use summary::{imbalance, max_over_mean, summarize, transfer_bytes, PlanSummary, RankLoad};
 pub use verify::{verify, Violation, ViolationKind};

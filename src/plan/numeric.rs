@@ -51,6 +51,31 @@ pub struct NumericReport {
     pub rows_uncovered: u64,
 }
 
+/// The most query–key scores the numeric check computes (about two minutes on two cores): a
+/// plan past it is refused before anything is allocated.
+pub const NUMERIC_MAX_PAIRS: u64 = 1 << 34;
+
+/// The most bytes of random K and V the numeric check holds for one document (f64, every
+/// token of the document: a checked row sees all its keys).
+pub const NUMERIC_MAX_DOC_BYTES: u64 = 1 << 32;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Why the numeric check refused a plan: it is for plans small enough to run on random
+/// tensors in f64 on the CPU. (Regression: a 2³²-token document asked for 128 GiB of K/V and
+/// the process aborted.)
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "the plan is too large for the numeric check: {reason}; lower --max-rows (now {max_rows}) for \
+     fewer scores, or rely on the structural check (without --numeric), which is exact at any size"
+)]
+pub struct NumericTooLarge {
+    /// What is over its limit.
+    pub reason: String,
+    /// The row cap the check ran with.
+    pub max_rows: usize,
+}
+
 /// Partial attention of one query row: output normalised by its own softmax and the log-sum-exp.
 #[derive(Clone)]
 struct Partial {
@@ -162,7 +187,7 @@ fn sample_rows(len: u64, boundaries: &[u64], max_rows: usize) -> Vec<u64> {
 /// exponentials. Documents and the rows inside them run in parallel; each document draws its
 /// tensors from its own seed and the report is a sum of counts and a maximum, so it does not
 /// depend on the thread count.
-pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
+pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> Result<NumericReport, NumericTooLarge> {
     let d = opts.head_dim.max(1);
     let segments = head_segments(plan);
     // Tasks of each document, for its rows.
@@ -177,10 +202,48 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
             by_doc[t.q.doc as usize].push(t);
         }
     }
-    let parts: Vec<NumericReport> = by_doc
-        .par_iter()
+    // The rows each document checks, then what checking them costs, before any tensor.
+    let rows: Vec<Vec<u64>> = by_doc
+        .iter()
         .enumerate()
         .map(|(doc, tasks)| {
+            let len = plan.documents[doc].extent();
+            let mut bounds: Vec<u64> = Vec::new();
+            for t in tasks {
+                bounds.extend([t.q.start, t.q.end.saturating_sub(1), t.q.end]);
+            }
+            sample_rows(len, &bounds, opts.max_rows_per_doc)
+        })
+        .collect();
+    let too_large = |reason: String| NumericTooLarge {
+        reason,
+        max_rows: opts.max_rows_per_doc,
+    };
+    let mut pairs = 0u64;
+    for (doc, rows) in rows.iter().enumerate() {
+        let len = plan.documents[doc].extent();
+        let bytes = len.saturating_mul(2 * 8 * d as u64);
+        if bytes > NUMERIC_MAX_DOC_BYTES {
+            return Err(too_large(format!(
+                "document {doc} ({len} tokens) needs {:.1} GiB of random K/V, more than the {} GiB allowed",
+                bytes as f64 / GIB,
+                NUMERIC_MAX_DOC_BYTES as f64 / GIB
+            )));
+        }
+        for &row in rows {
+            pairs = pairs.saturating_add(plan.mask.kv_limit(row, len));
+        }
+    }
+    if pairs > NUMERIC_MAX_PAIRS {
+        return Err(too_large(format!(
+            "its checked rows see {pairs} keys in all, more than the {NUMERIC_MAX_PAIRS} allowed"
+        )));
+    }
+    let parts: Vec<NumericReport> = by_doc
+        .par_iter()
+        .zip(rows.par_iter())
+        .enumerate()
+        .map(|(doc, (tasks, rows))| {
             // The distinct task sets of the document's head segments, in segment order.
             let mut sets: Vec<Vec<&super::Task>> = Vec::new();
             for seg in &segments {
@@ -197,7 +260,7 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
                     sets.push(covering);
                 }
             }
-            check_document(plan, doc, tasks, &sets, d, opts)
+            check_document(plan, doc, rows, &sets, d, opts)
         })
         .collect();
     let mut report = NumericReport {
@@ -211,26 +274,21 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> NumericReport {
         report.rows_checked += r.rows_checked;
         report.rows_uncovered += r.rows_uncovered;
     }
-    report
+    Ok(report)
 }
 
-/// Check one document: its sampled rows (boundaries of all its `tasks`), and for each of the
-/// head segments' task `sets` the plan's partials merged by log-sum-exp against attention
-/// computed directly.
+/// Check one document: its sampled `rows` (boundaries of all its tasks among them), and for
+/// each of the head segments' task `sets` the plan's partials merged by log-sum-exp against
+/// attention computed directly.
 fn check_document(
     plan: &Plan,
     doc: usize,
-    tasks: &[&super::Task],
+    rows: &[u64],
     sets: &[Vec<&super::Task>],
     d: usize,
     opts: &NumericOptions,
 ) -> NumericReport {
     let len = plan.documents[doc].extent();
-    let mut bounds: Vec<u64> = Vec::new();
-    for t in tasks {
-        bounds.extend([t.q.start, t.q.end.saturating_sub(1), t.q.end]);
-    }
-    let rows = sample_rows(len, &bounds, opts.max_rows_per_doc);
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ ((doc as u64) << 20));
     let n = len as usize;
     let mut gen =
@@ -359,6 +417,28 @@ mod tests {
         assert_eq!(sample_rows(5, &[], 100), vec![0, 1, 2, 3, 4]);
     }
 
+    #[test]
+    fn a_check_past_its_score_budget_is_refused_before_it_starts() {
+        use crate::planners::testing::with_ctx;
+        use crate::planners::{Planner, Ring};
+        // 140K rows of a full-mask document each see 140K keys: 1.96·10¹⁰ scores.
+        let batch = crate::trace::Batch::new(0, vec![140_000]);
+        let plan = with_ctx(2, Mask::Full, |ctx| Ring.plan(&batch, ctx)).unwrap();
+        let opts = NumericOptions {
+            max_rows_per_doc: 140_000,
+            ..NumericOptions::default()
+        };
+        let e = check_numeric(&plan, &opts).unwrap_err();
+        assert!(e.reason.contains("19600000000 keys"), "{e}");
+        assert!(e.to_string().contains("--max-rows (now 140000)"), "{e}");
+        // A sample of the same plan is well inside it.
+        let few = NumericOptions {
+            max_rows_per_doc: 16,
+            ..NumericOptions::default()
+        };
+        assert!(check_numeric(&plan, &few).unwrap().max_abs_error < 1e-9);
+    }
+
     fn zigzag_plan() -> Plan {
         use crate::planners::testing::with_ctx;
         use crate::planners::{Planner, Zigzag};
@@ -368,7 +448,7 @@ mod tests {
 
     #[test]
     fn valid_plan_matches_reference() {
-        let r = check_numeric(&zigzag_plan(), &NumericOptions::default());
+        let r = check_numeric(&zigzag_plan(), &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error < 1e-12, "{r:?}");
         assert_eq!(r.rows_checked, 120);
         assert_eq!(r.rows_uncovered, 0);
@@ -378,11 +458,11 @@ mod tests {
     fn missing_or_duplicated_tiles_show_up_as_error() {
         let mut p = zigzag_plan();
         let t = p.ranks[2].steps[1].tasks.pop().unwrap();
-        let r = check_numeric(&p, &NumericOptions::default());
+        let r = check_numeric(&p, &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error > 1e-6, "removed tile: {r:?}");
         p.ranks[2].steps[1].tasks.push(t);
         p.ranks[0].steps[0].tasks.push(t);
-        let r = check_numeric(&p, &NumericOptions::default());
+        let r = check_numeric(&p, &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error > 1e-6, "duplicated tile: {r:?}");
     }
 
@@ -401,12 +481,12 @@ mod tests {
         };
         p.ranks[1].steps[0].tasks[0] = half(0, h / 2);
         p.ranks[2].steps[0].tasks.push(half(h / 2, h));
-        let r = check_numeric(&p, &NumericOptions::default());
+        let r = check_numeric(&p, &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error < 1e-12, "{r:?}");
         // Document 0 (40 rows) twice, documents 1 and 2 (3 + 77 rows) once.
         assert_eq!(r.rows_checked, 2 * 40 + 3 + 77);
         p.ranks[2].steps[0].tasks.pop();
-        let r = check_numeric(&p, &NumericOptions::default());
+        let r = check_numeric(&p, &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error > 1e-6, "lost head half: {r:?}");
     }
 
@@ -420,7 +500,7 @@ mod tests {
             max_rows_per_doc: 64,
             ..NumericOptions::default()
         };
-        let r = check_numeric(&p, &opts);
+        let r = check_numeric(&p, &opts).unwrap();
         assert!((48..=80).contains(&r.rows_checked), "{r:?}");
         assert!(r.max_abs_error < 1e-9, "{r:?}");
     }

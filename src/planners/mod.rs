@@ -482,7 +482,7 @@ pub(crate) mod testing {
             max_rows_per_doc: 256,
             ..NumericOptions::default()
         };
-        let r = check_numeric(plan, &opts);
+        let r = check_numeric(plan, &opts).unwrap();
         assert!(r.max_abs_error < 1e-9, "{}: {r:?}", plan.scheme.name);
     }
 }

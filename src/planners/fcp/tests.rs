@@ -279,7 +279,7 @@ fn plans_verify_for_all_sources_ranks_and_blocks() {
                 assert_eq!(plan.input_layout.is_some(), resh);
                 let v = verify(&plan);
                 assert!(v.is_empty(), "{name} N={ranks} B={block} {mask}: {v:#?}");
-                let r = check_numeric(&plan, &opts);
+                let r = check_numeric(&plan, &opts).unwrap();
                 assert!(r.max_abs_error < 1e-9, "{name} N={ranks} B={block}: {r:?}");
                 assert!(owned_tokens(&plan).iter().all(|&t| t <= tpr));
                 let (delta, rounds) = degree_and_rounds(&plan);
@@ -628,7 +628,8 @@ fn lookahead_sends_first_hops_a_step_early_and_changes_nothing_else() {
                 max_rows_per_doc: 24,
                 ..NumericOptions::default()
             },
-        );
+        )
+        .unwrap();
         assert!(r.max_abs_error < 1e-9, "{r:?}");
         assert_eq!(base.ranks, ahead.ranks);
         assert_eq!(base.transfers.len(), ahead.transfers.len());
