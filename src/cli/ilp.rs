@@ -96,7 +96,7 @@ pub fn run(a: IlpArgs) -> Result<()> {
         time_limit: a.time_limit,
         microlp: a.microlp,
     };
-    let r: Report = match a.scheme {
+    let mut r: Report = match a.scheme {
         IlpScheme::Flashcp => ilp::flashcp::solve(batch, &ctx, &opts)?,
         IlpScheme::Fcp => {
             // Through the scheme's own parser, so `--block` is checked as `plan` checks it.
@@ -105,6 +105,7 @@ pub fn run(a: IlpArgs) -> Result<()> {
             ilp::fcp::solve(&f, batch, &ctx, &opts)?
         }
     };
+    a.profile.record_files(&mut r.plan);
     if let Some(path) = &a.output {
         r.plan.save(path)?;
     }

@@ -144,9 +144,11 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let plans: Vec<Plan> = chosen
         .iter()
         .map(|b| {
-            planner
+            let mut p = planner
                 .plan(b, &ctx)
-                .with_context(|| format!("planning batch {}", b.index))
+                .with_context(|| format!("planning batch {}", b.index))?;
+            a.profile.record_files(&mut p);
+            Ok(p)
         })
         .collect::<Result<_>>()?;
     if packed.truncated > 0 {

@@ -63,6 +63,8 @@ impl PlanBuilder {
                 batch_index: Some(batch.index as u64),
                 model: Some(ctx.model.name.clone()),
                 hardware: Some(ctx.hardware.name.clone()),
+                hardware_file: None,
+                model_file: None,
                 documents,
                 input_layout: None,
                 ranks,

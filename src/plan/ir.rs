@@ -302,6 +302,17 @@ pub struct Plan {
     /// Provenance: hardware profile name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<String>,
+    /// Provenance: the TOML file the hardware profile was read from, as given, when it was not
+    /// a bundled profile. A file may carry a bundled name (`name = "h100"`, or a file stem
+    /// such as `cluster/h100.toml`), so the name alone cannot say which profile to simulate
+    /// with: reading the plan, `fcp simulate` asks for the file again instead of taking the
+    /// bundled one of that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_file: Option<String>,
+    /// Provenance: the TOML file the model was read from, as given, when it was not a preset
+    /// (the same reason as `hardware_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_file: Option<String>,
     /// Documents of the batch.
     pub documents: Vec<Document>,
     /// The user's layout, when it differs from the planned one (a transparent reshuffler,
