@@ -8,8 +8,9 @@
 //!
 //! Two kinds of destination are not renamed over, because the rename would destroy something
 //! the user set up rather than protect a file:
-//! - **A path that is not a regular file** (`/dev/null`, `/dev/stdout`, a named pipe): the
-//!   bytes are written straight to it. Renaming over `-o /dev/null` once replaced the machine's
+//! - **A path that is not a regular file** (`/dev/null`, a named pipe): the bytes are written
+//!   straight to it. **A path that names a descriptor** (`/dev/stdout`, `/dev/fd/3`) is
+//!   appended to, whatever the shell opened there, so `-o /dev/stdout >> log` adds to the log. Renaming over `-o /dev/null` once replaced the machine's
 //!   null device with a regular file, and every later program reading `/dev/null` (cargo's
 //!   `rustc -` probe among them) read what had been thrown away.
 //! - **A symbolic link**: the link is followed and the file it names is replaced atomically,
@@ -45,6 +46,14 @@ impl AtomicFile {
     /// the final rename stays on one file system and is atomic). A path that exists and is not
     /// a regular file or a directory (a device, a pipe) is opened for writing instead.
     pub fn create(path: &Path) -> std::io::Result<AtomicFile> {
+        if names_a_descriptor(path) {
+            // Appended to, never replaced: `-o /dev/stdout >> log` once replaced the log
+            // (the link led to the log file, and the rename went over it).
+            let file = std::fs::OpenOptions::new().append(true).open(path)?;
+            return Ok(AtomicFile {
+                sink: Sink::Direct(BufWriter::with_capacity(1 << 16, file)),
+            });
+        }
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(std::io::Error::new(
@@ -115,6 +124,23 @@ impl AtomicFile {
             Sink::Direct(file) => file,
         }
     }
+}
+
+/// Whether `path` names one of the process's open descriptors (`/dev/stdout`, `/dev/stderr`,
+/// `/dev/fd/N`, `/proc/self/fd/N`) rather than a file: what it leads to is whatever the shell
+/// opened there (a terminal, a pipe, or a file opened with `>` or `>>`), which is the caller's
+/// to keep; its bytes are appended, as a program writing to that descriptor would.
+fn names_a_descriptor(path: &Path) -> bool {
+    let Some(text) = path.to_str() else {
+        return false;
+    };
+    let numbered = |prefix: &str| {
+        text.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    matches!(text, "/dev/stdout" | "/dev/stderr")
+        || numbered("/dev/fd/")
+        || numbered("/proc/self/fd/")
 }
 
 /// The file a symbolic link at `path` names, following chains of links; `path` itself when it

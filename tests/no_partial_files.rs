@@ -155,3 +155,41 @@ fn sigint_leaves_the_old_file_or_the_complete_new_one() {
         assert!(t.ends_with(".tmp"), "{t}");
     }
 }
+
+/// `fcp trace gen -o /dev/stdout >> log` replaced the log with the trace: the link led to the
+/// log file and the atomic writer renamed over it. A path naming a descriptor is appended to,
+/// so `>>` adds to the log and `>` holds just the output.
+#[cfg(unix)]
+#[test]
+fn dash_o_dev_stdout_appended_to_a_log_keeps_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("fcp");
+    let gen = |redirect: &str, log: &Path| {
+        let script = format!(
+            "'{}' trace gen --source magi --docs 3 --seed 1 -o /dev/stdout {redirect} '{}'",
+            bin.display(),
+            log.display()
+        );
+        let s = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .status();
+        assert!(s.unwrap().success());
+    };
+    let trace = dir.path().join("trace.csv");
+    gen(">", &trace);
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        trace.starts_with("doc_len\n") && trace.lines().count() == 4,
+        "{trace}"
+    );
+    let log = dir.path().join("log.txt");
+    std::fs::write(&log, "before\n").unwrap();
+    gen(">>", &log);
+    gen(">>", &log);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        format!("before\n{trace}{trace}")
+    );
+    assert!(temps(dir.path()).is_empty());
+}
