@@ -69,6 +69,71 @@ fn an_output_that_is_the_input_is_refused_and_the_input_kept() {
     assert_eq!(std::fs::read(&t).unwrap(), before);
 }
 
+/// `fcp plan --all-batches -o pd` over a trace named `pd/batch-00000.json` replaced the
+/// trace with its own plan (the single-file `-o` refused it already).
+#[test]
+fn all_batches_into_the_trace_s_own_folder_keeps_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let pd = dir.path().join("pd");
+    std::fs::create_dir(&pd).unwrap();
+    let t = pd.join("batch-00000.json");
+    std::fs::write(&t, "[100,200,300,400,500,600,700,800,900]\n").unwrap();
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "2"])
+        .args(["--tokens-per-rank", "500", "--all-batches", "--trace"])
+        .arg(&t)
+        .arg("-o")
+        .arg(&pd)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("would destroy the input"));
+    assert_eq!(
+        std::fs::read_to_string(&t).unwrap(),
+        "[100,200,300,400,500,600,700,800,900]\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(&pd).unwrap().count(),
+        1,
+        "nothing written"
+    );
+}
+
+/// A second `--all-batches` run with fewer batches left the first run's later plans in the
+/// folder without a word; they stay (the user's files) and are named.
+#[test]
+fn all_batches_names_the_plans_an_earlier_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("s3.csv");
+    std::fs::write(&t, "doc_len\n100\n200\n300\n").unwrap();
+    let out = dir.path().join("plans");
+    let run = |tokens: &str| {
+        fcp()
+            .args([
+                "plan",
+                "--scheme",
+                "zigzag",
+                "--ranks",
+                "2",
+                "--all-batches",
+            ])
+            .args(["--tokens-per-rank", tokens, "--trace"])
+            .arg(&t)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .success()
+    };
+    run("50").stderr(
+        predicate::str::contains("wrote 3 plans").and(predicate::str::contains("also holds").not()),
+    );
+    run("300").stderr(
+        predicate::str::contains("wrote 1 plan (zigzag)").and(predicate::str::contains(
+            "also holds 2 plan files this run did not write (batch-00001.json, batch-00002.json), from an earlier run",
+        )),
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 3);
+}
+
 /// Each of these panicked (exit 101) or exited 0.
 #[test]
 fn usage_errors_exit_2_with_a_reason() {

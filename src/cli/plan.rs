@@ -158,20 +158,43 @@ pub fn run(a: PlanArgs) -> Result<()> {
         );
     }
     if a.all_batches {
+        let name = |p: &Plan| format!("batch-{:05}.json", p.batch_index.unwrap_or(0));
+        // Every path checked before any is written. Regression: a trace named like a plan
+        // (`pd/batch-00000.json`) was replaced by its own plan.
+        if let Some(t) = &a.batch.trace {
+            for p in &plans {
+                super::common::refuse_overwriting_input(&a.output.join(name(p)), &[t])?;
+            }
+        }
         std::fs::create_dir_all(&a.output)
             .with_context(|| format!("creating directory {}", a.output.display()))?;
         for p in &plans {
-            let path = a
-                .output
-                .join(format!("batch-{:05}.json", p.batch_index.unwrap_or(0)));
-            p.save(&path)?;
+            p.save(&a.output.join(name(p)))?;
         }
         eprintln!(
-            "wrote {} plans ({}) to {}",
-            plans.len(),
+            "wrote {} ({}) to {}",
+            plural(plans.len(), "plan"),
             scheme,
             a.output.display()
         );
+        // Plans of an earlier run with more batches stay (they are the user's files), but a
+        // directory that mixes two runs is said so. Regression: it was silent.
+        let written: std::collections::BTreeSet<String> = plans.iter().map(name).collect();
+        let stale = earlier_plans(&a.output, &written);
+        if !stale.is_empty() {
+            let shown: Vec<&str> = stale.iter().take(3).map(String::as_str).collect();
+            eprintln!(
+                "note: {} also holds {} this run did not write ({}{}), from an earlier run",
+                a.output.display(),
+                plural(stale.len(), "plan file"),
+                shown.join(", "),
+                if stale.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            );
+        }
     } else {
         let p = &plans[0];
         if a.output.as_os_str() == "-" {
@@ -214,4 +237,31 @@ pub fn run(a: PlanArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `n` and `noun`, plural when `n` is not 1.
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+/// Names of the `batch-NNNNN.json` files in `dir` that are not in `written`, sorted.
+fn earlier_plans(
+    dir: &std::path::Path,
+    written: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut stale: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            n.strip_prefix("batch-")
+                .and_then(|r| r.strip_suffix(".json"))
+                .is_some_and(|d| d.len() == 5 && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter(|n| !written.contains(n))
+        .collect();
+    stale.sort();
+    stale
 }
