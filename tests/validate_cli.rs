@@ -120,6 +120,35 @@ fn validate_reports_the_error_of_a_known_measurement() {
     }
 }
 
+/// `--max-compute-error` passed (exit 0) a measurement whose compute times were all 0: the
+/// report says "not measured", and a gate that cannot check now fails.
+#[test]
+fn the_compute_gate_fails_when_nothing_was_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path());
+    let sim = simulate(&p, "both");
+    let gate = |m: &Path| {
+        fcp()
+            .args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(m)
+            .args(["--max-compute-error", "0.1"])
+            .assert()
+    };
+    let exact = dir.path().join("exact.json");
+    std::fs::write(&exact, synthetic(&p, &sim, 1.0, "both").to_string()).unwrap();
+    gate(&exact).success();
+    let zero = dir.path().join("zero.json");
+    std::fs::write(&zero, synthetic(&p, &sim, 0.0, "both").to_string()).unwrap();
+    gate(&zero)
+        .code(1)
+        .stdout(predicates::str::contains("compute per rank: not measured"))
+        .stderr(predicates::str::contains(
+            "measures no compute time, so --max-compute-error cannot be checked",
+        ));
+}
+
 #[test]
 fn bad_measurements_exit_2_with_a_message() {
     let dir = tempfile::tempdir().unwrap();

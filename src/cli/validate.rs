@@ -54,7 +54,16 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     } else {
         print_table(&report)?;
     }
-    if let (Some(limit), Some(rc)) = (a.max_compute_error, report.summary.rank_compute) {
+    if let Some(limit) = a.max_compute_error {
+        // A gate that cannot check fails, as `fcp regress` does on a cell it cannot evaluate.
+        // Regression: a measurement with every compute time 0 passed it.
+        let Some(rc) = report.summary.rank_compute else {
+            eprintln!(
+                "per-rank compute: {} measures no compute time, so --max-compute-error cannot be checked",
+                a.measured.display()
+            );
+            return Err(Exit(1).into());
+        };
         if rc.mean > limit {
             eprintln!(
                 "per-rank compute: mean relative error {:.1}% exceeds --max-compute-error {:.1}%",
