@@ -260,3 +260,62 @@ fn malformed_user_toml_exits_2_naming_problem() {
         .code(2)
         .stderr(predicate::str::contains("cannot read hardware file"));
 }
+
+/// `nccl_table = "nope"` passed `hw show` and `plan` and failed first in `simulate`, without
+/// naming the TOML; the tables a profile names are read with it now.
+#[test]
+fn a_table_a_profile_names_is_checked_when_the_profile_is_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("my-kernels.csv"), USER_CSV).unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, USER_TOML).unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware"])
+        .arg(&good)
+        .assert()
+        .success();
+    for (name, extra, field, says) in [
+        (
+            "nccl.toml",
+            "nccl_table = \"nope\"\n",
+            "nccl_table",
+            "unknown NCCL table `nope`",
+        ),
+        (
+            "nccl-file.toml",
+            "nccl_table = \"absent.csv\"\n",
+            "nccl_table",
+            "absent.csv",
+        ),
+    ] {
+        let bad = dir.path().join(name);
+        std::fs::write(&bad, format!("{USER_TOML}{extra}")).unwrap();
+        for cmd in [
+            vec!["hw", "show"],
+            vec!["plan", "--scheme", "ring", "--ranks", "2", "-o", "-"],
+        ] {
+            fcp()
+                .args(&cmd)
+                .arg("--hardware")
+                .arg(&bad)
+                .assert()
+                .code(2)
+                .stdout("")
+                .stderr(predicate::str::contains(format!(
+                    "{}: invalid `{field}`",
+                    bad.display()
+                )))
+                .stderr(predicate::str::contains(says));
+        }
+    }
+    let kernels = dir.path().join("kernels.toml");
+    std::fs::write(&kernels, USER_TOML.replace("my-kernels.csv", "h100-fa9")).unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware"])
+        .arg(&kernels)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "invalid `kernel_profile`: unknown kernel profile `h100-fa9`",
+        ));
+}

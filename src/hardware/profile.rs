@@ -188,6 +188,14 @@ impl Hardware {
         if self.kernel_profile.trim().is_empty() {
             return Err(bad("kernel_profile", "must name a kernel profile".into()));
         }
+        // The tables a profile names are read with it, so that a typo is an error where the
+        // profile is given (`hw show`, `plan`), naming its file. Regression: `nccl_table =
+        // "nope"` passed `hw show` and `plan` and failed first in `simulate`, without the file.
+        KernelProfile::load(&self.kernel_profile)
+            .map_err(|e| bad("kernel_profile", e.to_string()))?;
+        if let Some(t) = &self.nccl_table {
+            super::NcclTable::load(t).map_err(|e| bad("nccl_table", e.to_string()))?;
+        }
         Ok(())
     }
 
