@@ -3,8 +3,10 @@
 //! Every file `fcp` writes goes through [`AtomicFile`] (or [`write_atomic`], its one-shot form):
 //! the bytes go to a hidden temporary file (`.fcp-*.tmp`) in the destination's directory, which
 //! is renamed over the destination only once complete and synced. An error, a panic or a
-//! signal midway leaves the previous file (or none) at the path, never a truncated one. A kill
-//! (SIGINT, SIGKILL) can leave the hidden temporary file behind, never at the final path.
+//! signal midway leaves the previous file (or none) at the path, never a truncated one. On
+//! SIGINT, SIGTERM or SIGHUP the temporary files being written are removed before the process
+//! dies of the signal ([`interrupt`]); only an uncatchable kill (SIGKILL, a power cut) can leave
+//! one behind, and never at the final path.
 //!
 //! Two kinds of destination are not renamed over, because the rename would destroy something
 //! the user set up rather than protect a file:
@@ -37,6 +39,8 @@ enum Sink {
     Renamed {
         tmp: BufWriter<NamedTempFile>,
         path: PathBuf,
+        /// Dropped after `tmp` (fields drop in order), once the file is renamed or removed.
+        _pending: interrupt::Pending,
     },
     Direct(BufWriter<File>),
 }
@@ -97,10 +101,12 @@ impl AtomicFile {
         if let Ok(meta) = std::fs::metadata(&target) {
             tmp.as_file().set_permissions(meta.permissions())?;
         }
+        let pending = interrupt::Pending::new(tmp.path());
         Ok(AtomicFile {
             sink: Sink::Renamed {
                 tmp: BufWriter::with_capacity(1 << 16, tmp),
                 path: target,
+                _pending: pending,
             },
         })
     }
@@ -108,7 +114,7 @@ impl AtomicFile {
     /// Flush, sync and rename over the destination (a special file is only flushed).
     pub fn commit(self) -> std::io::Result<()> {
         match self.sink {
-            Sink::Renamed { tmp, path } => {
+            Sink::Renamed { tmp, path, .. } => {
                 let tmp = tmp.into_inner().map_err(|e| e.into_error())?;
                 tmp.as_file().sync_all()?;
                 tmp.persist(&path).map_err(|e| e.error)?;
@@ -141,6 +147,108 @@ fn names_a_descriptor(path: &Path) -> bool {
     matches!(text, "/dev/stdout" | "/dev/stderr")
         || numbered("/dev/fd/")
         || numbered("/proc/self/fd/")
+}
+
+/// Removing the temporary files being written when the process is interrupted. Ctrl-C during
+/// `fcp trace gen -o big.csv` left a 35 MB hidden `.fcp-*.tmp` behind.
+///
+/// Each temporary file's path is kept in one of a fixed set of slots that a signal handler
+/// reads: the handler only loads pointers and calls `unlink` (both async-signal-safe), then
+/// restores the default action and raises the signal again, so the process still dies of it
+/// (exit status 130 for Ctrl-C). A path's string is never freed once registered — a handler
+/// running on another thread could be reading it — which costs its few bytes per file written.
+/// A signal the process was started ignoring (`nohup`) stays ignored.
+pub mod interrupt {
+    use std::path::Path;
+
+    /// A temporary file's registration: removed from the slots when dropped.
+    pub struct Pending {
+        #[cfg(unix)]
+        slot: Option<usize>,
+    }
+
+    #[cfg(unix)]
+    mod slots {
+        use std::sync::atomic::{AtomicPtr, Ordering};
+
+        /// More files than this written at once (parallel sweeps write a few) go unregistered.
+        pub const SLOTS: usize = 256;
+
+        pub static PATHS: [AtomicPtr<libc::c_char>; SLOTS] =
+            [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+
+        pub static INSTALL: std::sync::Once = std::sync::Once::new();
+
+        extern "C" fn on_signal(sig: libc::c_int) {
+            for slot in &PATHS {
+                let p = slot.load(Ordering::Acquire);
+                if !p.is_null() {
+                    // SAFETY: `p` is a NUL-terminated string that is never freed.
+                    unsafe { libc::unlink(p) };
+                }
+            }
+            // SAFETY: async-signal-safe calls with valid arguments.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::raise(sig);
+            }
+        }
+
+        pub fn install() {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                // SAFETY: installing a handler that only makes async-signal-safe calls.
+                let old = unsafe { libc::signal(sig, handler) };
+                if old == libc::SIG_IGN {
+                    // SAFETY: restoring the disposition the process was started with.
+                    unsafe { libc::signal(sig, libc::SIG_IGN) };
+                }
+            }
+        }
+    }
+
+    impl Pending {
+        /// Register `path` to be removed if the process is interrupted.
+        pub fn new(path: &Path) -> Pending {
+            #[cfg(unix)]
+            {
+                use std::os::unix::ffi::OsStrExt;
+                use std::sync::atomic::Ordering;
+                slots::INSTALL.call_once(slots::install);
+                let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+                    return Pending { slot: None };
+                };
+                let ptr = c.into_raw();
+                for (i, slot) in slots::PATHS.iter().enumerate() {
+                    let free = std::ptr::null_mut();
+                    if slot
+                        .compare_exchange(free, ptr, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return Pending { slot: Some(i) };
+                    }
+                }
+                // SAFETY: `ptr` came from `into_raw` above and was never shared.
+                drop(unsafe { std::ffi::CString::from_raw(ptr) });
+                Pending { slot: None }
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = path;
+                Pending {}
+            }
+        }
+    }
+
+    impl Drop for Pending {
+        fn drop(&mut self) {
+            #[cfg(unix)]
+            if let Some(i) = self.slot {
+                // Left allocated on purpose (see the module's comment).
+                slots::PATHS[i].store(std::ptr::null_mut(), std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
 }
 
 /// The file a symbolic link at `path` names, following chains of links; `path` itself when it
