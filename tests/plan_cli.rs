@@ -311,6 +311,32 @@ fn target_imbalance_flag_reaches_flashcp_and_only_flashcp() {
         ));
 }
 
+/// `--scheme fcp:block=512 --block 1024` planned with 1024, `fcp:block=512,block=1024` with
+/// the last, and `--block 0` was told "--block does not apply to `fcp`".
+#[test]
+fn a_parameter_given_twice_is_refused_and_a_bad_value_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let cases: [(&str, &[&str], &str); 5] = [
+        ("fcp:block=512", &["--block", "1024"], "--block conflicts with `block=512` in --scheme fcp:block=512: give `block` once"),
+        ("fcp:coalescer=true", &["--no-coalesce"], "--no-coalesce conflicts with `coalescer=true`"),
+        ("fcp:block=512,block=1024", &[], "scheme `fcp`: parameter `block` given twice"),
+        ("fcp", &["--block", "0"], "--block: scheme `fcp`: `block` must be an integer ≥ 1, not `0`"),
+        ("flashcp", &["--target-imbalance", "0.5"], "--target-imbalance: scheme `flashcp`: `target_imbalance` must be a number ≥ 1, got `0.5`"),
+    ];
+    for (scheme, flags, says) in cases {
+        plan_bundled(scheme, 2, flags, &out)
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        assert!(!out.exists(), "{scheme} {flags:?} wrote a plan");
+    }
+    // A flag next to an entry that does not give its key still adds it.
+    plan_bundled("fcp:coalesce=2", 2, &["--block", "1024"], &out).success();
+    let plan = fcp::Plan::load(&out).unwrap();
+    assert_eq!(plan.scheme.params["block"].as_u64(), Some(1024));
+    assert_eq!(plan.scheme.params["coalesce"].as_u64(), Some(2));
+}
+
 #[test]
 fn hybrid_says_what_it_chose() {
     // 16 ranks span two nodes: the relay is among the choices and is reported.

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use fcp::plan::{summarize, Plan};
-use fcp::planners::planner_for;
+use fcp::planners::{planner_for, SchemeError, SchemeSpec};
 
 use super::common::{bytes, BatchArgs, ProfileArgs};
 
@@ -109,17 +109,29 @@ impl FcpSwitches {
         p
     }
 
-    /// The scheme entry with the flags' parameters appended (later parameters win).
+    /// The scheme entry with the flags' parameters added. A flag that sets a parameter the
+    /// entry already gives is refused (`--scheme fcp:block=512 --block 1024` used to plan with
+    /// 1024 without a word), and a flag's error says whether the scheme does not take it or
+    /// its value is wrong (`--block 0` was told "--block does not apply to `fcp`").
     fn apply(&self, scheme: &str) -> Result<String> {
-        let mut spec = scheme.to_string();
+        let mut entry = SchemeSpec::parse(scheme)?;
         for (flag, kv) in self.params() {
-            spec.push(if spec.contains(':') { ',' } else { ':' });
-            spec.push_str(&kv);
-            if let Err(e) = planner_for(&spec) {
-                bail!("{flag} does not apply to `{scheme}`: {e}");
+            let (key, value) = kv.split_once('=').expect("flags give key=value");
+            if let Some(given) = entry.get(key) {
+                bail!(
+                    "{flag} conflicts with `{key}={given}` in --scheme {scheme}: give `{key}` once"
+                );
+            }
+            entry.set(key, value);
+            if let Err(e) = planner_for(&entry.to_string()) {
+                let not_taken = matches!(&e, SchemeError::BadParam { message, .. } if message.starts_with("takes no parameter"));
+                if not_taken {
+                    bail!("{flag} does not apply to `{scheme}`: {e}");
+                }
+                bail!("{flag}: {e}");
             }
         }
-        Ok(spec)
+        Ok(entry.to_string())
     }
 }
 

@@ -131,7 +131,8 @@ pub enum SchemeError {
 }
 
 impl SchemeSpec {
-    /// Parse `name[:key=value,...]`.
+    /// Parse `name[:key=value,...]`. A key given twice is refused (`fcp:block=512,block=1024`
+    /// used to plan with the last one without a word).
     pub fn parse(text: &str) -> Result<SchemeSpec, SchemeError> {
         let (name, rest) = match text.split_once(':') {
             Some((n, r)) => (n.trim(), Some(r)),
@@ -144,13 +145,48 @@ impl SchemeSpec {
                     scheme: name.to_string(),
                     message: format!("parameter `{item}` is not key=value"),
                 })?;
-                params.push((k.trim().to_string(), v.trim().to_string()));
+                let k = k.trim();
+                if params.iter().any(|(seen, _)| seen == k) {
+                    return Err(SchemeError::BadParam {
+                        scheme: name.to_string(),
+                        message: format!("parameter `{k}` given twice"),
+                    });
+                }
+                params.push((k.to_string(), v.trim().to_string()));
             }
         }
         Ok(SchemeSpec {
             name: name.to_string(),
             params,
         })
+    }
+
+    /// The value given for `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Set `key` to `value`: in place when the entry has it, appended otherwise (what a
+    /// caller overriding a user's entry wants, e.g. the ablation's rows).
+    pub fn set(&mut self, key: &str, value: &str) {
+        match self.params.iter_mut().find(|(k, _)| k == key) {
+            Some((_, v)) => *v = value.to_string(),
+            None => self.params.push((key.to_string(), value.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Display for SchemeSpec {
+    /// The entry as users write it, parameters in order: `parse` reads it back.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)?;
+        for (i, (k, v)) in self.params.iter().enumerate() {
+            write!(f, "{}{k}={v}", if i == 0 { ':' } else { ',' })?;
+        }
+        Ok(())
     }
 }
 
@@ -162,7 +198,7 @@ struct Params {
 }
 
 impl SchemeSpec {
-    /// The entry's parameters, refusing keys outside `known` and repeated keys.
+    /// The entry's parameters, refusing keys outside `known`.
     fn params_of(&self, known: &[&str]) -> Result<Params, SchemeError> {
         let mut values = BTreeMap::new();
         for (k, v) in &self.params {
@@ -176,9 +212,8 @@ impl SchemeSpec {
                     known.join(", ")
                 )));
             }
-            if values.insert(k.clone(), v.clone()).is_some() {
-                return Err(bad(format!("parameter `{k}` given twice")));
-            }
+            // Keys are unique: `SchemeSpec::parse` refuses repeats.
+            values.insert(k.clone(), v.clone());
         }
         Ok(Params {
             scheme: self.name.clone(),
@@ -405,6 +440,19 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("given twice"), "{e}");
+        // `set` overrides in place (the ablation's rows over a user's entry), and an entry
+        // prints as it reads.
+        let mut s = SchemeSpec::parse("fcp:block=512,pipeline=false").unwrap();
+        s.set("pipeline", "true");
+        s.set("solver", "false");
+        assert_eq!(s.to_string(), "fcp:block=512,pipeline=true,solver=false");
+        assert_eq!(SchemeSpec::parse(&s.to_string()).unwrap(), s);
+        assert_eq!(SchemeSpec::parse("ring").unwrap().to_string(), "ring");
+        // Refused when the entry is read, for every scheme (FCP and hybrid parse their own).
+        for spec in ["fcp:block=512,block=1024", "hybrid:quick=true,quick=false"] {
+            let e = SchemeSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{e}");
+        }
         for name in SCHEMES {
             assert!(planner_for(name).is_ok(), "{name}");
         }

@@ -54,11 +54,13 @@ pub fn ablation(
     sim: &Simulator,
     base: &str,
 ) -> Result<Vec<AblationRow>, String> {
-    let mut spec = base.to_string();
+    let mut entry = crate::planners::SchemeSpec::parse(base).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for (name, add) in ABLATION_STEPS {
-        spec.push(if spec.contains(':') { ',' } else { ':' });
-        spec.push_str(add);
+        for (k, v) in add.split(',').filter_map(|kv| kv.split_once('=')) {
+            entry.set(k, v);
+        }
+        let spec = entry.to_string();
         let planner = planner_for(&spec).map_err(|e| e.to_string())?;
         let mut cols: [Vec<f64>; 6] = Default::default();
         for b in batches {
