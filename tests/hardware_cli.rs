@@ -153,6 +153,43 @@ fn kernel_happy_path() {
     assert!(v["tile_time_us"].as_f64().unwrap() > 0.0);
 }
 
+/// `hw kernel --q-len 18446744073709551615` printed a length of 2⁶⁴ and a 5·10²⁹ µs tile;
+/// lengths are held to the document limit (2³² tokens) as everywhere else.
+#[test]
+fn kernel_lengths_outside_the_document_limit_exit_2() {
+    for (flag, len) in [
+        ("--q-len", "18446744073709551615"),
+        ("--q-len", "0"),
+        ("--kv-len", "4294967297"),
+    ] {
+        let mut args = vec!["hw", "kernel", "--hardware", "h100", "--q-len", "1024"];
+        if flag == "--q-len" {
+            args[5] = len;
+        } else {
+            args.extend([flag, len]);
+        }
+        fcp()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(format!(
+                "{flag} must be in 1..=4294967296 tokens, got {len}"
+            )));
+    }
+    fcp()
+        .args([
+            "hw",
+            "kernel",
+            "--hardware",
+            "h100",
+            "--q-len",
+            "4294967296",
+        ])
+        .assert()
+        .success();
+}
+
 #[test]
 fn kernel_missing_row_exits_2() {
     fcp()

@@ -149,7 +149,7 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     let mut plan = String::new();
     let mut simulate = String::new();
     if let Some(t) = &a.trace {
-        plan += &format!(" --trace {}", t.display());
+        plan += &format!(" --trace {}", shell_word(&t.display().to_string()));
     }
     if a.tokens_per_rank != 32768 {
         plan += &format!(" --tokens-per-rank {}", a.tokens_per_rank);
@@ -170,11 +170,46 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
         ("model", &a.profile.model, "llama3-70b", ".toml"),
     ] {
         if value != default {
-            plan += &format!(" --{flag} {value}");
+            plan += &format!(" --{flag} {}", shell_word(value));
         }
         if fcp::hardware::bundled::is_path(value, ext) {
-            simulate += &format!(" --{flag} {value}");
+            simulate += &format!(" --{flag} {}", shell_word(value));
         }
     }
     (plan, simulate)
+}
+
+/// `s` as one word of a POSIX shell command: as it is when it holds only characters no shell
+/// treats specially, else in single quotes (a `'` inside written `'\''`). Regression: the
+/// `Next:` line printed `--trace my trace.csv`, which pastes as two arguments.
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./,:=+@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_paste_back_as_one_argument() {
+        assert_eq!(shell_word("traces/wlb.csv"), "traces/wlb.csv");
+        assert_eq!(shell_word("my trace.csv"), "'my trace.csv'");
+        assert_eq!(shell_word("it's.csv"), "'it'\\''s.csv'");
+        assert_eq!(shell_word("$HOME/x.csv"), "'$HOME/x.csv'");
+        assert_eq!(shell_word(""), "''");
+        // What a shell reads back is the word itself.
+        for w in ["my trace.csv", "it's.csv", "a\"b c", "$x `y` *"] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_word(w)))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), w);
+        }
+    }
 }

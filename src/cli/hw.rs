@@ -378,6 +378,14 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
         .or(model.as_ref().map(|m| m.head_dim))
         .unwrap_or(128);
     let kv_len = a.kv_len.unwrap_or(a.q_len);
+    // The document-length limit every other command holds to. Regression: `--q-len` of
+    // 2⁶⁴ − 1 printed a length of 2⁶⁴ and a 5·10²⁹ µs tile.
+    let max = fcp::trace::MAX_DOC_LEN;
+    for (flag, len) in [("--q-len", a.q_len), ("--kv-len", kv_len)] {
+        if !(1..=max).contains(&len) {
+            anyhow::bail!("{flag} must be in 1..={max} tokens, got {len}");
+        }
+    }
     let q = KernelQuery {
         pass: a.pass,
         mask: a.mask,
