@@ -235,6 +235,29 @@ fn bad_sweep_configs_exit_2_with_a_reason() {
         .arg(dir.path().join("none.json"))
         .assert()
         .code(2);
+    // Inputs that do not load leave no folder behind. Regression: an empty `o/cells/` was.
+    for (grid, says) in [
+        (
+            "traces=[\"nope.csv\"]\nschemes=[\"ring\"]\nranks=[2]\n",
+            "nope.csv",
+        ),
+        (
+            "traces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\nhardware=[\"tpu\"]\n",
+            "tpu",
+        ),
+    ] {
+        std::fs::write(&cfg, format!("[grid]\n{grid}")).unwrap();
+        let out = dir.path().join("left");
+        fcp()
+            .arg("sweep")
+            .arg(&cfg)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        assert!(!out.exists(), "{grid}: {out:?} was created");
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -42,8 +42,7 @@ pub fn progress_bar(quiet: bool) -> ProgressBar {
 
 pub fn run(a: SweepArgs) -> Result<()> {
     let cfg = SweepConfig::load(&a.config)?;
-    std::fs::create_dir_all(&a.output)
-        .with_context(|| format!("creating {}", a.output.display()))?;
+    // `run_sweep` creates the folder once the inputs load, so a bad config leaves nothing.
     let pb = progress_bar(a.quiet);
     let on = |p: Progress| match p {
         Progress::Start { batches, .. } => pb.set_length(batches),

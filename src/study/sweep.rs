@@ -333,8 +333,7 @@ pub fn run_sweep(
         .collect();
     let cells_dir = dir.map(|d| d.join("cells"));
     let mut done: HashMap<usize, CellResult> = HashMap::new();
-    if let Some(cd) = &cells_dir {
-        std::fs::create_dir_all(cd).map_err(|e| StudyError::io(cd, e))?;
+    if let Some(cd) = cells_dir.as_ref().filter(|cd| cd.is_dir()) {
         remove_stale_temps(cd);
         for (i, k) in cells.iter().enumerate() {
             let p = cd.join(cell_file_name(k, &settings[i]));
@@ -351,6 +350,11 @@ pub fn run_sweep(
     let todo: Vec<usize> = (0..cells.len()).filter(|i| !done.contains_key(i)).collect();
     let todo_keys: Vec<CellKey> = todo.iter().map(|&i| cells[i].clone()).collect();
     let inputs = load_inputs(cfg, &todo_keys)?;
+    // Created once the inputs load. Regression: a sweep whose trace or hardware did not
+    // load left an empty `cells/` behind.
+    if let Some(cd) = &cells_dir {
+        std::fs::create_dir_all(cd).map_err(|e| StudyError::io(cd, e))?;
+    }
     progress(Progress::Start {
         batches: (todo.len() * cfg.batches) as u64,
         skipped_cells: done.len(),
