@@ -166,12 +166,16 @@ fn ablation_prints_every_row_and_json() {
             assert!(x > 0.0 && x <= 1.0, "{r}");
         }
     }
-    // Each row adds its switch to the previous row's entry.
+    // Each row turns its switch on in the previous row's entry, an entry `plan` accepts.
+    let first = rows[0]["scheme"].as_str().unwrap();
+    assert_eq!(
+        first,
+        "fcp:block=2048,pipeline=false,solver=false,coalescer=false,repair=false,reshuffle=false"
+    );
     let last = rows[5]["scheme"].as_str().unwrap();
-    assert!(last.starts_with("fcp:block=2048,pipeline=false"), "{last}");
-    assert!(
-        last.ends_with("coalescer=true,repair=true,reshuffle=true"),
-        "{last}"
+    assert_eq!(
+        last,
+        "fcp:block=2048,pipeline=true,solver=true,coalescer=true,repair=true,reshuffle=true"
     );
     fcp()
         .args(args)

@@ -311,15 +311,14 @@ fn target_imbalance_flag_reaches_flashcp_and_only_flashcp() {
         ));
 }
 
-/// `--scheme fcp:block=512 --block 1024` planned with 1024, `fcp:block=512,block=1024` with
-/// the last, and `--block 0` was told "--block does not apply to `fcp`".
+/// `fcp:block=512,block=1024` planned with the last, `--scheme fcp:block=512 --block 1024`
+/// overrode the entry without a word, and `--block 0` was told "--block does not apply to
+/// `fcp`".
 #[test]
 fn a_parameter_given_twice_is_refused_and_a_bad_value_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
-    let cases: [(&str, &[&str], &str); 5] = [
-        ("fcp:block=512", &["--block", "1024"], "--block conflicts with `block=512` in --scheme fcp:block=512: give `block` once"),
-        ("fcp:coalescer=true", &["--no-coalesce"], "--no-coalesce conflicts with `coalescer=true`"),
+    let cases: [(&str, &[&str], &str); 3] = [
         ("fcp:block=512,block=1024", &[], "scheme `fcp`: parameter `block` given twice"),
         ("fcp", &["--block", "0"], "--block: scheme `fcp`: `block` must be an integer ≥ 1, not `0`"),
         ("flashcp", &["--target-imbalance", "0.5"], "--target-imbalance: scheme `flashcp`: `target_imbalance` must be a number ≥ 1, got `0.5`"),
@@ -330,8 +329,30 @@ fn a_parameter_given_twice_is_refused_and_a_bad_value_is_named() {
             .stderr(predicate::str::contains(says));
         assert!(!out.exists(), "{scheme} {flags:?} wrote a plan");
     }
-    // A flag next to an entry that does not give its key still adds it.
-    plan_bundled("fcp:coalesce=2", 2, &["--block", "1024"], &out).success();
+    // A flag overrides the entry's own value (docs/schemes/fcp.md), and says so.
+    let overrides: [(&str, &[&str], &str); 2] = [
+        (
+            "fcp:block=512",
+            &["--block", "1024"],
+            "note: --block overrides `block=512` in --scheme fcp:block=512",
+        ),
+        (
+            "fcp:coalescer=true",
+            &["--no-coalesce"],
+            "note: --no-coalesce overrides `coalescer=true`",
+        ),
+    ];
+    for (scheme, flags, says) in overrides {
+        plan_bundled(scheme, 2, flags, &out)
+            .success()
+            .stderr(predicate::str::contains(says));
+    }
+    let plan = fcp::Plan::load(&out).unwrap();
+    assert_eq!(plan.scheme.params["coalescer"].as_bool(), Some(false));
+    // A flag next to an entry that does not give its key adds it, without a note.
+    plan_bundled("fcp:coalesce=2", 2, &["--block", "1024"], &out)
+        .success()
+        .stderr(predicate::str::contains("overrides").not());
     let plan = fcp::Plan::load(&out).unwrap();
     assert_eq!(plan.scheme.params["block"].as_u64(), Some(1024));
     assert_eq!(plan.scheme.params["coalesce"].as_u64(), Some(2));

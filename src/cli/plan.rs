@@ -109,18 +109,17 @@ impl FcpSwitches {
         p
     }
 
-    /// The scheme entry with the flags' parameters added. A flag that sets a parameter the
-    /// entry already gives is refused (`--scheme fcp:block=512 --block 1024` used to plan with
-    /// 1024 without a word), and a flag's error says whether the scheme does not take it or
-    /// its value is wrong (`--block 0` was told "--block does not apply to `fcp`").
+    /// The scheme entry with the flags' parameters added. A flag overrides the parameter the
+    /// entry gives (`docs/schemes/fcp.md`), and says so on stderr (`--scheme fcp:block=512
+    /// --block 1024` used to plan with 1024 without a word); a flag's error says whether the
+    /// scheme does not take it or its value is wrong (`--block 0` was told "--block does not
+    /// apply to `fcp`").
     fn apply(&self, scheme: &str) -> Result<String> {
         let mut entry = SchemeSpec::parse(scheme)?;
         for (flag, kv) in self.params() {
             let (key, value) = kv.split_once('=').expect("flags give key=value");
-            if let Some(given) = entry.get(key) {
-                bail!(
-                    "{flag} conflicts with `{key}={given}` in --scheme {scheme}: give `{key}` once"
-                );
+            if let Some(given) = entry.get(key).filter(|given| *given != value) {
+                eprintln!("note: {flag} overrides `{key}={given}` in --scheme {scheme}");
             }
             entry.set(key, value);
             if let Err(e) = planner_for(&entry.to_string()) {
