@@ -123,8 +123,7 @@ impl FcpSwitches {
             }
             entry.set(key, value);
             if let Err(e) = planner_for(&entry.to_string()) {
-                let not_taken = matches!(&e, SchemeError::BadParam { message, .. } if message.starts_with("takes no parameter"));
-                if not_taken {
+                if matches!(e, SchemeError::NotTaken { .. }) {
                     bail!("{flag} does not apply to `{scheme}`: {e}");
                 }
                 bail!("{flag}: {e}");

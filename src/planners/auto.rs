@@ -98,12 +98,7 @@ impl Auto {
                         message: format!("`budget_ms` must be an integer ≥ 0, not `{v}`"),
                     })?
                 }
-                _ => {
-                    return Err(SchemeError::BadParam {
-                        scheme: spec.name.clone(),
-                        message: format!("takes no parameter `{k}` (known: budget_ms)"),
-                    })
-                }
+                _ => return Err(SchemeError::not_taken(&spec.name, k, &["budget_ms"])),
             }
         }
         Ok(a)

@@ -184,10 +184,6 @@ pub struct Candidates {
 impl Hybrid {
     /// Parse `key=value` parameters.
     pub fn from_spec(spec: &SchemeSpec) -> Result<Hybrid, SchemeError> {
-        let bad = |message: String| SchemeError::BadParam {
-            scheme: spec.name.clone(),
-            message,
-        };
         let mut h = Hybrid::default();
         for (k, v) in &spec.params {
             match k.as_str() {
@@ -197,12 +193,7 @@ impl Hybrid {
                 "whole_frac" => h.whole_frac = Some(param_non_negative(&spec.name, k, v, true)?),
                 "quick" => h.quick = param_bool(&spec.name, k, v)?,
                 "node_heads" => h.node_heads = Some(param_bool(&spec.name, k, v)?),
-                _ => {
-                    return Err(bad(format!(
-                        "takes no parameter `{k}` (known: {})",
-                        PARAMS.join(", ")
-                    )))
-                }
+                _ => return Err(SchemeError::not_taken(&spec.name, k, &PARAMS)),
             }
         }
         Ok(h)

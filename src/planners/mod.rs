@@ -120,7 +120,7 @@ pub enum SchemeError {
         /// Registered names.
         known: String,
     },
-    /// A parameter the scheme does not take or cannot parse.
+    /// A parameter value the scheme cannot use, or an entry it cannot read.
     #[error("scheme `{scheme}`: {message}")]
     BadParam {
         /// Scheme name.
@@ -128,6 +128,37 @@ pub enum SchemeError {
         /// What is wrong.
         message: String,
     },
+    /// A parameter the scheme does not take at all: its own variant, so a caller adding
+    /// parameters (`fcp plan`'s flags) can tell "not for this scheme" from "a bad value".
+    #[error("scheme `{scheme}`: takes no parameter `{key}`{}", known_list(.known))]
+    NotTaken {
+        /// Scheme name.
+        scheme: String,
+        /// The parameter given.
+        key: String,
+        /// The parameters the scheme takes (empty: none).
+        known: Vec<String>,
+    },
+}
+
+impl SchemeError {
+    /// `scheme` takes no parameter `key`; it takes `known`.
+    pub fn not_taken(scheme: &str, key: &str, known: &[&str]) -> SchemeError {
+        SchemeError::NotTaken {
+            scheme: scheme.to_string(),
+            key: key.to_string(),
+            known: known.iter().map(|k| k.to_string()).collect(),
+        }
+    }
+}
+
+/// ` (known: a, b)`, or nothing for a scheme without parameters.
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known: {})", known.join(", "))
+    }
 }
 
 impl SchemeSpec {
@@ -202,15 +233,8 @@ impl SchemeSpec {
     fn params_of(&self, known: &[&str]) -> Result<Params, SchemeError> {
         let mut values = BTreeMap::new();
         for (k, v) in &self.params {
-            let bad = |message: String| SchemeError::BadParam {
-                scheme: self.name.clone(),
-                message,
-            };
             if !known.contains(&k.as_str()) {
-                return Err(bad(format!(
-                    "takes no parameter `{k}` (known: {})",
-                    known.join(", ")
-                )));
+                return Err(SchemeError::not_taken(&self.name, k, known));
             }
             // Keys are unique: `SchemeSpec::parse` refuses repeats.
             values.insert(k.clone(), v.clone());
@@ -322,10 +346,7 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
     let no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {
         match spec.params.first() {
             None => Ok(()),
-            Some((k, _)) => Err(SchemeError::BadParam {
-                scheme: spec.name.clone(),
-                message: format!("takes no parameter `{k}`"),
-            }),
+            Some((k, _)) => Err(SchemeError::not_taken(&spec.name, k, &[])),
         }
     };
     match spec.name.as_str() {

@@ -246,12 +246,7 @@ impl Fcp {
                 }
                 "comm_aware" => f.comm_aware = boolean(k, v)?,
                 "affinity" => f.affinity = param_non_negative(name, k, v, true)?,
-                _ => {
-                    return Err(bad(format!(
-                        "takes no parameter `{k}` (known: {})",
-                        PARAMS.join(", ")
-                    )))
-                }
+                _ => return Err(SchemeError::not_taken(name, k, &PARAMS)),
             }
         }
         Ok(f)
