@@ -470,3 +470,49 @@ fn waiting_on_peers_is_told_apart_from_exposed_communication() {
         .fold((0.0, 0.0), |acc, &(p, e)| (acc.0 + p, acc.1 + e));
     assert!(p < 0.05 * e, "zigzag: {p} of {e} ms on peers: {zigzag:?}");
 }
+
+/// The bug: tiles shorter than a kernel table's shortest row (1,024 tokens) ran at that row's
+/// throughput, and full-mask rows run twice as fast as causal ones there, so cutting a short
+/// causal document into pieces looked cheaper than running it whole: on one GPU, zigzag and
+/// per-doc rated 1.19× ring on documents of 100, 200 and 300 tokens, below the lower bound.
+#[test]
+fn short_documents_cut_in_pieces_do_not_beat_the_lower_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("short.csv");
+    std::fs::write(&trace, "doc_len\n100\n200\n300\n57\n900\n1000\n43\n600\n").unwrap();
+    for (ranks, tokens) in [("1", "600"), ("2", "1600"), ("4", "800")] {
+        let rows = json(
+            fcp()
+                .args(["compare", "--trace"])
+                .arg(&trace)
+                .args(["--ranks", ranks, "--tokens-per-rank", tokens])
+                .args(["--schemes", "all", "--batches", "1", "--json"]),
+        );
+        for r in rows.as_array().unwrap() {
+            if !r["error"].is_null() {
+                continue;
+            }
+            let (mean, bound) = (
+                r["mean_compute_ms"].as_f64().unwrap(),
+                r["lower_bound_ms"].as_f64().unwrap(),
+            );
+            assert!(
+                mean >= bound,
+                "{} on {ranks} ranks: mean compute {mean} ms < lower bound {bound} ms",
+                r["scheme"]
+            );
+        }
+        let ring = &rows[0];
+        assert_eq!(ring["scheme"], "ring");
+        if ranks == "1" {
+            // One GPU: nothing to balance, so cutting only adds cost; ring runs documents whole.
+            for r in rows.as_array().unwrap() {
+                assert!(
+                    r["speedup"].as_f64().unwrap() <= 1.0 + 1e-12,
+                    "{}",
+                    r["scheme"]
+                );
+            }
+        }
+    }
+}

@@ -129,8 +129,8 @@ impl KernelQuery {
 pub enum Clamp {
     /// The length lies within the measured rows.
     None,
-    /// Shorter than the shortest row: the shortest row's value is used (optimistic; real
-    /// throughput keeps falling).
+    /// Shorter than the shortest row: the shortest row's value is used, and a full-mask tile
+    /// runs no faster than a causal one of twice its side ([`KernelProfile::lookup`] says why).
     BelowMin,
     /// Longer than the longest row: the longest row's value is used (throughput has plateaued).
     AboveMax,
@@ -349,11 +349,55 @@ impl KernelProfile {
     /// the human description (no string is built, nothing is allocated on success). For the hot
     /// paths: FCP's f(B) weigher and the simulator's compute model call this per tile shape.
     pub fn tflops_for(&self, q: &KernelQuery) -> Result<f64, HardwareError> {
-        Ok(self.locate(q)?.tflops())
+        let loc = self.locate(q)?;
+        Ok(match self.full_below_cap(q, &loc) {
+            Some(cap) => cap.tflops,
+            None => loc.tflops(),
+        })
+    }
+
+    /// A full-mask query below its series' shortest row: the causal series' throughput at
+    /// twice the length where that is below the clamped value (see [`KernelProfile::lookup`]);
+    /// `None` otherwise, or when the profile has no causal rows for the query.
+    fn full_below_cap<'a>(&'a self, q: &KernelQuery, loc: &Located<'a>) -> Option<Cap<'a>> {
+        let At::Below(full) = loc.at else {
+            return None;
+        };
+        if q.mask != Mask::Full {
+            return None;
+        }
+        // Doubling both sides doubles the geometric-mean length the series is keyed by.
+        let causal = KernelQuery {
+            mask: Mask::Causal,
+            q_len: q.q_len.saturating_mul(2),
+            kv_len: q.kv_len.saturating_mul(2),
+            ..*q
+        };
+        let causal = self.locate(&causal).ok()?;
+        let tflops = causal.tflops();
+        (tflops < full.tflops).then_some(Cap {
+            tflops,
+            full,
+            causal,
+        })
     }
 
     /// TFLOP/s for a tile, interpolated linearly in log2(length) between the two nearest rows of
     /// the matching series and clamped at the table ends (reported in [`KernelLookup::clamped`]).
+    ///
+    /// Below the shortest row a **full-mask** tile is further held to the causal rows at twice
+    /// its length: it runs no faster than a causal tile of twice its side, whose kv loops are
+    /// as long on average. Why: the bundled tables start at 1,024 tokens, where full-mask rows
+    /// run about twice as fast as causal ones (558 vs 283 TFLOP/s forward on H100); clamping
+    /// both let a short causal document cut into a diagonal and an off-diagonal tile cost less
+    /// than the document whole, and cutting beat the whole-document lower bound. With the hold,
+    /// every piece of a document shorter than the shortest row runs at that row's causal rate,
+    /// so a cut costs what the whole does (pairs add up exactly). The tables themselves follow
+    /// the rule within a few percent where both are measured (H100 forward: full 1,024 = 558
+    /// against causal 2,048 = 585; full 2,048 = 672 against causal 4,096 = 662). Clamping a
+    /// causal tile is kept: in varlen launches of 4K tokens or more, short documents run at
+    /// about the shortest causal row's rate, not below it (`examples/short_tiles.rs` checks the
+    /// per-tile model against the measured varlen rows; `docs/kernel-profile.md` § Lookup).
     ///
     /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
     /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
@@ -377,6 +421,35 @@ impl KernelProfile {
         } else {
             String::new()
         };
+        if let Some(Cap {
+            tflops,
+            full: r,
+            causal: c,
+        }) = self.full_below_cap(q, &loc)
+        {
+            let mut sources = vec![r.source.clone()];
+            sources.extend(
+                c.at.sources()
+                    .into_iter()
+                    .filter(|s| **s != r.source)
+                    .cloned(),
+            );
+            return Ok(KernelLookup {
+                tflops,
+                length: len,
+                clamped: Clamp::BelowMin,
+                varlen_fallback,
+                used: format!(
+                    "{head}: below the table (len {len:.0} < shortest {:.0}): held to a causal tile of twice its side, {tflops:.1} TFLOP/s at causal len {:.0} (under the shortest full row {}x{} = {} TFLOP/s){fallback_note}",
+                    r.length(),
+                    c.len,
+                    r.q_len,
+                    r.kv_len,
+                    r.tflops
+                ),
+                sources,
+            });
+        }
         let tflops = loc.tflops();
         let one = |r: &KernelRow, clamped: Clamp, what: &str| KernelLookup {
             tflops,
@@ -496,6 +569,27 @@ struct Located<'a> {
     varlen_fallback: bool,
     /// Shortest row of the series used (names the series in descriptions).
     first: &'a KernelRow,
+}
+
+impl<'a> At<'a> {
+    /// The sources of the row or rows a value comes from (one each, in row order).
+    fn sources(&self) -> Vec<&'a String> {
+        match *self {
+            At::Exact(r) | At::Below(r) | At::Above(r) => vec![&r.source],
+            At::Between(a, b, _) if a.source == b.source => vec![&a.source],
+            At::Between(a, b, _) => vec![&a.source, &b.source],
+        }
+    }
+}
+
+/// A full-mask tile below the table held to the causal rows at twice its length.
+struct Cap<'a> {
+    /// The causal rows' throughput at twice the length.
+    tflops: f64,
+    /// The full-mask series' shortest row (the clamp it replaces).
+    full: &'a KernelRow,
+    /// Where twice the length falls in the causal series.
+    causal: Located<'a>,
 }
 
 impl Located<'_> {
@@ -624,6 +718,46 @@ bwd,full,64,true,total,2048,2048,40,v
     }
 
     #[test]
+    fn a_full_tile_below_the_table_runs_no_faster_than_a_causal_one_twice_as_long() {
+        let h100 = KernelProfile::load("h100-fa3").unwrap();
+        let at = |mask, len| {
+            h100.lookup(&q(Pass::Fwd, mask, 128, len, len, false))
+                .unwrap()
+        };
+        // 300 × 300 full: the causal rows at 600, themselves clamped to 1,024's 283.
+        let l = at(Mask::Full, 300);
+        assert_eq!((l.tflops, l.clamped), (283.0, Clamp::BelowMin));
+        assert!(
+            l.used.contains("held to a causal tile of twice its side"),
+            "{}",
+            l.used
+        );
+        assert_eq!(l.tflops, at(Mask::Causal, 300).tflops);
+        // 900 × 900: causal at 1,800, interpolated between 1,024 and 2,048, under 558.
+        let (full, causal) = (at(Mask::Full, 900), at(Mask::Causal, 1800));
+        assert_eq!(full.tflops, causal.tflops);
+        assert!(
+            full.tflops > 283.0 && full.tflops < 558.0,
+            "{}",
+            full.tflops
+        );
+        // Where the causal rows at twice the length are faster, the full row's clamp holds.
+        let b200 = KernelProfile::load("b200-fa4").unwrap();
+        let l = b200
+            .lookup(&q(Pass::Fwd, Mask::Full, 128, 1000, 1000, false))
+            .unwrap();
+        assert_eq!(l.tflops, 205.0);
+        assert!(l.used.contains("clamped below"), "{}", l.used);
+        // No causal rows for the series (hd 64 backward): plain clamp.
+        let l = h100
+            .lookup(&q(Pass::Bwd, Mask::Full, 64, 300, 300, false))
+            .unwrap();
+        assert!(l.used.contains("clamped below"), "{}", l.used);
+        // Inside the table nothing changes: the full row at 1,024 is 558.
+        assert_eq!(at(Mask::Full, 1024).tflops, 558.0);
+    }
+
+    #[test]
     fn varlen_falls_back_and_says_so() {
         let l = p()
             .lookup(&q(Pass::Bwd, Mask::Full, 64, 2048, 2048, false))
@@ -736,8 +870,8 @@ bwd,full,64,true,total,2048,2048,40,v
         )
     }
 
-    /// The index answers what the scan answers, bit for bit, errors included: on every bundled
-    /// profile and on a small table with a non-square row, a series only in varlen and rows out
+    /// The index answers what the scan answers, bit for bit, errors included (the series
+    /// lookup, before the full-mask hold below the table): on every bundled profile and on a small table with a non-square row, a series only in varlen and rows out
     /// of length order.
     #[test]
     fn the_index_gives_the_scan_s_answers() {
@@ -766,7 +900,7 @@ bwd,full,64,true,total,2048,2048,40,v
                             for &ql in &lens {
                                 for &kl in &lens {
                                     let query = q(pass, mask, hd, ql, kl, varlen);
-                                    match (scan(p, &query), p.tflops_for(&query)) {
+                                    match (scan(p, &query), p.locate(&query).map(|l| l.tflops())) {
                                         (Some(a), Ok(b)) => {
                                             assert_eq!(a.to_bits(), b.to_bits(), "{query:?}")
                                         }

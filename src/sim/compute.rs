@@ -231,3 +231,136 @@ impl<'a> ComputeModel<'a> {
         self.hw.launch_overhead_s()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::bundled;
+    use proptest::prelude::*;
+
+    /// Kernel seconds of one causal document of `len` tokens cut at `cuts` (sorted, inside
+    /// `1..len`): every diagonal tile at the causal rows, every tile below the diagonal at the
+    /// full-mask rows, each at its own shape — how the compute model costs the pieces of a
+    /// document that a plan cut. No launch overhead (it would only add to the cut).
+    fn cut_seconds(cm: &mut ComputeModel<'_>, len: u64, cuts: &[u64], pass: Pass) -> f64 {
+        let bounds: Vec<u64> = std::iter::once(0)
+            .chain(cuts.iter().copied())
+            .chain(std::iter::once(len))
+            .collect();
+        let mut seconds = 0.0;
+        for (i, q) in bounds.windows(2).enumerate() {
+            for kv in bounds.windows(2).take(i + 1) {
+                let pairs = allowed_pairs(Mask::Causal, q[0], q[1], kv[0], kv[1]);
+                let (ql, kl) = (q[1] - q[0], kv[1] - kv[0]);
+                let mask = if pairs == ql as u128 * kl as u128 {
+                    Mask::Full
+                } else {
+                    Mask::Causal
+                };
+                let tflops = cm.tflops(pass, mask, ql, kl).unwrap();
+                seconds += cm.flops(pass, pairs, 1.0) / (tflops * 1e12);
+            }
+        }
+        seconds
+    }
+
+    /// Every bundled kernel profile with causal and full hd-128 rows, with a model and
+    /// hardware of that head dim.
+    fn profiles() -> Vec<(KernelProfile, Hardware, Model)> {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        bundled::names(bundled::KERNEL_PROFILES)
+            .into_iter()
+            .map(|name| {
+                (
+                    KernelProfile::load(name).unwrap(),
+                    hw.clone(),
+                    model.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn shortest_causal_row(p: &KernelProfile, pass: Pass) -> Option<u64> {
+        p.rows()
+            .iter()
+            .filter(|r| r.pass == pass && r.mask == Mask::Causal && r.head_dim == 128)
+            .map(|r| r.q_len.min(r.kv_len))
+            .min()
+    }
+
+    /// The bug: with both masks clamped to their shortest rows below the table, a 600-token
+    /// causal document cut at 300 cost 25 % less than whole on the H100 table (its
+    /// off-diagonal tile ran at the full-mask row, twice the causal one), and zigzag beat the
+    /// lower bound.
+    #[test]
+    fn a_short_causal_document_cut_in_two_is_not_cheaper_than_whole() {
+        let (p, hw, model) = &profiles()[0];
+        assert_eq!(p.name, "h100-fa3");
+        let mut cm = ComputeModel::new(hw, p, model);
+        for pass in [Pass::Fwd, Pass::Bwd] {
+            let whole = cm.whole_document(Mask::Causal, 600, pass).unwrap().seconds;
+            let cut = cut_seconds(&mut cm, 600, &[300], pass);
+            assert!(
+                cut >= whole * (1.0 - 1e-12),
+                "{pass:?}: cut {cut} vs whole {whole}"
+            );
+        }
+    }
+
+    proptest! {
+        /// Below every bundled table's shortest row, no cut of a causal document costs less
+        /// than the document whole: every piece runs at the shortest causal row's rate (a
+        /// full-mask piece is held to a causal tile of twice its side, `KernelProfile::lookup`),
+        /// and the pieces' pairs add up to the whole's.
+        #[test]
+        fn below_the_table_a_cut_never_beats_the_whole(
+            frac in 0.0f64..1.0,
+            raw_cuts in proptest::collection::vec(0.0f64..1.0, 1..8),
+            bwd in any::<bool>(),
+        ) {
+            let pass = if bwd { Pass::Bwd } else { Pass::Fwd };
+            for (p, hw, model) in &profiles() {
+                let Some(shortest) = shortest_causal_row(p, pass) else { continue };
+                let len = 2 + (frac * (shortest - 2) as f64) as u64;
+                let mut cuts: Vec<u64> = raw_cuts
+                    .iter()
+                    .map(|c| 1 + (c * (len - 1) as f64) as u64)
+                    .filter(|&c| c < len)
+                    .collect();
+                cuts.sort_unstable();
+                cuts.dedup();
+                let mut cm = ComputeModel::new(hw, p, model);
+                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
+                let cut = cut_seconds(&mut cm, len, &cuts, pass);
+                prop_assert!(cut >= whole * (1.0 - 1e-12), "{} {pass:?} len {len} cuts {cuts:?}: {cut} < {whole}", p.name);
+            }
+        }
+
+        /// At any length, cutting a causal document into k equal pieces costs at least 95 % of
+        /// running it whole on every bundled table. It is not exactly a bound: past the
+        /// longest rows the tables' causal plateau sits below the full-mask one (680 against
+        /// 701 TFLOP/s forward on H100 at 32K), so a very long document cut into many 32K
+        /// pieces costs up to ≈ 3–5 % less than whole (docs/cost-model.md § Not modelled).
+        /// Clamping full-mask tiles to their own shortest row failed this at 600 tokens (0.75).
+        #[test]
+        fn at_any_length_a_cut_costs_nearly_the_whole(
+            log_len in 1.0f64..19.0,
+            k in 2u64..16,
+            bwd in any::<bool>(),
+        ) {
+            let pass = if bwd { Pass::Bwd } else { Pass::Fwd };
+            let len = (2f64.powf(log_len) as u64).max(k);
+            let cuts: Vec<u64> = (1..k).map(|i| len * i / k).collect();
+            for (p, hw, model) in &profiles() {
+                if shortest_causal_row(p, pass).is_none() {
+                    continue;
+                }
+                let mut cm = ComputeModel::new(hw, p, model);
+                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
+                let cut = cut_seconds(&mut cm, len, &cuts, pass);
+                prop_assert!(cut >= 0.95 * whole, "{} {pass:?} len {len} k {k}: {cut} vs {whole}", p.name);
+            }
+        }
+    }
+}
