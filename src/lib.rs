@@ -17,6 +17,7 @@ pub mod comm;
 pub mod hardware;
 pub mod hashing;
 pub mod ilp;
+mod jsonpos;
 pub mod model;
 pub mod output;
 pub mod plan;

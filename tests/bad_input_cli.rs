@@ -376,3 +376,121 @@ fn the_numeric_check_of_a_four_billion_token_document_is_refused_not_aborted() {
         .stderr(predicate::str::contains("too large for the numeric check"))
         .stderr(predicate::str::contains("document 0 (4294967296 tokens)"));
 }
+
+/// The plan at `p` with `edit` applied to its JSON, written to `DIR/name`.
+fn edited_plan(
+    dir: &Path,
+    p: &Path,
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> std::path::PathBuf {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    edit(&mut v);
+    let out = dir.join(name);
+    std::fs::write(&out, serde_json::to_string(&v).unwrap()).unwrap();
+    out
+}
+
+/// Hand-edited plan fields were accepted: `grad_bytes` of 0, -4 or "x" verified and simulated
+/// (with the model's dtype, or free gradient traffic), `pad_slots` of 2⁶³ verified and then
+/// panicked `verify --numeric` and `simulate` on an overflowing sum, and a `pad_slots` of the
+/// wrong type was refused without naming the field.
+#[test]
+fn hand_edited_plan_fields_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = small_plan(dir.path());
+    for bad in [
+        serde_json::json!(0),
+        serde_json::json!(-4),
+        serde_json::json!("x"),
+    ] {
+        let g = edited_plan(dir.path(), &p, "g.json", |v| {
+            v["scheme"]["params"]["grad_bytes"] = bad.clone()
+        });
+        fcp()
+            .arg("verify")
+            .arg(&g)
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains(format!(
+                "violation: Header: scheme.params.grad_bytes is {bad}: it must be a whole number of bytes per gradient element from 1 to 8"
+            )));
+        fcp()
+            .arg("simulate")
+            .arg(&g)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains("scheme.params.grad_bytes"));
+    }
+    let huge = edited_plan(dir.path(), &p, "huge.json", |v| {
+        for r in v["ranks"].as_array_mut().unwrap() {
+            r["pad_slots"] = serde_json::json!(1u64 << 63);
+        }
+    });
+    for args in [
+        &["verify"][..],
+        &["verify", "--numeric"],
+        &["verify", "--json"],
+    ] {
+        fcp()
+            .args(args)
+            .arg(&huge)
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains(
+                "rank entry 1 has pad_slots 9223372036854775808, more than the 4294967296 (2^32) buffer slots a rank may pad",
+            ))
+            .stderr(predicate::str::contains("panicked").not());
+    }
+    let measured = dir.path().join("measured.json");
+    std::fs::write(&measured, "{}").unwrap();
+    for cmd in [
+        vec!["simulate".into(), huge.clone().into_os_string()],
+        vec![
+            "validate".into(),
+            "--plan".into(),
+            huge.clone().into_os_string(),
+            "--measured".into(),
+            measured.clone().into_os_string(),
+        ],
+        vec![
+            "plot".into(),
+            "gantt".into(),
+            huge.clone().into_os_string(),
+            "-o".into(),
+            dir.path().join("g.png").into_os_string(),
+        ],
+    ] {
+        fcp()
+            .args(&cmd)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("not a valid plan"))
+            .stderr(predicate::str::contains("panicked").not());
+    }
+    for (bad, says) in [
+        (
+            serde_json::json!(-1),
+            "ranks[1].pad_slots: invalid value: integer `-1`, expected u64",
+        ),
+        (
+            serde_json::json!("x"),
+            "ranks[1].pad_slots: invalid type: string \"x\", expected u64",
+        ),
+    ] {
+        let q = edited_plan(dir.path(), &p, "q.json", |v| {
+            v["ranks"][1]["pad_slots"] = bad
+        });
+        for cmd in ["verify", "simulate"] {
+            fcp()
+                .arg(cmd)
+                .arg(&q)
+                .assert()
+                .code(2)
+                .stdout("")
+                .stderr(predicate::str::contains(says));
+        }
+    }
+}

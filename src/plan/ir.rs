@@ -338,16 +338,24 @@ impl Plan {
         }
     }
 
-    /// Total tokens of the batch (without padding).
+    /// Total tokens of the batch (without padding). Saturating, like [`Plan::pad_tokens`].
     pub fn total_tokens(&self) -> u64 {
-        self.documents.iter().map(|d| d.len).sum()
+        self.documents
+            .iter()
+            .map(|d| d.len)
+            .fold(0, u64::saturating_add)
     }
 
     /// Padding tokens the scheme added: attended padding on documents plus masked buffer slots
-    /// on ranks.
+    /// on ranks. Saturating: a hand-edited plan's `pad_slots` of 2⁶³ on two ranks (which the
+    /// verifier refuses) reads as "more than any batch", never as a small number that wrapped
+    /// around, nor as a panic.
     pub fn pad_tokens(&self) -> u64 {
-        self.documents.iter().map(|d| d.pad).sum::<u64>()
-            + self.ranks.iter().map(|r| r.pad_slots).sum::<u64>()
+        self.documents
+            .iter()
+            .map(|d| d.pad)
+            .chain(self.ranks.iter().map(|r| r.pad_slots))
+            .fold(0, u64::saturating_add)
     }
 
     /// Number of tasks over all ranks and steps.
@@ -373,12 +381,17 @@ impl Plan {
     /// a generic JSON value first, so a plan of another version is reported as such rather than
     /// by whichever field changed shape. (Always parsing the value first cost a 278 MB FlashCP
     /// plan of 256 ranks 3 GB and a third of `fcp verify`'s time.)
+    ///
+    /// An error names the field it is about (`ranks[0].pad_slots: invalid value: integer
+    /// `-1`, expected u64`) and quotes a number as the file writes it.
     pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
-        if let Ok(plan) = serde_json::from_str::<Plan>(text) {
-            if plan.version == PLAN_VERSION {
-                return Ok(plan);
-            }
-        }
+        // The typed error, kept without the plan so a plan of another version is not held
+        // while its value is parsed.
+        let typed_err = match serde_json::from_str::<Plan>(text) {
+            Ok(plan) if plan.version == PLAN_VERSION => return Ok(plan),
+            Ok(_) => None,
+            Err(e) => Some(e),
+        };
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| PlanError::Parse {
                 path: origin.to_string(),
@@ -398,6 +411,13 @@ impl Plan {
                     message: "missing `version`".to_string(),
                 })
             }
+        }
+        // Version 1 that did not parse: the typed error knows where it stopped.
+        if let Some(e) = typed_err {
+            return Err(PlanError::Parse {
+                path: origin.to_string(),
+                message: crate::jsonpos::json_error(text, &e),
+            });
         }
         serde_json::from_value(value).map_err(|e| PlanError::Parse {
             path: origin.to_string(),

@@ -21,4 +21,4 @@ pub use numeric::{
 };
 pub(crate) use runs::RunIndex;
 pub use summary::{imbalance, max_over_mean, summarize, transfer_bytes, PlanSummary, RankLoad};
-pub use verify::{verify, Violation, ViolationKind};
+pub use verify::{verify, Violation, ViolationKind, MAX_GRAD_BYTES, MAX_PAD_SLOTS};

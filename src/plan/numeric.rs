@@ -266,7 +266,7 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> Result<NumericReport
     let mut report = NumericReport {
         max_abs_error: 0.0,
         rows_checked: 0,
-        rows_total: plan.total_tokens() + plan.pad_tokens(),
+        rows_total: plan.total_tokens().saturating_add(plan.pad_tokens()),
         rows_uncovered: 0,
     };
     for r in parts {

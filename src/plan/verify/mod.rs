@@ -131,7 +131,17 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
         if r.rank as usize != i {
             out.push(v(Header, format!("rank entry {i} has id {}", r.rank)));
         }
+        if r.pad_slots > MAX_PAD_SLOTS {
+            out.push(v(
+                Header,
+                format!(
+                    "rank entry {i} has pad_slots {}, more than the {MAX_PAD_SLOTS} (2^32) buffer slots a rank may pad",
+                    r.pad_slots
+                ),
+            ));
+        }
     }
+    check_params(plan, out);
     for (i, d) in plan.documents.iter().enumerate() {
         if d.id as usize != i {
             out.push(v(Header, format!("document entry {i} has id {}", d.id)));
@@ -178,6 +188,33 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
             out.push(v(
                 Header,
                 format!("transfer {} → {} names a bad rank pair", t.src, t.dst),
+            ));
+        }
+    }
+}
+
+/// The most masked padding slots one rank may allocate (`RankPlan::pad_slots`): 2³², the
+/// longest a document may be. Padding rounds a rank's share up to whole chunks; more than a
+/// whole document's worth is a hand-edited plan, and 2⁶³ of it overflowed sums.
+pub const MAX_PAD_SLOTS: u64 = crate::trace::MAX_DOC_LEN;
+
+/// The widest gradient element `scheme.params.grad_bytes` may name: fp64.
+pub const MAX_GRAD_BYTES: u64 = 8;
+
+/// Scheme parameters the simulator reads: `grad_bytes`, the bytes per element of the gradients
+/// the scheme exchanges, must be a whole number from 1 to [`MAX_GRAD_BYTES`]. (Anything else
+/// was silently replaced by the model's dtype, and 0 simulated free gradient traffic.)
+fn check_params(plan: &Plan, out: &mut Vec<Violation>) {
+    if let Some(g) = plan.scheme.params.get("grad_bytes") {
+        if !g
+            .as_u64()
+            .is_some_and(|b| (1..=MAX_GRAD_BYTES).contains(&b))
+        {
+            out.push(v(
+                ViolationKind::Header,
+                format!(
+                    "scheme.params.grad_bytes is {g}: it must be a whole number of bytes per gradient element from 1 to {MAX_GRAD_BYTES} (fp8 to fp64)"
+                ),
             ));
         }
     }

@@ -36,6 +36,53 @@ fn valid_plan_has_no_violation() {
     assert_eq!(verify(&plan()), vec![]);
 }
 
+/// Regression (user report): `fcp verify` passed a plan whose `scheme.params.grad_bytes` was
+/// hand-edited to 0, -4 or "x" (the simulator then used the model's dtype, or free gradient
+/// traffic), and one whose ranks padded 2⁶³ slots each, which overflowed `pad_tokens`.
+#[test]
+fn hand_edited_grad_bytes_and_pad_slots_are_violations() {
+    for bad in [
+        serde_json::json!(0),
+        serde_json::json!(-4),
+        serde_json::json!("x"),
+        serde_json::json!(1.5),
+        serde_json::json!(9),
+        serde_json::Value::Null,
+    ] {
+        let mut p = plan();
+        p.scheme.params.insert("grad_bytes".into(), bad.clone());
+        let vs = verify(&p);
+        assert_eq!(vs.len(), 1, "{bad}: {vs:?}");
+        assert_eq!(vs[0].kind, K::Header);
+        assert!(
+            vs[0]
+                .message
+                .contains(&format!("scheme.params.grad_bytes is {bad}")),
+            "{}",
+            vs[0]
+        );
+    }
+    for good in [1, 2, 4, 8] {
+        let mut p = plan();
+        p.scheme.params.insert("grad_bytes".into(), good.into());
+        assert_eq!(verify(&p), vec![], "grad_bytes {good}");
+    }
+    let mut p = plan();
+    p.ranks[1].pad_slots = 1 << 63;
+    p.ranks[2].pad_slots = 1 << 63;
+    p.ranks[3].pad_slots = MAX_PAD_SLOTS;
+    let vs = verify(&p);
+    assert_eq!(vs.len(), 2, "{vs:?}");
+    assert!(
+        vs[0].message.contains(
+            "rank entry 1 has pad_slots 9223372036854775808, more than the 4294967296 (2^32)"
+        ),
+        "{}",
+        vs[0]
+    );
+    assert_eq!(p.pad_tokens(), u64::MAX, "saturates, never wraps or panics");
+}
+
 #[test]
 fn rejects_removed_task() {
     let mut p = plan();
