@@ -494,3 +494,34 @@ fn hand_edited_plan_fields_are_refused_naming_the_field() {
         }
     }
 }
+
+/// A plan saved by an editor that writes a byte-order mark (Notepad) was refused as
+/// `expected value at line 1 column 1`; it is read like the same plan without one, as trace
+/// files are.
+#[test]
+fn a_byte_order_mark_before_a_plan_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = small_plan(dir.path());
+    let text = std::fs::read(&p).unwrap();
+    let bom = dir.path().join("bom.json");
+    std::fs::write(&bom, [&b"\xEF\xBB\xBF"[..], &text].concat()).unwrap();
+    let out = |args: &[&str], file: &Path| {
+        fcp()
+            .args(args)
+            .arg(file)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    for args in [&["simulate", "--json"][..], &["verify", "--json"]] {
+        assert_eq!(out(args, &bom), out(args, &p), "{args:?}");
+    }
+    fcp()
+        .args(["verify", "-"])
+        .write_stdin([&b"\xEF\xBB\xBF"[..], &text].concat())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("-: valid"));
+}

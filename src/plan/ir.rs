@@ -384,7 +384,11 @@ impl Plan {
     ///
     /// An error names the field it is about (`ranks[0].pad_slots: invalid value: integer
     /// `-1`, expected u64`) and quotes a number as the file writes it.
+    ///
+    /// A UTF-8 byte-order mark before the JSON (Notepad writes one) is skipped, as trace files'
+    /// are.
     pub fn from_json(text: &str, origin: &str) -> Result<Plan, PlanError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         // The typed error, kept without the plan so a plan of another version is not held
         // while its value is parsed.
         let typed_err = match serde_json::from_str::<Plan>(text) {
