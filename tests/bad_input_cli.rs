@@ -525,3 +525,77 @@ fn a_byte_order_mark_before_a_plan_is_skipped() {
         .success()
         .stdout(predicate::str::contains("-: valid"));
 }
+
+/// `--context` with budget (or carry) packing was silently ignored by `plan`, `compare`,
+/// `demo`, `ilp` and `ablation`, while `fcp sweep` refuses `grid.context` without
+/// `pack = "window"`; they refuse it the same way now, before writing anything.
+#[test]
+fn context_without_window_packing_is_refused_like_sweep_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = out.to_str().unwrap();
+    let cases: &[&[&str]] = &[
+        &["plan", "--scheme", "ring", "--ranks", "2", "-o", o],
+        &[
+            "compare",
+            "--ranks",
+            "2",
+            "--schemes",
+            "ring",
+            "--batches",
+            "1",
+        ],
+        &["demo", "--ranks", "2", "--batches", "1"],
+        &["ilp", "--scheme", "fcp", "--ranks", "2", "-o", o],
+        &["ablation", "--ranks", "2"],
+    ];
+    for args in cases {
+        for pack in [&[][..], &["--pack", "budget"], &["--pack", "carry"]] {
+            fcp()
+                .args(*args)
+                .args(pack)
+                .args(["--context", "4096"])
+                .assert()
+                .code(2)
+                .stdout("")
+                .stderr(predicate::str::diff(
+                    "error: --context applies only to --pack window\n",
+                ));
+        }
+    }
+    assert!(!out.exists());
+    // The sweep's wording comes from the same helper.
+    let cfg = dir.path().join("s.toml");
+    std::fs::write(
+        &cfg,
+        "[grid]\ntraces = [\"default\"]\nschemes = [\"ring\"]\nranks = [2]\ncontext = [4096]\n",
+    )
+    .unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("sw"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "grid.context applies only to pack = \"window\"",
+        ));
+    // With window packing it is taken, and without `--context` the help's default applies.
+    fcp()
+        .args([
+            "plan", "--scheme", "ring", "--ranks", "2", "--pack", "window",
+        ])
+        .args(["--context", "4096", "-o", o])
+        .assert()
+        .success();
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let tokens: u64 = plan["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["len"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tokens, 4096);
+}

@@ -276,6 +276,7 @@ impl BatchArgs {
 
     /// Validate the shape and pack the trace.
     pub fn load(&self) -> Result<Batches> {
+        self.pack.check_context()?;
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
         }

@@ -92,7 +92,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         a.tokens_per_rank,
         match a.pack.pack {
             PackModeArg::Budget => String::new(),
-            PackModeArg::Window => format!(" · {}-token windows", a.pack.context),
+            PackModeArg::Window => format!(" · {}-token windows", a.pack.context()),
             PackModeArg::Carry => " · carry packing".to_string(),
         },
         hw.name,
@@ -156,7 +156,7 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     }
     match a.pack.pack {
         PackModeArg::Budget => {}
-        PackModeArg::Window => plan += &format!(" --pack window --context {}", a.pack.context),
+        PackModeArg::Window => plan += &format!(" --pack window --context {}", a.pack.context()),
         PackModeArg::Carry => plan += " --pack carry",
     }
     if a.mask == MaskArg::Full {

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 
 use fcp::output::{write_atomic, AtomicFile};
-use fcp::trace::{self, DocReader, Lognormal, PackMode, PackOptions, Source, Trace};
+use fcp::trace::{self, DocReader, Lognormal, PackMode, PackOptions, Source, Trace, TraceError};
 
 /// Trace commands.
 #[derive(Debug, Args)]
@@ -130,29 +130,54 @@ pub struct PackArgs {
     /// Packing: budget (FCP), window (FlashCP), carry (split docs carry over).
     #[arg(long = "pack", value_enum, default_value_t = PackModeArg::Budget)]
     pub pack: PackModeArg,
-    /// Context window in tokens (window mode).
-    #[arg(long, default_value_t = 131_072)]
-    pub context: u64,
+    /// Context window in tokens (window mode). `None`: not given, [`DEFAULT_CONTEXT`]; told
+    /// apart so that commands can refuse it with another mode ([`PackArgs::check_context`]).
+    /// The help text states the default as clap would.
+    #[arg(
+        long,
+        help = "Context window in tokens (window mode) [default: 131072]",
+        long_help = "Context window in tokens (window mode)\n\n[default: 131072]"
+    )]
+    pub context: Option<u64>,
 }
+
+/// The context window of `--pack window` when `--context` is not given.
+pub const DEFAULT_CONTEXT: u64 = 131_072;
 
 impl Default for PackArgs {
     /// Budget packing, as the FCP paper does (§6.1).
     fn default() -> Self {
         PackArgs {
             pack: PackModeArg::Budget,
-            context: 131_072,
+            context: None,
         }
     }
 }
 
 impl PackArgs {
+    /// The context window: `--context`, else [`DEFAULT_CONTEXT`].
+    pub fn context(&self) -> u64 {
+        self.context.unwrap_or(DEFAULT_CONTEXT)
+    }
+
+    /// Refuse `--context` with a packing mode that ignores it, as `fcp sweep` refuses
+    /// `grid.context` without `pack = "window"`. (`fcp trace pack` keeps taking it with every
+    /// mode, so one command line can pack a trace each way.)
+    pub fn check_context(&self) -> Result<(), TraceError> {
+        PackMode::from(self.pack).check_context(
+            self.context.is_some(),
+            "--context",
+            "--pack window",
+        )
+    }
+
     /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
     pub fn options(&self, ranks: u32, tokens_per_rank: u64) -> PackOptions {
         PackOptions {
             mode: self.pack.into(),
             ranks,
             tokens_per_rank,
-            context: Some(self.context),
+            context: Some(self.context()),
         }
     }
 }
@@ -424,7 +449,7 @@ mod tests {
     fn pack_args_to_options() {
         let a = PackArgs {
             pack: PackModeArg::Window,
-            context: 4096,
+            context: Some(4096),
         };
         let o = a.options(8, 1000);
         assert_eq!(o.mode, PackMode::Window);

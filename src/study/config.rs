@@ -202,15 +202,11 @@ impl SweepConfig {
         if g.tokens_per_rank.contains(&0) || g.block.contains(&0) || g.context.contains(&0) {
             return bad("grid.tokens_per_rank, grid.block and grid.context must be ≥ 1".into());
         }
-        match (mode, g.context.is_empty()) {
-            (PackMode::Window, true) => {
-                return bad("pack = \"window\" needs grid.context (the window sizes)".into())
-            }
-            (PackMode::Budget | PackMode::Carry, false) => {
-                return bad("grid.context applies only to pack = \"window\"".into())
-            }
-            _ => {}
+        if mode == PackMode::Window && g.context.is_empty() {
+            return bad("pack = \"window\" needs grid.context (the window sizes)".into());
         }
+        mode.check_context(!g.context.is_empty(), "grid.context", "pack = \"window\"")
+            .map_err(|e| StudyError::Config(e.to_string()))?;
         for t in &g.traces {
             super::traces::TraceSpec::parse(t)?;
         }

@@ -65,6 +65,14 @@ pub enum TraceError {
     /// Window packing was asked for without a context length.
     #[error("window packing needs a context length (--context)")]
     MissingContext,
+    /// A context length was given with a packing mode that ignores it (budget, carry).
+    #[error("{context} applies only to {window}")]
+    ContextWithoutWindow {
+        /// The setting as the user knows it (`--context`, `grid.context`).
+        context: String,
+        /// The mode it needs, as the user would ask for it (`--pack window`).
+        window: String,
+    },
     /// `--source` named no known generator.
     #[error("unknown source `{name}` (known: {known})")]
     UnknownSource {

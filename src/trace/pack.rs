@@ -36,6 +36,25 @@ impl PackMode {
             PackMode::Carry => "carry",
         }
     }
+
+    /// Refuse a context window given with a mode that has none: budget and carry packing
+    /// would ignore it without a word. `context` and `window` name the setting and the mode as
+    /// the user wrote them (`--context` and `--pack window` on the command line, `grid.context`
+    /// and `pack = "window"` in a sweep config), so every front end says it the same way.
+    pub fn check_context(
+        self,
+        context_given: bool,
+        context: &str,
+        window: &str,
+    ) -> Result<(), TraceError> {
+        if context_given && self != PackMode::Window {
+            return Err(TraceError::ContextWithoutWindow {
+                context: context.to_string(),
+                window: window.to_string(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Parameters of [`pack`].
