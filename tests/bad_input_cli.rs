@@ -599,3 +599,95 @@ fn context_without_window_packing_is_refused_like_sweep_does() {
         .sum();
     assert_eq!(tokens, 4096);
 }
+
+/// Duplicates were taken without a word: a JSONL trace object naming `doc_lens` twice kept
+/// the last, a sweep's `ranks = [4, 4]` ran each cell twice, a DP×CP study's `cp = [2, 2]` made
+/// each row twice, and a regress baseline recording a cell twice checked it twice against two
+/// sets of numbers. Each is refused, naming the duplicate and where it is.
+#[test]
+fn duplicates_are_refused_naming_the_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.jsonl");
+    std::fs::write(
+        &t,
+        "{\"doc_lens\": [100]}\n{\"doc_lens\": [100, 200], \"doc_lens\": [300]}\n",
+    )
+    .unwrap();
+    fcp()
+        .args(["trace", "stats"])
+        .arg(&t)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::diff(
+            "error: line 2: the object names `doc_lens` twice; which value it means is ambiguous\n",
+        ));
+    fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "2", "--trace"])
+        .arg(&t)
+        .args(["-o", "-"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "line 2: the object names `doc_lens` twice",
+        ));
+
+    let sweep = dir.path().join("s.toml");
+    std::fs::write(
+        &sweep,
+        "[grid]\ntraces = [\"default\"]\nschemes = [\"ring\"]\nranks = [4, 8, 4]\n",
+    )
+    .unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&sweep)
+        .arg("-o")
+        .arg(dir.path().join("sw"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("grid.ranks lists 4 twice"));
+    assert!(!dir.path().join("sw").exists());
+
+    let dpcp = dir.path().join("d.toml");
+    std::fs::write(
+        &dpcp,
+        "gpus = 8\ncp = [1, 2, 2]\ntokens_per_gpu = 1024\ntrace = \"default\"\n",
+    )
+    .unwrap();
+    fcp()
+        .arg("dpcp")
+        .arg(&dpcp)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cp lists 2 twice"));
+
+    let cell = r#"{"trace":"default","scheme":"zigzag","ranks":4,"tokens_per_rank":8192,
+        "block":null,"context":null,"hardware":"h100","model":"llama3-70b",
+        "compute_imbalance":0.1,"comm_imbalance":0.1,"attention_time_ms":1.0}"#;
+    let other = cell.replace("zigzag", "fcp");
+    let base = dir.path().join("baseline.json");
+    std::fs::write(
+        &base,
+        format!(
+            r#"{{"version":1,"tolerance":0.03,"grid":{{"batches":1,"grid":{{"traces":["default"],
+            "schemes":["zigzag","fcp"],"ranks":[4],"tokens_per_rank":[8192]}}}},
+            "cells":[{cell},{other},{cell}]}}"#
+        ),
+    )
+    .unwrap();
+    let before = std::fs::read(&base).unwrap();
+    for update in [&[][..], &["--update"]] {
+        fcp()
+            .arg("regress")
+            .args(update)
+            .arg("--baseline")
+            .arg(&base)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(
+                "the cell default · zigzag · 4 ranks × 8192 tok · h100 · llama3-70b is recorded twice (cells[0] and cells[2])",
+            ));
+    }
+    assert_eq!(std::fs::read(&base).unwrap(), before);
+}

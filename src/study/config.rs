@@ -144,6 +144,14 @@ impl CellKey {
     }
 }
 
+/// The first value of `list` that an earlier one repeats.
+pub(crate) fn repeated<T: PartialEq>(list: &[T]) -> Option<&T> {
+    list.iter()
+        .enumerate()
+        .find(|(i, v)| list[..*i].contains(v))
+        .map(|(_, v)| v)
+}
+
 impl SweepConfig {
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<SweepConfig, StudyError> {
@@ -189,6 +197,29 @@ impl SweepConfig {
             if empty {
                 return bad(format!("grid.{name} must list at least one value"));
             }
+        }
+        // A value listed twice made every cell of it twice (two rows, one `cells/` file).
+        for (name, list) in [
+            ("traces", &g.traces),
+            ("schemes", &g.schemes),
+            ("hardware", &g.hardware),
+            ("model", &g.model),
+        ] {
+            if let Some(v) = repeated(list) {
+                return bad(format!("grid.{name} lists `{v}` twice"));
+            }
+        }
+        for (name, list) in [
+            ("tokens_per_rank", &g.tokens_per_rank),
+            ("block", &g.block),
+            ("context", &g.context),
+        ] {
+            if let Some(v) = repeated(list) {
+                return bad(format!("grid.{name} lists {v} twice"));
+            }
+        }
+        if let Some(v) = repeated(&g.ranks) {
+            return bad(format!("grid.ranks lists {v} twice"));
         }
         if g.ranks.contains(&0) {
             return bad("grid.ranks must be ≥ 1".into());
@@ -402,5 +433,52 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("grid.ranks 70000"), "{e}");
+    }
+
+    /// Regression (user report): `ranks = [4, 8, 4]` ran every cell of 4 ranks twice (two
+    /// result rows, one `cells/` file). Every axis refuses a repeated value, naming it.
+    #[test]
+    fn a_value_listed_twice_in_a_sweep_axis_is_refused() {
+        let base = "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\n";
+        for (line, want) in [
+            ("ranks=[4, 8, 4]", "grid.ranks lists 4 twice"),
+            (
+                "schemes=[\"ring\", \"fcp\", \"ring\"]",
+                "grid.schemes lists `ring` twice",
+            ),
+            (
+                "traces=[\"default\", \"default\"]",
+                "grid.traces lists `default` twice",
+            ),
+            (
+                "tokens_per_rank=[512, 512]",
+                "grid.tokens_per_rank lists 512 twice",
+            ),
+            ("block=[64, 128, 64]", "grid.block lists 64 twice"),
+            (
+                "model=[\"mha-16\", \"mha-16\"]",
+                "grid.model lists `mha-16` twice",
+            ),
+            (
+                "hardware=[\"h100\", \"h100\"]",
+                "grid.hardware lists `h100` twice",
+            ),
+        ] {
+            let key = line.split('=').next().unwrap();
+            let text: String = base
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{key}=")))
+                .chain([line])
+                .collect::<Vec<_>>()
+                .join("\n");
+            let e = SweepConfig::parse(&text).unwrap_err().to_string();
+            assert_eq!(e, want, "{text}");
+        }
+        let e = SweepConfig::parse(
+            "pack=\"window\"\n[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\ncontext=[4096, 4096]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(e, "grid.context lists 4096 twice");
     }
 }

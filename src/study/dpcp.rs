@@ -146,6 +146,12 @@ impl DpcpConfig {
                 return bad(format!("cp {c} does not divide gpus {}", self.gpus));
             }
         }
+        if let Some(c) = super::config::repeated(&self.cp) {
+            return bad(format!("cp lists {c} twice"));
+        }
+        if let Some(b) = super::config::repeated(&self.balance) {
+            return bad(format!("balance lists `{b}` twice"));
+        }
         if self.balance.is_empty() {
             return bad("balance must list at least one balancer (none, lpt)".into());
         }

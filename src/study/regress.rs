@@ -155,6 +155,19 @@ impl Baseline {
             });
         }
         b.grid.validate()?;
+        // A cell recorded twice was checked twice, against two sets of numbers: one copy could
+        // pass while the other failed, and the count of cells compared was off.
+        for (i, cell) in b.cells.iter().enumerate() {
+            if let Some(first) = b.cells[..i].iter().position(|c| c.key == cell.key) {
+                return Err(StudyError::Parse {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "the cell {} is recorded twice (cells[{first}] and cells[{i}]); a baseline records each cell once: delete one, or record them again with --update",
+                        cell.key.label()
+                    ),
+                });
+            }
+        }
         Ok(b)
     }
 

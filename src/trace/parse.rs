@@ -482,16 +482,86 @@ fn jsonl_io(line: u64, e: std::io::Error) -> TraceError {
     }
 }
 
+/// A JSONL line as read: an object, keeping the first key it names twice (serde_json's own
+/// `Value` keeps the last value of a repeated key without a word, so
+/// `{"doc_lens": [..], "doc_lens": [..]}` dropped a batch's lengths), or anything else.
+enum JsonlLine {
+    Object {
+        map: serde_json::Map<String, serde_json::Value>,
+        twice: Option<String>,
+    },
+    Other,
+}
+
+impl<'de> serde::Deserialize<'de> for JsonlLine {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct Line;
+        impl<'de> Visitor<'de> for Line {
+            type Value = JsonlLine;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JsonlLine, A::Error> {
+                let mut map = serde_json::Map::new();
+                let mut twice = None;
+                while let Some(key) = m.next_key::<String>()? {
+                    if map.contains_key(&key) {
+                        m.next_value::<IgnoredAny>()?;
+                        twice.get_or_insert(key);
+                    } else {
+                        let v = m.next_value()?;
+                        map.insert(key, v);
+                    }
+                }
+                Ok(JsonlLine::Object { map, twice })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<JsonlLine, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(JsonlLine::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+            fn visit_unit<E>(self) -> Result<JsonlLine, E> {
+                Ok(JsonlLine::Other)
+            }
+        }
+        d.deserialize_any(Line)
+    }
+}
+
 /// The documents of one JSONL line, pinned to `batch`.
 fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceError> {
     let raw = raw.trim();
     let json_err = |message: String| TraceError::Json { line, message };
-    let value: serde_json::Value =
+    let value: JsonlLine =
         serde_json::from_str(raw).map_err(|e| json_err(format!("invalid JSON: {e}")))?;
-    let lens = value
-        .get("doc_lens")
-        .and_then(|v| v.as_array())
-        .ok_or_else(|| json_err("expected an object with a `doc_lens` array".into()))?;
+    if let JsonlLine::Object {
+        twice: Some(key), ..
+    } = &value
+    {
+        return Err(json_err(format!(
+            "the object names `{key}` twice; which value it means is ambiguous"
+        )));
+    }
+    let lens = match &value {
+        JsonlLine::Object { map, .. } => map.get("doc_lens").and_then(|v| v.as_array()),
+        JsonlLine::Other => None,
+    }
+    .ok_or_else(|| json_err("expected an object with a `doc_lens` array".into()))?;
     if lens.is_empty() {
         return Err(json_err("`doc_lens` is empty".into()));
     }
@@ -668,6 +738,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("`doc_len` twice"), "{e}");
+    }
+
+    /// Regression (user report): `{"doc_lens": [1], "doc_lens": [2]}` read as `[2]` without a
+    /// word (serde_json keeps a repeated key's last value).
+    #[test]
+    fn a_key_named_twice_in_a_jsonl_object_is_refused() {
+        let text = "{\"doc_lens\": [5]}\n{\"doc_lens\": [1, 2], \"doc_lens\": [3]}\n";
+        let e = Trace::from_jsonl_str(text).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "line 2: the object names `doc_lens` twice; which value it means is ambiguous"
+        );
+        let e = Trace::from_jsonl_str("{\"doc_lens\": [5], \"src\": 1, \"src\": 2}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1: the object names `src` twice"), "{e}");
+        // Keys inside other values, and non-objects, read as before.
+        let t =
+            Trace::from_jsonl_str("{\"m\": {\"a\": 1}, \"doc_lens\": [4, 6], \"n\": [{\"a\": 2}]}")
+                .unwrap();
+        assert_eq!(lens(&t), vec![4, 6]);
+        let e = Trace::from_jsonl_str("{\"doc_lens\": [5]}\n7\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected an object with a `doc_lens` array"),
+            "{e}"
+        );
     }
 
     #[test]
