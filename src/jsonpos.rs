@@ -194,6 +194,27 @@ pub(crate) fn locate(text: &str, offset: usize) -> Located<'_> {
     found
 }
 
+/// The text of the number or word at `path` in `text`, as written; `None` when there is none
+/// (the path leads nowhere, or to a string, object or array).
+pub(crate) fn raw_at<'a>(text: &'a str, path: &[Seg<'_>]) -> Option<&'a str> {
+    let mut found = None;
+    walk(text, |frames, start, end, tok| {
+        if tok != Tok::Scalar || frames.len() != path.len() {
+            return false;
+        }
+        let here = frames.iter().zip(path).all(|(fr, seg)| match (fr, seg) {
+            (Frame::Object { key: Some(k), .. }, Seg::Key(want)) => k == want,
+            (Frame::Array { index, .. }, Seg::Index(want)) => index == want,
+            _ => false,
+        });
+        if here {
+            found = text.get(start..end);
+        }
+        here
+    });
+    found
+}
+
 /// `message` with the number serde quoted as it parsed it (`floating point `1000.0``) quoted
 /// as the user wrote it (`floating point `1e3``).
 pub(crate) fn as_written(message: &str, raw: Option<&str>) -> String {
@@ -235,6 +256,21 @@ fn offset_of(text: &str, line: usize, column: usize) -> Option<usize> {
         text.match_indices('\n').nth(line - 2)?.0 + 1
     };
     Some((start + column).min(text.len()))
+}
+
+/// The scalar a TOML error's span points at, as written (`1e3`); `None` when the span holds
+/// more than one value.
+pub(crate) fn toml_raw<'a>(text: &'a str, e: &toml::de::Error) -> Option<&'a str> {
+    e.span()
+        .and_then(|s| text.get(s))
+        .map(str::trim)
+        .filter(|r| !r.is_empty() && !r.contains(['\n', '[', '{', '"', '`']))
+}
+
+/// A TOML error's message with a float it quotes as parsed (`1000.0`) quoted as the user wrote
+/// it (`1e3`), which the error's span points at.
+pub(crate) fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    as_written(&e.to_string(), toml_raw(text, e))
 }
 
 #[cfg(test)]
@@ -306,6 +342,22 @@ mod tests {
             let got = err(text);
             assert!(got.starts_with(want), "{text}\n got {got}\nwant {want}");
         }
+    }
+
+    #[test]
+    fn raw_values_are_found_by_path() {
+        let t = r#"{"note": {"doc_lens": [7]}, "doc_lens": [1, 1e3 , -0.5], "x": "doc_lens"}"#;
+        assert_eq!(
+            raw_at(t, &[Seg::Key("doc_lens"), Seg::Index(1)]),
+            Some("1e3")
+        );
+        assert_eq!(
+            raw_at(t, &[Seg::Key("doc_lens"), Seg::Index(2)]),
+            Some("-0.5")
+        );
+        assert_eq!(raw_at(t, &[Seg::Key("doc_lens"), Seg::Index(3)]), None);
+        assert_eq!(raw_at("[4, 2E1]", &[Seg::Index(1)]), Some("2E1"));
+        assert_eq!(raw_at(r#"["a\"]", 5]"#, &[Seg::Index(1)]), Some("5"));
     }
 
     #[test]

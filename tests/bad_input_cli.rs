@@ -691,3 +691,110 @@ fn duplicates_are_refused_naming_the_duplicate() {
     }
     assert_eq!(std::fs::read(&base).unwrap(), before);
 }
+
+/// Messages said the wrong thing: `--sigma inf` was told "must be > 0"; a DP×CP study's
+/// `cp = [0]` "does not divide" the GPUs; and `1e3` where an integer belongs was quoted back as
+/// `1000.0`, a number the user never wrote. They now say what is required and quote the input
+/// as written.
+#[test]
+fn messages_say_what_is_required_and_quote_the_input_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    for flag in ["--sigma", "--mean", "--median"] {
+        fcp()
+            .args([
+                "trace",
+                "gen",
+                "--source",
+                "lognormal",
+                "--docs",
+                "3",
+                flag,
+                "inf",
+            ])
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(format!(
+                "{} must be finite and > 0, got inf",
+                &flag[2..]
+            )));
+    }
+    let dpcp = dir.path().join("d.toml");
+    std::fs::write(
+        &dpcp,
+        "gpus = 8\ncp = [0]\ntokens_per_gpu = 1024\ntrace = \"default\"\n",
+    )
+    .unwrap();
+    fcp().arg("dpcp").arg(&dpcp).assert().code(2).stderr(
+        predicate::str::contains("cp must be ≥ 1").and(predicate::str::contains("divide").not()),
+    );
+
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec![
+                "trace".into(),
+                "stats".into(),
+                file("t.jsonl", "{\"doc_lens\": [100, 1e3]}\n").into(),
+            ],
+            "line 1: document length `1e3` is not a whole number",
+        ),
+        (
+            vec![
+                "trace".into(),
+                "stats".into(),
+                file("t.json", "[100, 2.5E2]").into(),
+            ],
+            "element 1 (`2.5E2`) is not a whole number",
+        ),
+        (
+            vec![
+                "sweep".into(),
+                file(
+                    "s.toml",
+                    "[grid]\ntraces = [\"default\"]\nschemes = [\"ring\"]\nranks = [1e3]\n",
+                )
+                .into(),
+                "-o".into(),
+                dir.path().join("sw").into(),
+            ],
+            "invalid type: floating point `1e3`, expected u32",
+        ),
+        (
+            vec![
+                "dpcp".into(),
+                file(
+                    "d2.toml",
+                    "gpus = 8e0\ncp = [1]\ntokens_per_gpu = 1024\ntrace = \"default\"\n",
+                )
+                .into(),
+            ],
+            "invalid type: floating point `8e0`, expected u32",
+        ),
+    ];
+    for (args, says) in cases {
+        fcp()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says).and(predicate::str::contains(".0`").not()));
+    }
+    let p = small_plan(dir.path());
+    let text = std::fs::read_to_string(&p).unwrap();
+    let f = file(
+        "f.json",
+        &text.replacen("\"len\":1024", "\"len\":1.024e3", 1),
+    );
+    fcp()
+        .arg("verify")
+        .arg(&f)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "documents[0].len: invalid type: floating point `1.024e3`, expected u64",
+        ));
+}

@@ -115,7 +115,10 @@ pub fn resolve(
 /// Turn a `toml` error into one line naming the key (missing/unknown keys are named by the
 /// message itself; for a bad value the offending line is quoted, which names its key).
 pub fn toml_error(label: &str, text: &str, e: &toml::de::Error) -> HardwareError {
-    let msg = e.message().trim_end().replace('\n', "; ");
+    // A float quoted as parsed (`1000.0`) is quoted as written (`1e3`).
+    let msg = crate::jsonpos::as_written(e.message(), crate::jsonpos::toml_raw(text, e))
+        .trim_end()
+        .replace('\n', "; ");
     let whole_doc = |start: usize, end: usize| start == 0 && end >= text.trim_end().len();
     let message = match e.span() {
         Some(span) if !whole_doc(span.start, span.end) => {

@@ -164,8 +164,8 @@ impl SweepConfig {
 
     /// Parse and validate TOML text.
     pub fn parse(text: &str) -> Result<SweepConfig, StudyError> {
-        let cfg: SweepConfig =
-            toml::from_str(text).map_err(|e| StudyError::Config(e.to_string()))?;
+        let cfg: SweepConfig = toml::from_str(text)
+            .map_err(|e| StudyError::Config(crate::jsonpos::toml_message(text, &e)))?;
         cfg.validate()?;
         Ok(cfg)
     }

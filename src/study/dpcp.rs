@@ -129,8 +129,13 @@ impl DpcpConfig {
     /// Read and validate.
     pub fn load(path: &std::path::Path) -> Result<DpcpConfig, StudyError> {
         let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
-        let cfg: DpcpConfig = toml::from_str(&text)
-            .map_err(|e| StudyError::Config(format!("{}: {e}", path.display())))?;
+        let cfg: DpcpConfig = toml::from_str(&text).map_err(|e| {
+            StudyError::Config(format!(
+                "{}: {}",
+                path.display(),
+                crate::jsonpos::toml_message(&text, &e)
+            ))
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -141,8 +146,11 @@ impl DpcpConfig {
         if self.gpus == 0 || self.tokens_per_gpu == 0 || self.steps == 0 || self.cp.is_empty() {
             return bad("gpus, tokens_per_gpu, steps must be ≥ 1 and cp must list a degree".into());
         }
+        if self.cp.contains(&0) {
+            return bad("cp must be ≥ 1 (a CP group has at least one GPU); cp lists 0".into());
+        }
         for &c in &self.cp {
-            if c == 0 || self.gpus % c != 0 {
+            if self.gpus % c != 0 {
                 return bad(format!("cp {c} does not divide gpus {}", self.gpus));
             }
         }

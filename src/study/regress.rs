@@ -137,7 +137,10 @@ impl Baseline {
         let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
         let b: Baseline = serde_json::from_str(&text).map_err(|e| StudyError::Parse {
             path: path.display().to_string(),
-            message: format!("not a regression baseline: {e}"),
+            message: format!(
+                "not a regression baseline: {}",
+                crate::jsonpos::json_error(&text, &e)
+            ),
         })?;
         if b.version != BASELINE_VERSION {
             return Err(StudyError::Parse {

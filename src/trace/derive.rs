@@ -34,7 +34,8 @@ pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
             .ok_or_else(|| TraceError::Json {
                 line: 1,
                 message: format!(
-                    "element {i} (`{v}`) is not a whole number of tokens from 1 to {}",
+                    "element {i} (`{}`) is not a whole number of tokens from 1 to {}",
+                    super::parse::as_written(text, &[crate::jsonpos::Seg::Index(i)], v),
                     super::MAX_DOC_LEN
                 ),
             })?;

@@ -44,7 +44,7 @@ impl Lognormal {
     pub fn from_mean(mean: f64, sigma: f64, min: u64, max: u64) -> Result<Lognormal, TraceError> {
         if !(mean.is_finite() && mean > 0.0) {
             return Err(TraceError::BadParameter(format!(
-                "mean must be > 0, got {mean}"
+                "mean must be finite and > 0, got {mean}"
             )));
         }
         Lognormal::from_mu(mean.ln() - sigma * sigma / 2.0, sigma, min, max)
@@ -59,7 +59,7 @@ impl Lognormal {
     ) -> Result<Lognormal, TraceError> {
         if !(median.is_finite() && median > 0.0) {
             return Err(TraceError::BadParameter(format!(
-                "median must be > 0, got {median}"
+                "median must be finite and > 0, got {median}"
             )));
         }
         Lognormal::from_mu(median.ln(), sigma, min, max)
@@ -68,7 +68,7 @@ impl Lognormal {
     fn from_mu(mu: f64, sigma: f64, min: u64, max: u64) -> Result<Lognormal, TraceError> {
         if !(sigma.is_finite() && sigma > 0.0) {
             return Err(TraceError::BadParameter(format!(
-                "sigma must be > 0, got {sigma}"
+                "sigma must be finite and > 0, got {sigma}"
             )));
         }
         if min == 0 {
@@ -325,7 +325,25 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::trace::stats::stats;
+
+    /// Regression (user report): `--sigma inf` was told "must be > 0".
+    #[test]
+    fn an_infinite_parameter_is_told_it_must_be_finite() {
+        let e = Lognormal::from_mean(1024.0, f64::INFINITY, 1, 10).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sigma must be finite and > 0, got inf"),
+            "{e}"
+        );
+        let e = Lognormal::from_median(f64::INFINITY, 1.0, 1, 10).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("median must be finite and > 0, got inf"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn deterministic_per_seed() {

@@ -8,6 +8,7 @@ use std::io::{BufRead, Read};
 use std::path::Path;
 
 use super::{Trace, TraceDoc, TraceError, MAX_DOC_LEN};
+use crate::jsonpos::Seg;
 
 /// Input formats a trace can come in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -566,13 +567,15 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
         return Err(json_err("`doc_lens` is empty".into()));
     }
     lens.iter()
-        .map(|v| {
+        .enumerate()
+        .map(|(i, v)| {
             let len = v
                 .as_u64()
                 .filter(|&n| (1..=MAX_DOC_LEN).contains(&n))
                 .ok_or_else(|| TraceError::BadLength {
                     line,
-                    value: quote(&v.to_string()),
+                    // As written: `1e3`, not the `1000.0` serde_json parsed it into.
+                    value: quote(&as_written(raw, &[Seg::Key("doc_lens"), Seg::Index(i)], v)),
                 })?;
             Ok(TraceDoc {
                 len,
@@ -580,6 +583,12 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
             })
         })
         .collect()
+}
+
+/// The value at `path` of the JSON `text` as the user wrote it (a number's own digits), else
+/// as `v` prints.
+pub(super) fn as_written(text: &str, path: &[Seg<'_>], v: &serde_json::Value) -> String {
+    crate::jsonpos::raw_at(text, path).map_or_else(|| v.to_string(), str::to_string)
 }
 
 /// A length: an integer in 1..=[`MAX_DOC_LEN`], nothing else (no sign, no fraction, no
@@ -765,6 +774,21 @@ mod tests {
                 .contains("expected an object with a `doc_lens` array"),
             "{e}"
         );
+    }
+
+    /// Regression (user report): `1e3` was quoted back as `1000.0`, which the user never wrote.
+    #[test]
+    fn a_float_length_is_quoted_as_written() {
+        let e = Trace::from_jsonl_str("{\"doc_lens\": [5]}\n{\"doc_lens\": [7, 1e3]}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("line 2: document length `1e3` is"), "{e}");
+        let e = Trace::from_jsonl_str("[7, 8, -2.50]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("element 2 (`-2.50`)"), "{e}");
+        let e = Trace::from_jsonl_str("[7, \"x\"]").unwrap_err().to_string();
+        assert!(e.contains("element 1 (`\"x\"`)"), "{e}");
     }
 
     #[test]
