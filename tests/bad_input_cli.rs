@@ -798,3 +798,58 @@ fn messages_say_what_is_required_and_quote_the_input_as_written() {
             "documents[0].len: invalid type: floating point `1.024e3`, expected u64",
         ));
 }
+
+/// `fcp regress --tolerance 1e308` printed the tolerance as 309 digits; it prints `1e308` now,
+/// with the helper that shows huge hardware values, and a short tolerance exactly as before.
+#[test]
+fn a_huge_regress_tolerance_is_printed_compactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("baseline.json");
+    std::fs::write(
+        &base,
+        r#"{"version":1,"tolerance":0.03,"grid":{"batches":1,"grid":{"traces":["default"],
+        "schemes":["zigzag"],"ranks":[2],"tokens_per_rank":[1024]}},"cells":[]}"#,
+    )
+    .unwrap();
+    fcp()
+        .args([
+            "regress",
+            "--quiet",
+            "--update",
+            "--tolerance",
+            "1e308",
+            "--baseline",
+        ])
+        .arg(&base)
+        .assert()
+        .success()
+        .stdout(predicate::str::ends_with("(tolerance 1e308)\n"));
+    fcp()
+        .args(["regress", "--quiet", "--baseline"])
+        .arg(&base)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("within tolerance 1e308 of"));
+    for (tol, says) in [
+        ("0.05", "0.05"),
+        ("0.00001", "0.00001"),
+        ("1e9", "1000000000"),
+    ] {
+        fcp()
+            .args(["regress", "--quiet", "--tolerance", tol, "--baseline"])
+            .arg(&base)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(format!(
+                "within tolerance {says} of"
+            )));
+    }
+    fcp()
+        .args(["regress", "--quiet", "--tolerance=-1e308", "--baseline"])
+        .arg(&base)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::diff(
+            "error: --tolerance must be a number ≥ 0, got -1e308\n",
+        ));
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 
+use fcp::report::{shown, shown_when_long};
 use fcp::study::regress::{check, default_grid, evaluate, failures, Baseline, DEFAULT_TOLERANCE};
 
 use super::Exit;
@@ -31,7 +32,7 @@ pub struct RegressArgs {
 pub fn run(a: RegressArgs) -> Result<()> {
     if let Some(t) = a.tolerance {
         if !(t.is_finite() && t >= 0.0) {
-            bail!("--tolerance must be a number ≥ 0, got {t}");
+            bail!("--tolerance must be a number ≥ 0, got {}", shown(t));
         }
     }
     let existing = if a.update && !a.baseline.exists() {
@@ -69,9 +70,10 @@ pub fn run(a: RegressArgs) -> Result<()> {
             .unwrap_or(DEFAULT_TOLERANCE);
         Baseline::from_results(grid, tol, &results).save(&a.baseline)?;
         outln!(
-            "recorded {} cells into {} (tolerance {tol})",
+            "recorded {} cells into {} (tolerance {})",
             results.len(),
-            a.baseline.display()
+            a.baseline.display(),
+            shown_when_long(tol)
         );
         return Ok(());
     }
@@ -87,6 +89,8 @@ pub fn run(a: RegressArgs) -> Result<()> {
     }
     let tol = a.tolerance.unwrap_or(baseline.tolerance);
     let rep = check(&baseline, &results, tol);
+    // Compact: a tolerance of 1e308 printed as 309 digits.
+    let tol = shown_when_long(tol);
     for f in &rep.improvements {
         outln!("improved  {} · {}", f.cell.label(), f.message);
     }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::bundled::{self, Source};
 use super::{HardwareError, KernelProfile};
+use crate::report::shown;
 
 /// One GPU type in one node type, as the cost model needs it.
 ///
@@ -294,17 +295,6 @@ impl Hardware {
     /// Source of a field, or `None` if the file does not cite one.
     pub fn source_of(&self, field: &str) -> Option<&str> {
         self.sources.get(field).map(String::as_str)
-    }
-}
-
-/// A value from a user's file, as an error message shows it: `1e308` stays `1e308` rather than
-/// the 309 digits `{}` would print, and `1e-30` does not become thirty zeros.
-fn shown(v: f64) -> String {
-    let a = v.abs();
-    if a != 0.0 && a.is_finite() && !(1e-4..1e9).contains(&a) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
     }
 }
 

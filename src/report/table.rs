@@ -2,6 +2,29 @@
 
 use super::compare::CompareRow;
 
+/// A value from a user's file or flag, as a message shows it: `1e308` stays `1e308` rather
+/// than the 309 digits `{}` would print, and `1e-30` does not become thirty zeros.
+pub fn shown(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e9).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// A value as [`shown`] writes it, but only where `{}` would print more than 16 characters:
+/// every value whose plain form is short prints exactly as it always has (`0.03`, `0.00001`,
+/// `1000000000`), while `1e308` is no longer 309 digits.
+pub fn shown_when_long(v: f64) -> String {
+    let plain = format!("{v}");
+    if plain.len() > 16 {
+        shown(v)
+    } else {
+        plain
+    }
+}
+
 /// Human-readable byte count (KiB, MiB, GiB).
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -107,4 +130,25 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (user report): `fcp regress` printed a tolerance of 1e308 as 309 digits.
+    #[test]
+    fn long_values_are_shown_compactly_and_short_ones_as_before() {
+        assert_eq!(shown_when_long(1e308), "1e308");
+        assert_eq!(shown_when_long(1e-30), "1e-30");
+        for (v, s) in [
+            (0.03, "0.03"),
+            (1e-5, "0.00001"),
+            (1e9, "1000000000"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(shown_when_long(v), s);
+        }
+        assert_eq!(shown_when_long(f64::NAN), "NaN");
+    }
 }

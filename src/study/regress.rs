@@ -154,7 +154,10 @@ impl Baseline {
         if !(b.tolerance.is_finite() && b.tolerance >= 0.0) {
             return Err(StudyError::Parse {
                 path: path.display().to_string(),
-                message: format!("`tolerance` must be a number ≥ 0, got {}", b.tolerance),
+                message: format!(
+                    "`tolerance` must be a number ≥ 0, got {}",
+                    crate::report::shown(b.tolerance)
+                ),
             });
         }
         b.grid.validate()?;
