@@ -215,9 +215,15 @@ pub(crate) fn raw_at<'a>(text: &'a str, path: &[Seg<'_>]) -> Option<&'a str> {
     found
 }
 
+/// The value at `path` of the JSON `text` as the user wrote it (a number's own digits: `1e3`,
+/// not serde_json's `1000.0`), else as `v` prints.
+pub(crate) fn value_as_written(text: &str, path: &[Seg<'_>], v: &serde_json::Value) -> String {
+    raw_at(text, path).map_or_else(|| v.to_string(), str::to_string)
+}
+
 /// `message` with the number serde quoted as it parsed it (`floating point `1000.0``) quoted
 /// as the user wrote it (`floating point `1e3``).
-pub(crate) fn as_written(message: &str, raw: Option<&str>) -> String {
+pub(crate) fn requote_float(message: &str, raw: Option<&str>) -> String {
     const FLOAT: &str = "floating point `";
     let (Some(raw), Some(at)) = (raw, message.find(FLOAT)) else {
         return message.to_string();
@@ -237,7 +243,7 @@ pub(crate) fn json_error(text: &str, e: &serde_json::Error) -> String {
         return message;
     };
     let at = locate(text, offset);
-    let message = as_written(&message, at.raw);
+    let message = requote_float(&message, at.raw);
     if at.path.is_empty() {
         message
     } else {
@@ -270,7 +276,7 @@ pub(crate) fn toml_raw<'a>(text: &'a str, e: &toml::de::Error) -> Option<&'a str
 /// A TOML error's message with a float it quotes as parsed (`1000.0`) quoted as the user wrote
 /// it (`1e3`), which the error's span points at.
 pub(crate) fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    as_written(&e.to_string(), toml_raw(text, e))
+    requote_float(&e.to_string(), toml_raw(text, e))
 }
 
 #[cfg(test)]
@@ -363,15 +369,15 @@ mod tests {
     #[test]
     fn only_a_quoted_float_is_replaced() {
         assert_eq!(
-            as_written(
+            requote_float(
                 "invalid type: floating point `1000.0`, expected u32",
                 Some("1e3")
             ),
             "invalid type: floating point `1e3`, expected u32"
         );
-        assert_eq!(as_written("integer `5`", Some("5")), "integer `5`");
+        assert_eq!(requote_float("integer `5`", Some("5")), "integer `5`");
         assert_eq!(
-            as_written("floating point `1.5`", None),
+            requote_float("floating point `1.5`", None),
             "floating point `1.5`"
         );
     }

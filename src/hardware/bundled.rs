@@ -116,7 +116,7 @@ pub fn resolve(
 /// message itself; for a bad value the offending line is quoted, which names its key).
 pub fn toml_error(label: &str, text: &str, e: &toml::de::Error) -> HardwareError {
     // A float quoted as parsed (`1000.0`) is quoted as written (`1e3`).
-    let msg = crate::jsonpos::as_written(e.message(), crate::jsonpos::toml_raw(text, e))
+    let msg = crate::jsonpos::requote_float(e.message(), crate::jsonpos::toml_raw(text, e))
         .trim_end()
         .replace('\n', "; ");
     let whole_doc = |start: usize, end: usize| start == 0 && end >= text.trim_end().len();

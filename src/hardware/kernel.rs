@@ -871,8 +871,8 @@ bwd,full,64,true,total,2048,2048,40,v
     }
 
     /// The index answers what the scan answers, bit for bit, errors included (the series
-    /// lookup, before the full-mask hold below the table): on every bundled profile and on a small table with a non-square row, a series only in varlen and rows out
-    /// of length order.
+    /// lookup, before the full-mask hold below the table): on every bundled profile and on a
+    /// small table with a non-square row, a series only in varlen and rows out of length order.
     #[test]
     fn the_index_gives_the_scan_s_answers() {
         let dup = format!(

@@ -14,7 +14,7 @@ use crate::hashing::FastMap;
 
 use crate::hardware::{Hardware, HardwareError, KernelProfile, KernelQuery, Pass};
 use crate::model::Model;
-use crate::plan::{allowed_pairs, Mask, Plan, Task};
+use crate::plan::{allowed_pairs, Mask, Plan, Task, TokenRange};
 
 /// Costs tiles, caching profile lookups by tile shape (plans repeat shapes a lot).
 pub struct ComputeModel<'a> {
@@ -87,36 +87,45 @@ impl<'a> ComputeModel<'a> {
         f * head_share
     }
 
-    /// Cost of one task. A tile where the mask allows every pair runs the full-mask kernel;
-    /// one that the diagonal crosses runs the causal kernel.
+    /// Cost of one task: [`ComputeModel::ranges`] of its query and key ranges on its share of
+    /// the heads.
     pub fn tile(
         &mut self,
         plan: &Plan,
         task: &Task,
         pass: Pass,
     ) -> Result<TileCost, HardwareError> {
-        let pairs = allowed_pairs(
-            plan.mask,
-            task.q.start,
-            task.q.end,
-            task.kv.start,
-            task.kv.end,
-        );
+        let share = task.heads.map_or(1.0, |h| {
+            (h.end - h.start) as f64 / plan.q_heads.max(1) as f64
+        });
+        self.ranges(plan.mask, task.q, task.kv, share, pass)
+    }
+
+    /// Cost of the queries `q` against the keys `kv` of one document under the document mask
+    /// `mask`, on a `share` of the heads: [`ComputeModel::tile`] without a plan. A range where
+    /// the mask allows every pair runs the full-mask kernel; one the diagonal crosses runs the
+    /// causal kernel.
+    pub fn ranges(
+        &mut self,
+        mask: Mask,
+        q: TokenRange,
+        kv: TokenRange,
+        share: f64,
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let pairs = allowed_pairs(mask, q.start, q.end, kv.start, kv.end);
         if pairs == 0 {
             return Ok(TileCost {
                 flops: 0.0,
                 seconds: 0.0,
             });
         }
-        let (q, kv) = (task.q.len(), task.kv.len());
+        let (q, kv) = (q.len(), kv.len());
         let mask = if pairs == q as u128 * kv as u128 {
             Mask::Full
         } else {
             Mask::Causal
         };
-        let share = task.heads.map_or(1.0, |h| {
-            (h.end - h.start) as f64 / plan.q_heads.max(1) as f64
-        });
         let flops = self.flops(pass, pairs, share);
         let tflops = self.tflops(pass, mask, q, kv)?;
         Ok(TileCost {
@@ -239,9 +248,8 @@ mod tests {
     use proptest::prelude::*;
 
     /// Kernel seconds of one causal document of `len` tokens cut at `cuts` (sorted, inside
-    /// `1..len`): every diagonal tile at the causal rows, every tile below the diagonal at the
-    /// full-mask rows, each at its own shape — how the compute model costs the pieces of a
-    /// document that a plan cut. No launch overhead (it would only add to the cut).
+    /// `1..len`): every tile of the pieces at its own shape, as the compute model costs the
+    /// tasks of a plan that cut the document. No launch overhead (it would only add to the cut).
     fn cut_seconds(cm: &mut ComputeModel<'_>, len: u64, cuts: &[u64], pass: Pass) -> f64 {
         let bounds: Vec<u64> = std::iter::once(0)
             .chain(cuts.iter().copied())
@@ -250,15 +258,11 @@ mod tests {
         let mut seconds = 0.0;
         for (i, q) in bounds.windows(2).enumerate() {
             for kv in bounds.windows(2).take(i + 1) {
-                let pairs = allowed_pairs(Mask::Causal, q[0], q[1], kv[0], kv[1]);
-                let (ql, kl) = (q[1] - q[0], kv[1] - kv[0]);
-                let mask = if pairs == ql as u128 * kl as u128 {
-                    Mask::Full
-                } else {
-                    Mask::Causal
-                };
-                let tflops = cm.tflops(pass, mask, ql, kl).unwrap();
-                seconds += cm.flops(pass, pairs, 1.0) / (tflops * 1e12);
+                let range = |r: &[u64]| TokenRange::new(0, r[0], r[1]);
+                seconds += cm
+                    .ranges(Mask::Causal, range(q), range(kv), 1.0, pass)
+                    .unwrap()
+                    .seconds;
             }
         }
         seconds

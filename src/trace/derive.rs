@@ -35,7 +35,7 @@ pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
                 line: 1,
                 message: format!(
                     "element {i} (`{}`) is not a whole number of tokens from 1 to {}",
-                    super::parse::as_written(text, &[crate::jsonpos::Seg::Index(i)], v),
+                    crate::jsonpos::value_as_written(text, &[crate::jsonpos::Seg::Index(i)], v),
                     super::MAX_DOC_LEN
                 ),
             })?;

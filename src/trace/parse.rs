@@ -8,7 +8,7 @@ use std::io::{BufRead, Read};
 use std::path::Path;
 
 use super::{Trace, TraceDoc, TraceError, MAX_DOC_LEN};
-use crate::jsonpos::Seg;
+use crate::jsonpos::{value_as_written, Seg};
 
 /// Input formats a trace can come in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,7 +575,11 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
                 .ok_or_else(|| TraceError::BadLength {
                     line,
                     // As written: `1e3`, not the `1000.0` serde_json parsed it into.
-                    value: quote(&as_written(raw, &[Seg::Key("doc_lens"), Seg::Index(i)], v)),
+                    value: quote(&value_as_written(
+                        raw,
+                        &[Seg::Key("doc_lens"), Seg::Index(i)],
+                        v,
+                    )),
                 })?;
             Ok(TraceDoc {
                 len,
@@ -583,12 +587,6 @@ fn jsonl_batch(raw: &str, line: u64, batch: u64) -> Result<Vec<TraceDoc>, TraceE
             })
         })
         .collect()
-}
-
-/// The value at `path` of the JSON `text` as the user wrote it (a number's own digits), else
-/// as `v` prints.
-pub(super) fn as_written(text: &str, path: &[Seg<'_>], v: &serde_json::Value) -> String {
-    crate::jsonpos::raw_at(text, path).map_or_else(|| v.to_string(), str::to_string)
 }
 
 /// A length: an integer in 1..=[`MAX_DOC_LEN`], nothing else (no sign, no fraction, no
