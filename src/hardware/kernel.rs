@@ -132,7 +132,9 @@ pub enum Clamp {
     /// Shorter than the shortest row: the shortest row's value is used, and a full-mask tile
     /// runs no faster than a causal one of twice its side ([`KernelProfile::lookup`] says why).
     BelowMin,
-    /// Longer than the longest row: the longest row's value is used (throughput has plateaued).
+    /// Longer than the longest row: the longest row's value is used (throughput has
+    /// plateaued); a causal tile is priced as cut into pieces of that row's side
+    /// ([`KernelProfile::lookup`] says why).
     AboveMax,
 }
 
@@ -352,7 +354,52 @@ impl KernelProfile {
         let loc = self.locate(q)?;
         Ok(match self.full_below_cap(q, &loc) {
             Some(cap) => cap.tflops,
-            None => loc.tflops(),
+            None => match self.causal_above(q, &loc) {
+                Some(cut) => cut.tflops,
+                None => loc.tflops(),
+            },
+        })
+    }
+
+    /// A causal query above its series' longest row, priced as if cut into square pieces of
+    /// that row's side where that is faster than the clamp (see [`KernelProfile::lookup`]);
+    /// `None` otherwise: for other queries, for varlen
+    /// rows (a launch of many documents plateaus as measured), or when the profile has no
+    /// non-varlen full-mask rows for the query.
+    fn causal_above<'a>(&'a self, q: &KernelQuery, loc: &Located<'a>) -> Option<Pieces<'a>> {
+        let At::Above(causal) = loc.at else {
+            return None;
+        };
+        if q.mask != Mask::Causal || causal.varlen {
+            return None;
+        }
+        let full = self
+            .locate(&KernelQuery {
+                mask: Mask::Full,
+                q_len: causal.q_len,
+                kv_len: causal.kv_len,
+                varlen: false,
+                ..*q
+            })
+            .ok()?;
+        if full.first.varlen {
+            return None;
+        }
+        // Pieces of side `side` along a diagonal of `d` tokens hold d·side/2 of the tile's
+        // q·kv − d²/2 allowed pairs; the rest are unmasked pieces.
+        let side = causal.length();
+        let (ql, kl) = (q.q_len as f64, q.kv_len as f64);
+        let d = ql.min(kl);
+        let diagonal = (d * side / (2.0 * ql * kl - d * d)).min(1.0);
+        let tflops = 1.0 / (diagonal / causal.tflops + (1.0 - diagonal) / full.tflops());
+        if tflops <= causal.tflops {
+            return None;
+        }
+        Some(Pieces {
+            tflops,
+            diagonal,
+            causal,
+            full,
         })
     }
 
@@ -398,6 +445,20 @@ impl KernelProfile {
     /// causal tile is kept: in varlen launches of 4K tokens or more, short documents run at
     /// about the shortest causal row's rate, not below it (`examples/short_tiles.rs` checks the
     /// per-tile model against the measured varlen rows; `docs/kernel-profile.md` § Lookup).
+    ///
+    /// Above the longest row a **causal** tile is priced as if cut into square pieces of that
+    /// row's side: the pieces along the diagonal run at the longest causal row's rate and the
+    /// rest at the full-mask rows' rate at that side, weighted by their share of the pairs
+    /// (`1/t = s/t_causal + (1 − s)/t_full`, `s` = side/length for a square tile), where
+    /// that beats the clamp: a longer launch runs no slower than its longest row, nor than the
+    /// pieces it could be cut into (B200's forward causal row outruns its full one at 32K, 1,390
+    /// against 1,300 TFLOP/s, and keeps the clamp). Why: the
+    /// tables end at 32K, where causal rows run a few percent under full ones (H100 forward
+    /// 680 against 701); clamping a 128K causal document to 680 let four 32K pieces cost 2 %
+    /// less than the whole, and a plan that cut long documents beat the lower bound. A longer
+    /// causal launch only dilutes its diagonal, so its rate tends to the full-mask one; with
+    /// the pieces rule a cut whose pieces are at least the longest row costs exactly the whole.
+    /// Full-mask tiles and varlen rows (launches of many documents) keep the clamp.
     ///
     /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
     /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
@@ -446,6 +507,37 @@ impl KernelProfile {
                     r.q_len,
                     r.kv_len,
                     r.tflops
+                ),
+                sources,
+            });
+        }
+        if let Some(Pieces {
+            tflops,
+            diagonal,
+            causal: c,
+            full: f,
+        }) = self.causal_above(q, &loc)
+        {
+            let mut sources = vec![c.source.clone()];
+            sources.extend(
+                f.at.sources()
+                    .into_iter()
+                    .filter(|s| **s != c.source)
+                    .cloned(),
+            );
+            return Ok(KernelLookup {
+                tflops,
+                length: len,
+                clamped: Clamp::AboveMax,
+                varlen_fallback,
+                used: format!(
+                    "{head}: above the table (len {len:.0} > longest {:.0}): priced as cut into pieces of that side, {:.1} % of pairs on the diagonal at the causal row {}x{} = {} TFLOP/s, the rest at the full-mask rows' {:.1} TFLOP/s: {tflops:.1} TFLOP/s{fallback_note}",
+                    c.length(),
+                    100.0 * diagonal,
+                    c.q_len,
+                    c.kv_len,
+                    c.tflops,
+                    f.tflops()
                 ),
                 sources,
             });
@@ -590,6 +682,18 @@ struct Cap<'a> {
     full: &'a KernelRow,
     /// Where twice the length falls in the causal series.
     causal: Located<'a>,
+}
+
+/// A causal tile above the table priced as cut into pieces of the longest row's side.
+struct Pieces<'a> {
+    /// The blended throughput.
+    tflops: f64,
+    /// Share of the tile's pairs in the pieces along the diagonal.
+    diagonal: f64,
+    /// The causal series' longest row (the clamp it replaces).
+    causal: &'a KernelRow,
+    /// Where that row's shape falls in the full-mask series.
+    full: Located<'a>,
 }
 
 impl Located<'_> {
@@ -755,6 +859,48 @@ bwd,full,64,true,total,2048,2048,40,v
         assert!(l.used.contains("clamped below"), "{}", l.used);
         // Inside the table nothing changes: the full row at 1,024 is 558.
         assert_eq!(at(Mask::Full, 1024).tflops, 558.0);
+    }
+
+    #[test]
+    fn a_causal_tile_above_the_table_is_priced_as_its_pieces() {
+        let h100 = KernelProfile::load("h100-fa3").unwrap();
+        // 64K × 64K causal: half its pairs in 32K diagonal pieces (680), half unmasked (701).
+        let l = h100
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 65536, 65536, false))
+            .unwrap();
+        let want = 1.0 / (0.5 / 680.0 + 0.5 / 701.0);
+        assert!((l.tflops - want).abs() < 1e-9, "{} vs {want}", l.tflops);
+        assert_eq!(l.clamped, Clamp::AboveMax);
+        assert!(l.used.contains("priced as cut into pieces"), "{}", l.used);
+        assert_eq!(
+            l.tflops,
+            h100.tflops_for(&q(Pass::Fwd, Mask::Causal, 128, 65536, 65536, false))
+                .unwrap()
+        );
+        // 32K queries against 64K keys: a third of the pairs on the diagonal.
+        let l = h100
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 32768, 65536, false))
+            .unwrap();
+        let want = 1.0 / (1.0 / 3.0 / 680.0 + 2.0 / 3.0 / 701.0);
+        assert!((l.tflops - want).abs() < 1e-9, "{} vs {want}", l.tflops);
+        // Full-mask tiles keep the clamp.
+        let l = h100
+            .lookup(&q(Pass::Fwd, Mask::Full, 128, 65536, 65536, false))
+            .unwrap();
+        assert_eq!((l.tflops, l.clamped), (701.0, Clamp::AboveMax));
+        // Varlen rows (launches of many documents) keep the clamp.
+        let l = h100
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 65536, 65536, true))
+            .unwrap();
+        assert_eq!((l.tflops, l.clamped), (583.0, Clamp::AboveMax));
+        // Where the causal row outruns the full one (B200 forward, 1,390 vs 1,300), the
+        // pieces would be slower: the clamp holds.
+        let b200 = KernelProfile::load("b200-fa4").unwrap();
+        let l = b200
+            .lookup(&q(Pass::Fwd, Mask::Causal, 128, 65536, 65536, false))
+            .unwrap();
+        assert_eq!(l.tflops, 1390.0);
+        assert!(l.used.contains("clamped above"), "{}", l.used);
     }
 
     #[test]
