@@ -44,4 +44,6 @@ r=$OUT/fcp-fig9-fig11/results.json
 "$fcp" plan --scheme fcp --ranks 8 --tokens-per-rank 16384 -o "$OUT/fcp-8.json" > /dev/null
 "$fcp" plot gantt "$OUT/zigzag-8.json" -o "$PNG/gantt-zigzag-8.png"
 "$fcp" plot gantt "$OUT/fcp-8.json" -o "$PNG/gantt-fcp-8.png"
+python3 scripts/studies-tables.py "$OUT" > "$OUT/tables.md"
+echo "wrote $OUT/tables.md (the tables of docs/results/studies.md)"
 cat "$OUT/times.txt"
