@@ -258,6 +258,34 @@ fn pack_modes_from_the_cli() {
         .stderr(predicate::str::contains("ranks must be greater than 0"));
 }
 
+/// `trace pack` takes `--context` with every packing mode (scripts pack a trace each way with
+/// one command line), but where the mode ignores it, it says so instead of dropping it quietly
+/// (`plan`, `compare` and the rest refuse it).
+#[test]
+fn pack_notes_a_context_that_the_mode_ignores() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.csv");
+    std::fs::write(&t, "doc_len\n3\n6\n25\n2\n").unwrap();
+    let run = |extra: &[&str]| {
+        let a = fcp()
+            .args(["trace", "pack", "--ranks", "2", "--tokens-per-rank", "4"])
+            .args(extra)
+            .arg(&t)
+            .assert()
+            .success();
+        String::from_utf8(a.get_output().stderr.clone()).unwrap()
+    };
+    for mode in ["budget", "carry"] {
+        let err = run(&["--context", "8", "--pack", mode]);
+        assert!(
+            err.contains("--context applies only to --pack window; ignored by --pack"),
+            "{mode}: {err}"
+        );
+        assert!(run(&["--pack", mode]).is_empty());
+    }
+    assert!(run(&["--context", "8", "--pack", "window"]).is_empty());
+}
+
 /// `trace pack` streams a file (two passes, batches printed as they close) but packs stdin in
 /// memory and pretty-prints the whole value; the two must agree byte for byte in every mode.
 #[test]

@@ -162,7 +162,7 @@ impl PackArgs {
 
     /// Refuse `--context` with a packing mode that ignores it, as `fcp sweep` refuses
     /// `grid.context` without `pack = "window"`. (`fcp trace pack` keeps taking it with every
-    /// mode, so one command line can pack a trace each way.)
+    /// mode, so one command line can pack a trace each way, and notes that it is ignored.)
     pub fn check_context(&self) -> Result<(), TraceError> {
         PackMode::from(self.pack).check_context(
             self.context.is_some(),
@@ -259,6 +259,16 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
 /// second prints each batch as it closes. Pinned traces (batch ids may repeat anywhere) and
 /// stdin (cannot be read twice) are read whole.
 fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
+    // Other commands refuse `--context` without `--pack window`; `trace pack` has always
+    // taken it with every mode (one command line packs a trace each way), so it only says so.
+    if let Err(e) = a.pack.check_context() {
+        let mode = a
+            .pack
+            .pack
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned());
+        eprintln!("note: {e}; ignored by --pack {}", mode.unwrap_or_default());
+    }
     let opts = a.pack.options(a.ranks, a.tokens_per_rank);
     let stream = a.file != Path::new("-") && !DocReader::open(&a.file)?.is_pinned();
     if !stream {
