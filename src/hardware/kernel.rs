@@ -488,13 +488,7 @@ impl KernelProfile {
             causal: c,
         }) = self.full_below_cap(q, &loc)
         {
-            let mut sources = vec![r.source.clone()];
-            sources.extend(
-                c.at.sources()
-                    .into_iter()
-                    .filter(|s| **s != r.source)
-                    .cloned(),
-            );
+            let sources = sources_with(r, &c);
             return Ok(KernelLookup {
                 tflops,
                 length: len,
@@ -518,13 +512,7 @@ impl KernelProfile {
             full: f,
         }) = self.causal_above(q, &loc)
         {
-            let mut sources = vec![c.source.clone()];
-            sources.extend(
-                f.at.sources()
-                    .into_iter()
-                    .filter(|s| **s != c.source)
-                    .cloned(),
-            );
+            let sources = sources_with(c, &f);
             return Ok(KernelLookup {
                 tflops,
                 length: len,
@@ -587,6 +575,21 @@ impl KernelProfile {
             },
         })
     }
+}
+
+/// The sources of a value blended from `row` and the rows `other` is answered from: `row`'s
+/// first, then each of the others that differs from it.
+fn sources_with(row: &KernelRow, other: &Located<'_>) -> Vec<String> {
+    let mut sources = vec![row.source.clone()];
+    sources.extend(
+        other
+            .at
+            .sources()
+            .into_iter()
+            .filter(|s| **s != row.source)
+            .cloned(),
+    );
+    sources
 }
 
 /// Where length `len` falls in a series: `first` and `last` its shortest and longest rows, `a`

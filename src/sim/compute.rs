@@ -293,18 +293,28 @@ mod tests {
             .min()
     }
 
+    /// (pass, cut seconds, whole seconds) of a causal document of `len` tokens cut at `cuts`
+    /// on the H100 table, forward and backward.
+    fn cut_and_whole_on_h100(len: u64, cuts: &[u64]) -> Vec<(Pass, f64, f64)> {
+        let (p, hw, model) = &profiles()[0];
+        assert_eq!(p.name, "h100-fa3");
+        let mut cm = ComputeModel::new(hw, p, model);
+        [Pass::Fwd, Pass::Bwd]
+            .into_iter()
+            .map(|pass| {
+                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
+                (pass, cut_seconds(&mut cm, len, cuts, pass), whole)
+            })
+            .collect()
+    }
+
     /// The bug: with both masks clamped to their shortest rows below the table, a 600-token
     /// causal document cut at 300 cost 25 % less than whole on the H100 table (its
     /// off-diagonal tile ran at the full-mask row, twice the causal one), and zigzag beat the
     /// lower bound.
     #[test]
     fn a_short_causal_document_cut_in_two_is_not_cheaper_than_whole() {
-        let (p, hw, model) = &profiles()[0];
-        assert_eq!(p.name, "h100-fa3");
-        let mut cm = ComputeModel::new(hw, p, model);
-        for pass in [Pass::Fwd, Pass::Bwd] {
-            let whole = cm.whole_document(Mask::Causal, 600, pass).unwrap().seconds;
-            let cut = cut_seconds(&mut cm, 600, &[300], pass);
+        for (pass, cut, whole) in cut_and_whole_on_h100(600, &[300]) {
             assert!(
                 cut >= whole * (1.0 - 1e-12),
                 "{pass:?}: cut {cut} vs whole {whole}"
@@ -320,13 +330,7 @@ mod tests {
     /// plan as side·(side+1)/2).
     #[test]
     fn a_long_causal_document_cut_at_the_longest_row_costs_the_whole() {
-        let (p, hw, model) = &profiles()[0];
-        assert_eq!(p.name, "h100-fa3");
-        let mut cm = ComputeModel::new(hw, p, model);
-        for pass in [Pass::Fwd, Pass::Bwd] {
-            let len = 4 * 32768;
-            let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
-            let cut = cut_seconds(&mut cm, len, &[32768, 65536, 98304], pass);
+        for (pass, cut, whole) in cut_and_whole_on_h100(4 * 32768, &[32768, 65536, 98304]) {
             assert!(
                 (cut - whole).abs() <= 1e-6 * whole,
                 "{pass:?}: cut {cut} vs whole {whole}"
