@@ -38,11 +38,14 @@ fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) ->
 /// needs the query heads divisible by N); any other failure, or a refusal that does not say
 /// why, fails the test.
 fn plan_with(scheme: &str, batch: &Batch, ranks: u32, mask: Mask) -> Option<fcp::Plan> {
-    let result = with_ctx(ranks, mask, |ctx| {
-        planner_for(scheme)
-            .expect("registered scheme")
-            .plan(batch, ctx)
-    });
+    with_ctx(ranks, mask, |ctx| plan_in(scheme, batch, ctx))
+}
+
+/// [`plan_with`] in a given context.
+fn plan_in(scheme: &str, batch: &Batch, ctx: &PlanContext<'_>) -> Option<fcp::Plan> {
+    let result = planner_for(scheme)
+        .expect("registered scheme")
+        .plan(batch, ctx);
     match result {
         Ok(plan) => Some(plan),
         Err(e) if scheme == "ulysses" && e.to_string().contains("divisible by N") => None,
@@ -163,6 +166,58 @@ proptest! {
             let back = fcp::Plan::from_json(&text, "mem").unwrap();
             prop_assert_eq!(&back, &a);
             prop_assert_eq!(back.to_json(), text);
+        }
+    }
+}
+
+/// Lengths across the kernel tables' edges: below their shortest row (1,024 tokens), inside,
+/// and up to four times their longest (32K).
+fn table_len() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        2 => 1u64..1024,
+        2 => 1024u64..32768,
+        1 => 32768u64..131072,
+    ]
+}
+
+proptest! {
+    #![proptest_config(support::proptest_config())]
+
+    /// No plan of any scheme spends less compute than the lower bound says the batch needs
+    /// (each document whole as one kernel, spread over the ranks): mean rank compute ≥
+    /// `lower_bound_ms`, on both bundled hd-128 kernel tables and both masks. The bound is
+    /// the oracle; a cost model that prices a cut document below the whole breaks it. Both
+    /// such flaws found so far fail this test: full-mask tiles below the tables clamped to
+    /// their own shortest row (zigzag at 0.67 of the bound on four documents under 1K on the
+    /// B200), and causal tiles above them clamped to the 32K row (ring and llama3 at 0.98 on
+    /// documents of 128K on the H100).
+    #[test]
+    fn no_plan_computes_for_less_than_the_lower_bound(
+        lens in prop::collection::vec(table_len(), 1..6),
+        ranks in 1u32..9,
+        causal in any::<bool>(),
+        b200 in any::<bool>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let total: u64 = lens.iter().sum();
+        let batch = Batch::new(0, lens);
+        let hw = Hardware::load(if b200 { "b200" } else { "h100" }).unwrap();
+        let model = Model::load("llama3-8b").unwrap();
+        let sim = Simulator::new(hw.clone(), model.clone()).unwrap();
+        let ctx = PlanContext {
+            ranks,
+            tokens_per_rank: 2 * total.div_ceil(u64::from(ranks)),
+            mask,
+            model: &model,
+            hardware: &hw,
+        };
+        for scheme in SCHEMES.iter().chain(&["hybrid:quick=true"]) {
+            let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
+            let m = sim.simulate(&plan, PassSel::Both).unwrap().metrics;
+            prop_assert!(
+                m.mean_compute_ms >= m.lower_bound_ms * (1.0 - 1e-9),
+                "{scheme} on {}: mean compute {} ms < bound {} ms", hw.name, m.mean_compute_ms, m.lower_bound_ms
+            );
         }
     }
 }
