@@ -187,10 +187,10 @@ proptest! {
     /// (each document whole as one kernel, spread over the ranks): mean rank compute ≥
     /// `lower_bound_ms`, on both bundled hd-128 kernel tables and both masks. The bound is
     /// the oracle; a cost model that prices a cut document below the whole breaks it. Both
-    /// such flaws found so far fail this test: full-mask tiles below the tables clamped to
-    /// their own shortest row (zigzag at 0.67 of the bound on four documents under 1K on the
-    /// B200), and causal tiles above them clamped to the 32K row (ring and llama3 at 0.98 on
-    /// documents of 128K on the H100).
+    /// such flaws found so far fail this test when put back: full-mask tiles below the tables
+    /// clamped to their own shortest row (short documents cut by zigzag, per-doc, wlb-llm),
+    /// and causal tiles above them clamped to the 32K row (one 60K document cut in two by
+    /// zigzag on one H100 rank, the case kept in the regressions file).
     #[test]
     fn no_plan_computes_for_less_than_the_lower_bound(
         lens in prop::collection::vec(table_len(), 1..6),
