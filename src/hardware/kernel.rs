@@ -363,9 +363,9 @@ impl KernelProfile {
 
     /// A causal query above its series' longest row, priced as if cut into square pieces of
     /// that row's side where that is faster than the clamp (see [`KernelProfile::lookup`]);
-    /// `None` otherwise: for other queries, for varlen
-    /// rows (a launch of many documents plateaus as measured), or when the profile has no
-    /// non-varlen full-mask rows for the query.
+    /// `None` otherwise: for other queries, for varlen rows (a launch of many documents
+    /// plateaus as measured), or when the profile has no non-varlen full-mask rows for the
+    /// query.
     fn causal_above<'a>(&'a self, q: &KernelQuery, loc: &Located<'a>) -> Option<Pieces<'a>> {
         let At::Above(causal) = loc.at else {
             return None;
@@ -449,16 +449,16 @@ impl KernelProfile {
     /// Above the longest row a **causal** tile is priced as if cut into square pieces of that
     /// row's side: the pieces along the diagonal run at the longest causal row's rate and the
     /// rest at the full-mask rows' rate at that side, weighted by their share of the pairs
-    /// (`1/t = s/t_causal + (1 − s)/t_full`, `s` = side/length for a square tile), where
-    /// that beats the clamp: a longer launch runs no slower than its longest row, nor than the
-    /// pieces it could be cut into (B200's forward causal row outruns its full one at 32K, 1,390
-    /// against 1,300 TFLOP/s, and keeps the clamp). Why: the
-    /// tables end at 32K, where causal rows run a few percent under full ones (H100 forward
-    /// 680 against 701); clamping a 128K causal document to 680 let four 32K pieces cost 2 %
-    /// less than the whole, and a plan that cut long documents beat the lower bound. A longer
-    /// causal launch only dilutes its diagonal, so its rate tends to the full-mask one; with
-    /// the pieces rule a cut whose pieces are at least the longest row costs exactly the whole.
-    /// Full-mask tiles and varlen rows (launches of many documents) keep the clamp.
+    /// (`1/t = s/t_causal + (1 − s)/t_full`, `s` = side/length for a square tile), where that
+    /// beats the clamp: a longer launch runs no slower than its longest row, nor than the
+    /// pieces it could be cut into (B200's forward causal row outruns its full one at 32K,
+    /// 1,390 against 1,300 TFLOP/s, and keeps the clamp). Why: the tables end at 32K, where
+    /// causal rows run a few percent under full ones (H100 forward 680 against 701); clamping
+    /// a 128K causal document to 680 let four 32K pieces cost 2 % less than the whole, and a
+    /// plan that cut long documents beat the lower bound. A longer causal launch only dilutes
+    /// its diagonal, so its rate tends to the full-mask one; with the pieces rule a cut whose
+    /// pieces are at least the longest row costs exactly the whole. Full-mask tiles and
+    /// varlen rows (launches of many documents) keep the clamp.
     ///
     /// Rows match on pass, mask and head_dim exactly; varlen rows are preferred for a varlen
     /// query and non-varlen rows otherwise, falling back to the other kind when only that exists.
