@@ -10,11 +10,13 @@
 #   2. GPU machine: bash scripts/gpu-session.sh device          (writes to $OUT, < 8 min;
 #        the device tool must carry .gpu-session, which git ignores)
 #        calibrate.py (bounded by --max-seconds) -> $OUT/kernels.csv, then
-#        replay.py --single-device on each plan -> $OUT/<scheme>.measured.json, log in
-#        $OUT/session.log. Uses the machine's python3 (its own PyTorch); no install.
+#        replay.py --single-device on each plan -> $OUT/<scheme>.measured.json, then 64K rows
+#        -> $OUT/kernels-64k.csv as time allows; log in $OUT/session.log. Uses the machine's
+#        python3 (its own PyTorch); no install.
 #   3. here (CPU):  bash scripts/gpu-session.sh validate DIR   (DIR = the files from $OUT)
 #        writes DIR/h200-calibrated.toml (h200 with the calibrated kernel table) and runs
-#        `fcp validate` for each plan against it and against the bundled h200 profile.
+#        `fcp validate` for each plan against it and against the bundled h200 profile, and
+#        compares the 64K rows with what the lookup says above the calibrated grid.
 #
 # Aim: mean per-rank compute error ≤ 10% against the calibrated profile.
 set -euo pipefail
@@ -55,6 +57,13 @@ device)
                 echo "replay $s failed (exit $?)"
             echo "replay $s: $(( $(date +%s) - t )) s"
         done
+        # Last, as time allows: 64K rows, above the grid's longest, to check what the lookup
+        # does there (docs/kernel-profile.md § Lookup: causal tiles priced as 32K pieces).
+        t=$(date +%s)
+        timeout 90 "$PY" scripts/calibrate.py -o "$OUT/kernels-64k.csv" --lens 65536 \
+            --varlen-docs 0 --q-heads 64 --kv-heads 8 --head-dims 128 --warmup 1 --iters 3 \
+            --max-seconds 60 || echo "calibrate 64K failed (exit $?)"
+        echo "calibrate 64K: $(( $(date +%s) - t )) s"
         echo "device session: $(( $(date +%s) - start )) s"
     } 2>&1 | tee "$log"
     ;;
@@ -75,6 +84,26 @@ validate)
                 --hardware "$hw" --model "$MODEL" | tail -n 4
         done
     done
+    # Above the table: the calibrated 64K rows against the lookup from the rows up to 32K.
+    if [[ -f "$dir/kernels-64k.csv" ]]; then
+        echo "== 64K, measured vs the lookup from the calibrated rows up to 32K"
+        for pass in fwd bwd; do
+            for mask in causal full; do
+                lookup=$(cargo run --locked --quiet -- hw kernel --hardware "$dir/h200-calibrated.toml" \
+                    --pass "$pass" --mask "$mask" --head-dim 128 --q-len 65536 --kv-len 65536 --json |
+                    python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["tflops"])')
+                measured=$(python3 - "$dir/kernels-64k.csv" "$pass" "$mask" <<'PY'
+import csv, sys
+path, p, m = sys.argv[1:]
+lines = [line for line in open(path) if not line.startswith("#")]
+rows = [r for r in csv.DictReader(lines) if (r["pass"], r["mask"], r["varlen"], r["q_len"]) == (p, m, "false", "65536")]
+print(f"{float(rows[0]['tflops']):.1f}" if rows else "not measured")
+PY
+                )
+                echo "$pass $mask 64K: lookup $lookup TFLOP/s, measured $measured"
+            done
+        done
+    fi
     ;;
 *)
     echo "usage: bash scripts/gpu-session.sh prepare | device | validate DIR" >&2
