@@ -60,9 +60,9 @@ device)
         # Last, as time allows: 64K rows, above the grid's longest, to check what the lookup
         # does there (docs/kernel-profile.md § Lookup: causal tiles priced as 32K pieces).
         t=$(date +%s)
-        timeout 90 "$PY" scripts/calibrate.py -o "$OUT/kernels-64k.csv" --lens 65536 \
+        timeout 50 "$PY" scripts/calibrate.py -o "$OUT/kernels-64k.csv" --lens 65536 \
             --varlen-docs 0 --q-heads 64 --kv-heads 8 --head-dims 128 --warmup 1 --iters 3 \
-            --max-seconds 60 || echo "calibrate 64K failed (exit $?)"
+            --max-seconds 35 || echo "calibrate 64K failed (exit $?)"
         echo "calibrate 64K: $(( $(date +%s) - t )) s"
         echo "device session: $(( $(date +%s) - start )) s"
     } 2>&1 | tee "$log"
