@@ -482,28 +482,32 @@ impl KernelProfile {
         } else {
             String::new()
         };
+        // Every answer: its value, clamp, what was used (between the series and the fallback
+        // note) and the rows' sources.
+        let answer =
+            |tflops: f64, clamped: Clamp, what: String, sources: Vec<String>| KernelLookup {
+                tflops,
+                length: len,
+                clamped,
+                varlen_fallback,
+                used: format!("{head}: {what}{fallback_note}"),
+                sources,
+            };
         if let Some(Cap {
             tflops,
             full: r,
             causal: c,
         }) = self.full_below_cap(q, &loc)
         {
-            let sources = sources_with(r, &c);
-            return Ok(KernelLookup {
-                tflops,
-                length: len,
-                clamped: Clamp::BelowMin,
-                varlen_fallback,
-                used: format!(
-                    "{head}: below the table (len {len:.0} < shortest {:.0}): held to a causal tile of twice its side, {tflops:.1} TFLOP/s at causal len {:.0} (under the shortest full row {}x{} = {} TFLOP/s){fallback_note}",
-                    r.length(),
-                    c.len,
-                    r.q_len,
-                    r.kv_len,
-                    r.tflops
-                ),
-                sources,
-            });
+            let what = format!(
+                "below the table (len {len:.0} < shortest {:.0}): held to a causal tile of twice its side, {tflops:.1} TFLOP/s at causal len {:.0} (under the shortest full row {}x{} = {} TFLOP/s)",
+                r.length(),
+                c.len,
+                r.q_len,
+                r.kv_len,
+                r.tflops
+            );
+            return Ok(answer(tflops, Clamp::BelowMin, what, sources_with(r, &c)));
         }
         if let Some(Pieces {
             tflops,
@@ -512,67 +516,45 @@ impl KernelProfile {
             full: f,
         }) = self.causal_above(q, &loc)
         {
-            let sources = sources_with(c, &f);
-            return Ok(KernelLookup {
-                tflops,
-                length: len,
-                clamped: Clamp::AboveMax,
-                varlen_fallback,
-                used: format!(
-                    "{head}: above the table (len {len:.0} > longest {:.0}): priced as cut into pieces of that side, {:.1} % of pairs on the diagonal at the causal row {}x{} = {} TFLOP/s, the rest at the full-mask rows' {:.1} TFLOP/s: {tflops:.1} TFLOP/s{fallback_note}",
-                    c.length(),
-                    100.0 * diagonal,
-                    c.q_len,
-                    c.kv_len,
-                    c.tflops,
-                    f.tflops()
-                ),
-                sources,
-            });
+            let what = format!(
+                "above the table (len {len:.0} > longest {:.0}): priced as cut into pieces of that side, {:.1} % of pairs on the diagonal at the causal row {}x{} = {} TFLOP/s, the rest at the full-mask rows' {:.1} TFLOP/s: {tflops:.1} TFLOP/s",
+                c.length(),
+                100.0 * diagonal,
+                c.q_len,
+                c.kv_len,
+                c.tflops,
+                f.tflops()
+            );
+            return Ok(answer(tflops, Clamp::AboveMax, what, sources_with(c, &f)));
         }
         let tflops = loc.tflops();
-        let one = |r: &KernelRow, clamped: Clamp, what: &str| KernelLookup {
-            tflops,
-            length: len,
-            clamped,
-            varlen_fallback,
-            used: format!(
-                "{head}: {what} row {}x{} = {} TFLOP/s{fallback_note}",
-                r.q_len, r.kv_len, r.tflops
-            ),
-            sources: vec![r.source.clone()],
-        };
+        let sources = loc.at.sources().into_iter().cloned().collect();
+        let row = |r: &KernelRow| format!("row {}x{} = {} TFLOP/s", r.q_len, r.kv_len, r.tflops);
         Ok(match loc.at {
-            At::Exact(r) => one(r, Clamp::None, "exact"),
+            At::Exact(r) => answer(tflops, Clamp::None, format!("exact {}", row(r)), sources),
             At::Below(r) => {
                 let what = format!(
-                    "clamped below (len {len:.0} < shortest {:.0}) to",
-                    r.length()
+                    "clamped below (len {len:.0} < shortest {:.0}) to {}",
+                    r.length(),
+                    row(r)
                 );
-                one(r, Clamp::BelowMin, &what)
+                answer(tflops, Clamp::BelowMin, what, sources)
             }
             At::Above(r) => {
                 let what = format!(
-                    "clamped above (len {len:.0} > longest {:.0}) to",
-                    r.length()
+                    "clamped above (len {len:.0} > longest {:.0}) to {}",
+                    r.length(),
+                    row(r)
                 );
-                one(r, Clamp::AboveMax, &what)
+                answer(tflops, Clamp::AboveMax, what, sources)
             }
-            At::Between(a, b, t) => KernelLookup {
-                tflops,
-                length: len,
-                clamped: Clamp::None,
-                varlen_fallback,
-                used: format!(
-                    "{head}: log2-interpolated at len {len:.0} (t={t:.3}) between rows {}x{} = {} and {}x{} = {} TFLOP/s{fallback_note}",
+            At::Between(a, b, t) => {
+                let what = format!(
+                    "log2-interpolated at len {len:.0} (t={t:.3}) between rows {}x{} = {} and {}x{} = {} TFLOP/s",
                     a.q_len, a.kv_len, a.tflops, b.q_len, b.kv_len, b.tflops
-                ),
-                sources: if a.source == b.source {
-                    vec![a.source.clone()]
-                } else {
-                    vec![a.source.clone(), b.source.clone()]
-                },
-            },
+                );
+                answer(tflops, Clamp::None, what, sources)
+            }
         })
     }
 }

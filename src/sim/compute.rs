@@ -244,7 +244,7 @@ impl<'a> ComputeModel<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hardware::bundled;
+    use crate::hardware::{bundled, KernelRow};
     use proptest::prelude::*;
 
     /// Kernel seconds of one causal document of `len` tokens cut at `cuts` (sorted, inside
@@ -285,12 +285,25 @@ mod tests {
             .collect()
     }
 
+    /// The single-document hd-128 causal rows of a profile for `pass`.
+    fn causal_rows(p: &KernelProfile, pass: Pass) -> impl Iterator<Item = &KernelRow> {
+        p.rows().iter().filter(move |r| {
+            r.pass == pass && r.mask == Mask::Causal && r.head_dim == 128 && !r.varlen
+        })
+    }
+
     fn shortest_causal_row(p: &KernelProfile, pass: Pass) -> Option<u64> {
-        p.rows()
-            .iter()
-            .filter(|r| r.pass == pass && r.mask == Mask::Causal && r.head_dim == 128)
-            .map(|r| r.q_len.min(r.kv_len))
-            .min()
+        causal_rows(p, pass).map(|r| r.q_len.min(r.kv_len)).min()
+    }
+
+    fn longest_causal_row(p: &KernelProfile, pass: Pass) -> Option<u64> {
+        causal_rows(p, pass).map(|r| r.q_len.max(r.kv_len)).max()
+    }
+
+    /// Kernel seconds of a causal document of `len` tokens cut at `cuts`, and of it whole.
+    fn cut_and_whole(cm: &mut ComputeModel<'_>, len: u64, cuts: &[u64], pass: Pass) -> (f64, f64) {
+        let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
+        (cut_seconds(cm, len, cuts, pass), whole)
     }
 
     /// (pass, cut seconds, whole seconds) of a causal document of `len` tokens cut at `cuts`
@@ -302,8 +315,8 @@ mod tests {
         [Pass::Fwd, Pass::Bwd]
             .into_iter()
             .map(|pass| {
-                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
-                (pass, cut_seconds(&mut cm, len, cuts, pass), whole)
+                let (cut, whole) = cut_and_whole(&mut cm, len, cuts, pass);
+                (pass, cut, whole)
             })
             .collect()
     }
@@ -338,14 +351,6 @@ mod tests {
         }
     }
 
-    fn longest_causal_row(p: &KernelProfile, pass: Pass) -> Option<u64> {
-        p.rows()
-            .iter()
-            .filter(|r| r.pass == pass && r.mask == Mask::Causal && r.head_dim == 128 && !r.varlen)
-            .map(|r| r.q_len.max(r.kv_len))
-            .max()
-    }
-
     proptest! {
         /// Above every bundled table's longest row, no cut of a causal document into pieces
         /// at least that long costs less than the whole: where the pieces rule prices the
@@ -372,8 +377,7 @@ mod tests {
                     .collect();
                 let len = *cuts.last().unwrap() + longest;
                 let mut cm = ComputeModel::new(hw, p, model);
-                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
-                let cut = cut_seconds(&mut cm, len, &cuts, pass);
+                let (cut, whole) = cut_and_whole(&mut cm, len, &cuts, pass);
                 prop_assert!(cut >= whole * (1.0 - 1e-6), "{} {pass:?} len {len} cuts {cuts:?}: {cut} < {whole}", p.name);
             }
         }
@@ -400,8 +404,7 @@ mod tests {
                 cuts.sort_unstable();
                 cuts.dedup();
                 let mut cm = ComputeModel::new(hw, p, model);
-                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
-                let cut = cut_seconds(&mut cm, len, &cuts, pass);
+                let (cut, whole) = cut_and_whole(&mut cm, len, &cuts, pass);
                 prop_assert!(cut >= whole * (1.0 - 1e-12), "{} {pass:?} len {len} cuts {cuts:?}: {cut} < {whole}", p.name);
             }
         }
@@ -426,8 +429,7 @@ mod tests {
                     continue;
                 }
                 let mut cm = ComputeModel::new(hw, p, model);
-                let whole = cm.whole_document(Mask::Causal, len, pass).unwrap().seconds;
-                let cut = cut_seconds(&mut cm, len, &cuts, pass);
+                let (cut, whole) = cut_and_whole(&mut cm, len, &cuts, pass);
                 prop_assert!(cut >= 0.98 * whole, "{} {pass:?} len {len} k {k}: {cut} vs {whole}", p.name);
             }
         }
