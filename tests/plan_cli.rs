@@ -272,6 +272,47 @@ fn unreadable_or_wrong_version_plan_exits_2() {
         .stderr(predicate::str::contains("version 99"));
 }
 
+/// Llama3 CP's all-gather lists each rank's shard once, to every other rank (`also_to`, plan
+/// format version 2); `fcp plan` and `fcp verify` say how many receivers the transfers reach,
+/// and a version-1 plan of the same transfers is refused by the verifier.
+#[test]
+fn an_all_gather_plan_lists_each_shard_once_as_version_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama3.json");
+    plan_bundled("llama3", 8, &["--tokens-per-rank", "4096"], &out)
+        .success()
+        .stderr(predicate::str::contains("8 transfers to 56 receivers"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with(r#"{"version":2,"#), "{}", &text[..40]);
+    // Rank 0 sends to 1 then 2..7, rank 1 to 0 then 2..7.
+    assert_eq!(text.matches(r#""also_to":[2,3,4,5,6,7]"#).count(), 2);
+    assert_eq!(text.matches(r#""also_to":"#).count(), 8);
+    fcp()
+        .arg("verify")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("8 transfers to 56 receivers"));
+    let v1 = dir.path().join("v1.json");
+    std::fs::write(
+        &v1,
+        text.replacen(r#"{"version":2,"#, r#"{"version":1,"#, 1),
+    )
+    .unwrap();
+    fcp()
+        .arg("verify")
+        .arg(&v1)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("need version 2"));
+    // Point-to-point plans keep version 1, readable by executors that know only it.
+    let zz = dir.path().join("zigzag.json");
+    plan_bundled("zigzag", 4, &["--tokens-per-rank", "1024"], &zz).success();
+    assert!(std::fs::read_to_string(&zz)
+        .unwrap()
+        .starts_with(r#"{"version":1,"#));
+}
+
 #[test]
 fn invalid_plan_exits_1_and_lists_each_violation() {
     let dir = tempfile::tempdir().unwrap();

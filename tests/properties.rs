@@ -168,6 +168,69 @@ proptest! {
             prop_assert_eq!(back.to_json(), text);
         }
     }
+
+    /// A transfer with `also_to` receivers (an all-gather listing each shard once) reads as its
+    /// point-to-point pieces, one per receiver in order: the verifier accepts both forms, and
+    /// the simulator reports the same to the bit. Dropping any one receiver is caught.
+    #[test]
+    fn a_multicast_reads_as_its_point_to_point_pieces(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in 3u32..9,
+        causal in any::<bool>(),
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        let sim = Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-8b").unwrap(),
+        )
+        .unwrap();
+        let mut multicasts = 0;
+        for scheme in SCHEMES {
+            let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };
+            if plan.delivery_count() == plan.transfers.len() {
+                prop_assert_eq!(plan.version, 1, "{}", scheme);
+                continue;
+            }
+            multicasts += 1;
+            prop_assert_eq!(plan.version, 2, "{}", scheme);
+            let pieces = point_to_point(&plan);
+            prop_assert_eq!(pieces.version, 1);
+            prop_assert!(verify(&plan).is_empty(), "{scheme}: {:?}", verify(&plan));
+            prop_assert!(verify(&pieces).is_empty(), "{scheme}: {:?}", verify(&pieces));
+            prop_assert_eq!(
+                sim.simulate(&plan, PassSel::Both).unwrap(),
+                sim.simulate(&pieces, PassSel::Both).unwrap(),
+                "{}", scheme
+            );
+            // Drop one receiver of one multicast: where a task of that rank reads what it
+            // carried (heads included), the verifier says the data is not there.
+            let mut cut = plan.clone();
+            let multi: Vec<usize> = (0..cut.transfers.len())
+                .filter(|&i| !cut.transfers[i].also_to.is_empty())
+                .collect();
+            let i = multi[pick.index(multi.len())];
+            let dropped = cut.transfers[i].also_to.pop().unwrap();
+            let t = &cut.transfers[i];
+            let heads_meet = |h: Option<fcp::plan::HeadRange>| match (h, t.heads) {
+                (Some(a), Some(b)) => a.start < b.end && b.start < a.end,
+                _ => true,
+            };
+            let read = cut.ranks[dropped as usize].steps.iter().flat_map(|s| &s.tasks).any(|x| {
+                heads_meet(x.heads)
+                    && t.ranges.iter().any(|r| {
+                        r.doc == x.kv.doc && r.start < x.kv.end && x.kv.start < r.end
+                    })
+            });
+            if read {
+                let kinds: Vec<_> = verify(&cut).into_iter().map(|v| v.kind).collect();
+                prop_assert!(kinds.contains(&ViolationKind::NotAvailable), "{scheme}: {kinds:?}");
+            }
+        }
+        // Llama3 CP gathers every shard (padded to N), so 3 ranks or more always multicast.
+        prop_assert!(multicasts > 0, "the all-gather schemes emit multicasts");
+    }
 }
 
 /// Lengths across the kernel tables' edges: below their shortest row (1,024 tokens), inside,
@@ -220,4 +283,20 @@ proptest! {
             );
         }
     }
+}
+
+/// `plan` with every transfer listed once per receiver, as plan format version 1 lists an
+/// all-gather.
+fn point_to_point(plan: &fcp::Plan) -> fcp::Plan {
+    let mut out = plan.clone();
+    out.transfers = plan
+        .deliveries()
+        .map(|d| fcp::plan::Transfer {
+            dst: d.dst,
+            also_to: Vec::new(),
+            ..d.transfer.clone()
+        })
+        .collect();
+    out.version = out.required_version();
+    out
 }

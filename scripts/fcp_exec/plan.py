@@ -2,7 +2,9 @@
 
 The executor takes the plan exactly as the Rust IR writes it: ranges are `[doc, start, end]`,
 head ranges `[h0, h1)` of query heads, transfers name their kind, tensor, collective id and the
-steps they are issued at and due by. Everything an executor needs is derived here, once, and
+steps they are issued at and due by. A transfer with `also_to` receivers (format version 2, an
+all-gather listing each shard once) becomes one transfer per receiver here, numbered in plan
+order, so everything below sees point-to-point pieces as in version 1. Everything an executor needs is derived here, once, and
 identically on every rank, so all ranks agree on message tags and collective order.
 """
 
@@ -23,7 +25,7 @@ class Transfer:
     __slots__ = ("index", "kind", "collective", "tensor", "src", "dst", "ranges", "heads",
                  "issue_at", "arrive_by")
 
-    def __init__(self, index, t, plan):
+    def __init__(self, index, t, plan, dst=None):
         self.index = index
         self.kind = t.get("kind", "p2p")
         self.collective = t.get("collective")
@@ -32,7 +34,8 @@ class Transfer:
             raise PlanError(f"transfer {index}: unknown kind {self.kind!r}")
         if self.tensor not in ("kv", "q", "out"):
             raise PlanError(f"transfer {index}: unknown tensor {self.tensor!r}")
-        self.src, self.dst = int(t["src"]), int(t["dst"])
+        self.src = int(t["src"])
+        self.dst = int(t["dst"]) if dst is None else dst
         if not (0 <= self.src < plan.num_ranks and 0 <= self.dst < plan.num_ranks):
             raise PlanError(f"transfer {index}: rank out of range")
         self.ranges = [_range(r, f"transfer {index}") for r in t["ranges"]]
@@ -46,12 +49,26 @@ class Transfer:
         return (self.collective, self.kind)
 
 
+def _receivers(t, index, num_ranks):
+    """The ranks transfer `index` reaches: `dst`, then `also_to` (version 2). The executor
+    runs each receiver as a transfer of its own, in this order, as the simulator reads it."""
+    also = t.get("also_to", [])
+    if not isinstance(also, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in also):
+        raise PlanError(f"transfer {index}: also_to must be a list of ranks, got {also!r}")
+    rs = [int(t["dst"])] + also
+    if len(set(rs + [int(t["src"])])) != len(rs) + 1 or not all(0 <= r < num_ranks for r in rs):
+        raise PlanError(f"transfer {index}: receivers {rs} repeat a rank, name the source or a rank out of range")
+    if also and t.get("tensor", "kv") == "out":
+        raise PlanError(f"transfer {index}: an output return has one receiver, not also_to {also!r}")
+    return rs
+
+
 class Plan:
     def __init__(self, obj, origin):
         if not isinstance(obj, dict):
             raise PlanError(f"{origin}: not a JSON object")
-        if obj.get("version") != 1:
-            raise PlanError(f"{origin}: plan format version {obj.get('version')!r}, this executor reads version 1")
+        if obj.get("version") not in (1, 2):
+            raise PlanError(f"{origin}: plan format version {obj.get('version')!r}, this executor reads versions 1 and 2")
         try:
             self.scheme = obj["scheme"]["name"]
             self.num_ranks = int(obj["num_ranks"])
@@ -77,7 +94,10 @@ class Plan:
             layout = obj.get("input_layout")
             self.initial = ([[_range(r, "input_layout") for r in rs] for rs in layout]
                             if layout is not None else self.owned)
-            self.transfers = [Transfer(i, t, self) for i, t in enumerate(obj["transfers"])]
+            self.transfers = []
+            for i, t in enumerate(obj["transfers"]):
+                for dst in _receivers(t, i, self.num_ranks):
+                    self.transfers.append(Transfer(len(self.transfers), t, self, dst))
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"{origin}: not a valid fcp plan: {type(e).__name__}: {e}") from None
         if self.mask not in ("causal", "full"):

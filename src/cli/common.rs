@@ -322,3 +322,14 @@ pub fn load_verified_plan(path: &std::path::Path) -> anyhow::Result<fcp::plan::P
     }
     Ok(plan)
 }
+
+/// ` to N receivers` when the plan's transfers reach more ranks than they number (an
+/// all-gather lists each shard once, to every other member), else nothing.
+pub fn receivers(plan: &fcp::Plan) -> String {
+    let n = plan.delivery_count();
+    if n == plan.transfers.len() {
+        String::new()
+    } else {
+        format!(" to {n} receivers")
+    }
+}

@@ -8,7 +8,7 @@ use clap::Args;
 use fcp::plan::{summarize, Plan};
 use fcp::planners::{planner_for, SchemeError, SchemeSpec};
 
-use super::common::{bytes, BatchArgs, ProfileArgs};
+use super::common::{bytes, receivers, BatchArgs, ProfileArgs};
 
 /// Arguments of `fcp plan`.
 #[derive(Debug, Args)]
@@ -231,7 +231,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .map(|(k, v)| format!(" · {k} {}", v.as_str().map_or(v.to_string(), String::from)))
             .collect();
         eprintln!(
-            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers ({}) · FLOPs max/mean {:.3}{}{}",
+            "{}: batch {} · {} docs · {} tokens on {} ranks · {} steps · {} tasks · {} transfers{} ({}) · FLOPs max/mean {:.3}{}{}",
             a.output.display(),
             p.batch_index.unwrap_or(0),
             s.docs,
@@ -240,6 +240,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             s.steps,
             s.tasks,
             s.transfers,
+            receivers(p),
             bytes(s.comm_bytes_total),
             s.max_over_mean,
             saving,

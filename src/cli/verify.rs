@@ -84,13 +84,14 @@ pub fn run(a: VerifyArgs) -> Result<()> {
             );
         }
         outln!(
-            "{}: {} ({} ranks, {} docs, {} tasks, {} transfers){}",
+            "{}: {} ({} ranks, {} docs, {} tasks, {} transfers{}){}",
             a.plan.display(),
             if valid { "valid" } else { "INVALID" },
             plan.num_ranks,
             plan.documents.len(),
             plan.num_tasks(),
             plan.transfers.len(),
+            super::common::receivers(&plan),
             if violations.is_empty() {
                 String::new()
             } else {

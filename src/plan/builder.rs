@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{
     allowed_pairs, Document, HeadRange, Mask, Plan, RankPlan, SchemeInfo, Step, Task, TokenRange,
-    Transfer, PLAN_VERSION,
+    Transfer,
 };
 use crate::planners::PlanContext;
 use crate::trace::Batch;
@@ -17,8 +17,12 @@ pub struct PlanBuilder {
     plan: Plan,
     /// Tasks kept so far (for planners that bound their plan's size).
     tasks: u64,
-    /// Token ranges carried by the transfers kept so far.
+    /// Token ranges listed by the transfers kept so far.
     transfer_ranges: u64,
+    /// Token ranges delivered by the transfers kept so far, once per receiver.
+    delivered_ranges: u64,
+    /// Deliveries (transfer, receiver) of the transfers kept so far.
+    deliveries: u64,
 }
 
 impl PlanBuilder {
@@ -49,7 +53,7 @@ impl PlanBuilder {
             .collect();
         PlanBuilder {
             plan: Plan {
-                version: PLAN_VERSION,
+                version: 1,
                 scheme: SchemeInfo {
                     name: name.to_string(),
                     params,
@@ -72,12 +76,25 @@ impl PlanBuilder {
             },
             tasks: 0,
             transfer_ranges: 0,
+            delivered_ranges: 0,
+            deliveries: 0,
         }
     }
 
-    /// Token ranges carried by the transfers kept so far.
+    /// Token ranges listed by the transfers kept so far.
     pub fn transfer_range_count(&self) -> u64 {
         self.transfer_ranges
+    }
+
+    /// Token ranges delivered by the transfers kept so far, once per receiver
+    /// ([`crate::plan::Transfer::also_to`]).
+    pub fn delivered_range_count(&self) -> u64 {
+        self.delivered_ranges
+    }
+
+    /// Deliveries of the transfers kept so far ([`crate::plan::Plan::deliveries`]).
+    pub fn delivery_count(&self) -> u64 {
+        self.deliveries
     }
 
     /// Tasks kept so far.
@@ -184,13 +201,16 @@ impl PlanBuilder {
     pub fn transfer(&mut self, t: Transfer) -> &mut Self {
         if t.tokens() > 0 {
             self.transfer_ranges += t.ranges.len() as u64;
+            self.delivered_ranges += (t.ranges.len() * t.receiver_count()) as u64;
+            self.deliveries += t.receiver_count() as u64;
             self.plan.transfers.push(t);
         }
         self
     }
 
     /// Finish: every rank gets the same number of steps (trailing empty steps are padding the
-    /// executor skips), so step indices line up across ranks.
+    /// executor skips), so step indices line up across ranks; the plan says the oldest format
+    /// version that holds it.
     pub fn finish(mut self) -> Plan {
         let steps = self
             .plan
@@ -202,6 +222,7 @@ impl PlanBuilder {
         for r in &mut self.plan.ranks {
             r.steps.resize(steps, Step::default());
         }
+        self.plan.version = self.plan.required_version();
         self.plan
     }
 }

@@ -7,8 +7,18 @@ use serde::{Deserialize, Serialize};
 
 use super::Mask;
 
-/// Version of the plan format this build reads and writes. Bump on any incompatible change.
-pub const PLAN_VERSION: u32 = 1;
+/// Newest version of the plan format this build reads and writes. Bump on any incompatible
+/// change.
+///
+/// Version 2 added [`Transfer::also_to`]. A plan is written with the oldest version that can
+/// hold it ([`Plan::required_version`]): only plans with a multicast transfer say 2, so every
+/// other plan stays byte-identical to what earlier builds wrote and readable by executors that
+/// know version 1 only. A reader of version 1 would silently drop the extra receivers (it does
+/// not know the key), which is why such plans must carry the new number.
+pub const PLAN_VERSION: u32 = 2;
+
+/// Every plan format version this build reads.
+pub const PLAN_VERSIONS: std::ops::RangeInclusive<u32> = 1..=PLAN_VERSION;
 
 /// Errors reading or writing plan files.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +40,7 @@ pub enum PlanError {
         message: String,
     },
     /// The plan was written by a different, incompatible format version.
-    #[error("{path}: plan format version {found}, this fcp reads version {PLAN_VERSION}")]
+    #[error("{path}: plan format version {found}, this fcp reads versions 1 to {PLAN_VERSION}")]
     Version {
         /// File involved.
         path: String,
@@ -226,8 +236,16 @@ pub struct Transfer {
     pub tensor: TransferTensor,
     /// Sending rank.
     pub src: u32,
-    /// Receiving rank.
+    /// Receiving rank (the first, when the transfer has [`Transfer::also_to`]).
     pub dst: u32,
+    /// Further ranks that receive the same data from `src` with the same timing, in order
+    /// (plan format version 2). An all-gather among N ranks lists each member's shard once,
+    /// to `dst` and `also_to`, rather than once per receiver: N pieces instead of N(N − 1),
+    /// which took per-doc CP at 256 ranks past what a plan may hold and a 2,048-rank Llama3 CP
+    /// plan to 712 MB. Every reader treats the transfer as one delivery per receiver
+    /// ([`Plan::deliveries`]), in the order `dst`, then `also_to`. Empty for most transfers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_to: Vec<u32>,
     /// Token ranges moved (all must be available on `src` at `issue_at`).
     pub ranges: Vec<TokenRange>,
     /// Query heads moved; absent = all heads.
@@ -253,12 +271,23 @@ impl Transfer {
             tensor: TransferTensor::Kv,
             src,
             dst,
+            also_to: Vec::new(),
             ranges,
             heads: None,
             issue_at,
             arrive_by,
             round: None,
         }
+    }
+
+    /// Every rank that receives the transfer: `dst`, then `also_to`.
+    pub fn receivers(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(self.dst).chain(self.also_to.iter().copied())
+    }
+
+    /// Number of receivers (1 for a point-to-point transfer).
+    pub fn receiver_count(&self) -> usize {
+        1 + self.also_to.len()
     }
 
     /// Tokens moved.
@@ -275,7 +304,7 @@ impl Transfer {
 /// A plan: one batch on one CP group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
-    /// Format version, [`PLAN_VERSION`].
+    /// Format version: one of [`PLAN_VERSIONS`]; written as [`Plan::required_version`].
     pub version: u32,
     /// Scheme and parameters.
     pub scheme: SchemeInfo,
@@ -328,7 +357,51 @@ pub struct Plan {
     pub transfers: Vec<Transfer>,
 }
 
+/// One receiver of one transfer: what a point-to-point reading of the plan sees. A transfer
+/// with [`Transfer::also_to`] is one delivery per receiver; any other is one delivery.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// Index of the transfer in [`Plan::transfers`].
+    pub index: usize,
+    /// The transfer.
+    pub transfer: &'a Transfer,
+    /// The receiving rank of this delivery.
+    pub dst: u32,
+}
+
 impl Plan {
+    /// Every (transfer, receiver) pair in plan order, each transfer's receivers in the order
+    /// of [`Transfer::receivers`]. Listing an all-gather's pieces one per pair (as version 1
+    /// plans did) gives these deliveries in the same order, so the simulator and verifier
+    /// read both forms alike.
+    pub fn deliveries(&self) -> impl Iterator<Item = Delivery<'_>> + '_ {
+        self.transfers
+            .iter()
+            .enumerate()
+            .flat_map(|(index, transfer)| {
+                transfer.receivers().map(move |dst| Delivery {
+                    index,
+                    transfer,
+                    dst,
+                })
+            })
+    }
+
+    /// Number of deliveries ([`Plan::deliveries`]).
+    pub fn delivery_count(&self) -> usize {
+        self.transfers.iter().map(Transfer::receiver_count).sum()
+    }
+
+    /// The oldest format version that holds this plan: 2 when a transfer has more than one
+    /// receiver, else 1.
+    pub fn required_version(&self) -> u32 {
+        if self.transfers.iter().any(|t| !t.also_to.is_empty()) {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Ranges rank `r` holds before any transfer: its `input_layout` entry when the plan has
     /// one, else its `owned` ranges.
     pub fn initial(&self, r: usize) -> &[TokenRange] {
@@ -392,7 +465,7 @@ impl Plan {
         // The typed error, kept without the plan so a plan of another version is not held
         // while its value is parsed.
         let typed_err = match serde_json::from_str::<Plan>(text) {
-            Ok(plan) if plan.version == PLAN_VERSION => return Ok(plan),
+            Ok(plan) if PLAN_VERSIONS.contains(&plan.version) => return Ok(plan),
             Ok(_) => None,
             Err(e) => Some(e),
         };
@@ -402,7 +475,10 @@ impl Plan {
                 message: e.to_string(),
             })?;
         match value.get("version") {
-            Some(v) if v.as_u64() == Some(PLAN_VERSION as u64) => {}
+            Some(v)
+                if v.as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .is_some_and(|v| PLAN_VERSIONS.contains(&v)) => {}
             Some(v) => {
                 return Err(PlanError::Version {
                     path: origin.to_string(),
@@ -416,7 +492,7 @@ impl Plan {
                 })
             }
         }
-        // Version 1 that did not parse: the typed error knows where it stopped.
+        // A known version that did not parse: the typed error knows where it stopped.
         if let Some(e) = typed_err {
             return Err(PlanError::Parse {
                 path: origin.to_string(),

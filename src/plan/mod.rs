@@ -11,8 +11,8 @@ mod verify;
 
 pub use builder::PlanBuilder;
 pub use ir::{
-    Document, HeadRange, Plan, PlanError, RankPlan, SchemeInfo, Step, Task, TokenRange, Transfer,
-    TransferKind, TransferTensor, PLAN_VERSION,
+    Delivery, Document, HeadRange, Plan, PlanError, RankPlan, SchemeInfo, Step, Task, TokenRange,
+    Transfer, TransferKind, TransferTensor, PLAN_VERSION, PLAN_VERSIONS,
 };
 pub use mask::{allowed_pairs, Mask};
 pub use numeric::{

@@ -141,9 +141,12 @@ pub fn summarize(plan: &Plan, model: &Model) -> PlanSummary {
             plan,
             model,
         );
-        total += b;
-        per_rank[t.src as usize].bytes_sent += b;
-        per_rank[t.dst as usize].bytes_recv += b;
+        let receivers = t.receiver_count() as u64;
+        total += b * receivers;
+        per_rank[t.src as usize].bytes_sent += b * receivers;
+        for dst in t.receivers() {
+            per_rank[dst as usize].bytes_recv += b;
+        }
     }
     let flops: Vec<f64> = per_rank.iter().map(|r| r.flops).collect();
     let bytes: Vec<f64> = per_rank

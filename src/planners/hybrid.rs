@@ -597,13 +597,17 @@ pub fn estimate(
     let steps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0);
     let gpn = hw.gpus_per_node.max(1);
     let cross = |a: u32, b: u32| a / gpn != b / gpn;
+    // Each receiver of a transfer is a delivery of its own (an all-gather's shard reaches
+    // every other member).
+    let deliveries: Vec<crate::plan::Delivery<'_>> = plan.deliveries().collect();
     // Ports: 4 per rank (NVLink out, NVLink in, NIC out, NIC in), loaded per issue step.
-    let port = |t: &crate::plan::Transfer, send: bool| {
-        let nic = 2 * usize::from(cross(t.src, t.dst));
+    let port = |d: &crate::plan::Delivery<'_>, send: bool| {
+        let src = d.transfer.src;
+        let nic = 2 * usize::from(cross(src, d.dst));
         if send {
-            4 * t.src as usize + nic
+            4 * src as usize + nic
         } else {
-            4 * t.dst as usize + nic + 1
+            4 * d.dst as usize + nic + 1
         }
     };
     let bytes: Vec<f64> = plan
@@ -620,33 +624,33 @@ pub fn estimate(
         })
         .collect();
     let mut load = vec![vec![0.0f64; steps + 1]; 4 * n];
-    for (t, &b) in plan.transfers.iter().zip(&bytes) {
-        let s = (t.issue_at as usize).min(steps);
-        load[port(t, true)][s] += b;
-        load[port(t, false)][s] += b;
+    for d in &deliveries {
+        let s = (d.transfer.issue_at as usize).min(steps);
+        load[port(d, true)][s] += bytes[d.index];
+        load[port(d, false)][s] += bytes[d.index];
     }
-    // Each transfer's duration, the same in both passes.
-    let duration: Vec<f64> = plan
-        .transfers
+    // Each delivery's duration, the same in both passes.
+    let duration: Vec<f64> = deliveries
         .iter()
-        .map(|t| {
-            let s = (t.issue_at as usize).min(steps);
-            let (bw, alpha) = if cross(t.src, t.dst) {
+        .map(|d| {
+            let s = (d.transfer.issue_at as usize).min(steps);
+            let (bw, alpha) = if cross(d.transfer.src, d.dst) {
                 (hw.nic_gbs * 1e9, hw.nic_latency_us * 1e-6)
             } else {
                 (hw.nvlink_gbs * 1e9, hw.nvlink_latency_us * 1e-6)
             };
-            alpha + load[port(t, true)][s].max(load[port(t, false)][s]) / bw
+            alpha + load[port(d, true)][s].max(load[port(d, false)][s]) / bw
         })
         .collect();
-    // Transfers by the step that waits for them: K/V and Q at `arrive_by`. An output goes
+    // Deliveries by the step that waits for them: K/V and Q at `arrive_by`. An output goes
     // back to its owner, which only the end of the forward pass waits for; in the backward
     // pass it is the other way round: the owner sends the output's gradient (dO) to the
     // computing rank before the first step that computes those rows.
     let is_out = |t: &crate::plan::Transfer| t.tensor == TransferTensor::Out;
     let mut due: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
     let mut due_grad_out: Vec<Vec<usize>> = vec![Vec::new(); steps + 1];
-    for (i, t) in plan.transfers.iter().enumerate() {
+    for (i, d) in deliveries.iter().enumerate() {
+        let t = d.transfer;
         if is_out(t) {
             due_grad_out[first_use(plan, t.src, &t.ranges).min(steps)].push(i);
         } else if t.issue_at < t.arrive_by {
@@ -673,22 +677,23 @@ pub fn estimate(
                 }
             }
             for &i in &due[s] {
-                let t = &plan.transfers[i];
+                let (t, dst) = (deliveries[i].transfer, deliveries[i].dst);
                 let src = &start[t.src as usize];
                 let landed = src[(t.issue_at as usize).min(steps)] + duration[i];
-                let d = &mut start[t.dst as usize][s];
+                let d = &mut start[dst as usize][s];
                 *d = d.max(landed);
             }
             if pass == Pass::Bwd {
                 for &i in &due_grad_out[s] {
-                    let t = &plan.transfers[i];
+                    let t = deliveries[i].transfer;
                     let d = &mut start[t.src as usize][s];
                     *d = d.max(duration[i]);
                 }
             }
         }
         let mut end: f64 = start.iter().map(|r| r[steps]).fold(0.0, f64::max);
-        for (i, t) in plan.transfers.iter().enumerate() {
+        for (i, dl) in deliveries.iter().enumerate() {
+            let t = dl.transfer;
             end = match (pass, is_out(t)) {
                 // Outputs return after the last step that computed them.
                 (Pass::Fwd, true) => {
@@ -698,7 +703,7 @@ pub fn estimate(
                 // Gradients go back after the step that used them; only the end waits.
                 (Pass::Bwd, false) => {
                     let used = (t.arrive_by as usize + 1).min(steps);
-                    end.max(start[t.dst as usize][used] + duration[i])
+                    end.max(start[dl.dst as usize][used] + duration[i])
                 }
             };
         }

@@ -112,12 +112,7 @@ impl Planner for Llama3Contig {
         // refuse it after 13 s and 3.4 GB spent building the first).
         let pieces: u64 = shards.iter().map(|s| s.len() as u64).sum();
         let stages = u64::from(hk / stride);
-        check_gather_ranges(
-            n as usize,
-            stages
-                .saturating_mul(u64::from(n.saturating_sub(1)))
-                .saturating_mul(pieces),
-        )?;
+        check_gather_ranges(n as usize, stages, stages.saturating_mul(pieces))?;
         let mask = b.mask();
         let ranks: Vec<u32> = (0..n).collect();
         for stage in 0..hk / stride {

@@ -161,6 +161,7 @@ impl Planner for Magi {
                         tensor: TransferTensor::Kv,
                         src,
                         dst: r32,
+                        also_to: Vec::new(),
                         ranges,
                         heads: None,
                         issue_at: stage,

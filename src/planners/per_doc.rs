@@ -27,12 +27,11 @@ impl Planner for PerDoc {
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks as usize;
         // Padding makes every piece non-empty, so each rank holds at least one range of every
-        // document and the all-gather lists at least docs × N × (N − 1): refuse before cutting
-        // anything when even that is too many (16K ranks used to take 6 GB to find out).
-        let at_least = (batch.doc_lens.len() as u64)
-            .saturating_mul(n as u64)
-            .saturating_mul(n.saturating_sub(1) as u64);
-        check_gather_ranges(n, at_least)?;
+        // document and the all-gather lists at least docs × N ranges, delivered N − 1 times
+        // each: refuse before cutting anything when even that is too many (16K ranks used to
+        // take 6 GB to find out).
+        let at_least = (batch.doc_lens.len() as u64).saturating_mul(n as u64);
+        check_gather_ranges(n, 1, at_least)?;
         // Implementations that need every document divisible by 2N (TransformerEngine THD,
         // torch `_PerDocumentHeadTailLoadBalancer`) pad each one: planned and charged here.
         let (padded, pads) = pad_batch(batch, Padding::PerDocument(2 * n as u64));
@@ -57,6 +56,24 @@ mod tests {
     fn per_doc_plans_verify() {
         let batches: &[&[u64]] = &[&[1], &[3000], &[1, 3, 16, 31, 100, 257]];
         assert_plans_verify(&PerDoc, &[1, 2, 3, 4, 8, 16], batches);
+    }
+
+    /// Regression: per-doc CP refused 256 ranks on the bundled trace (1,995 documents) because
+    /// its all-gather listed every rank's shard once per receiver, N(N − 1) pieces, past the
+    /// plan-size limit. 600 one-token documents were already too many (600 · 256 · 255 >
+    /// 2²⁵ ranges); each shard is now listed once, to its 255 receivers.
+    #[test]
+    fn per_doc_at_256_ranks_lists_each_shard_once() {
+        let batch = Batch::new(0, vec![1; 600]);
+        let plan = with_ctx(256, Mask::Causal, |ctx| PerDoc.plan(&batch, ctx)).unwrap();
+        assert_eq!(plan.transfers.len(), 256);
+        assert_eq!(plan.delivery_count(), 256 * 255);
+        // Two zigzag pieces of every document per rank (one range where they meet).
+        assert!(plan
+            .transfers
+            .iter()
+            .all(|t| (600..=1200).contains(&t.ranges.len())));
+        assert_eq!(plan.version, 2);
     }
 
     #[test]

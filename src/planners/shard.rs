@@ -324,6 +324,9 @@ pub fn all_gather(
 
 /// [`all_gather`] of the K/V heads in `heads` (query-head units, whole GQA groups), issued when
 /// the sources start step `issue_at`: one slice of ring-flash-attention's head-strided gather.
+///
+/// Each member's shard is listed once, sent to the other members in group order (the first as
+/// `dst`, the rest as `also_to`): N pieces rather than N(N − 1).
 pub fn all_gather_heads(
     b: &mut PlanBuilder,
     group: &[u32],
@@ -335,55 +338,113 @@ pub fn all_gather_heads(
 ) -> Result<(), PlanError> {
     check_gather_size(b, group, shards)?;
     for &src in group {
-        for &dst in group {
-            if src == dst {
-                continue;
-            }
-            b.transfer(Transfer {
-                kind: TransferKind::AllGather,
-                collective: Some(id),
-                tensor: TransferTensor::Kv,
-                src,
-                dst,
-                ranges: shards[src as usize].clone(),
-                heads,
-                issue_at,
-                arrive_by,
-                round: None,
-            });
-        }
+        let mut receivers = group.iter().copied().filter(|&r| r != src);
+        let Some(dst) = receivers.next() else {
+            continue;
+        };
+        b.transfer(Transfer {
+            kind: TransferKind::AllGather,
+            collective: Some(id),
+            tensor: TransferTensor::Kv,
+            src,
+            dst,
+            also_to: receivers.collect(),
+            ranges: shards[src as usize].clone(),
+            heads,
+            issue_at,
+            arrive_by,
+            round: None,
+        });
     }
     Ok(())
 }
 
-/// Refuse an all-gather of `shards` among `group` that would take the plan past
-/// [`MAX_PLAN_ITEMS`] token ranges: every member's shard is listed once per receiver.
+/// Refuse an all-gather of `shards` among `group` that would take the plan past what it may
+/// hold (see [`check_gather_totals`]), counting what the plan lists and delivers already.
 fn check_gather_size(
     b: &PlanBuilder,
     group: &[u32],
     shards: &[Vec<TokenRange>],
 ) -> Result<(), PlanError> {
-    let receivers = group.len().saturating_sub(1) as u64;
-    let ranges = group.iter().fold(b.transfer_range_count(), |acc, &src| {
-        acc.saturating_add(receivers.saturating_mul(shards[src as usize].len() as u64))
+    let listed = group.iter().fold(0u64, |acc, &src| {
+        acc.saturating_add(shards[src as usize].len() as u64)
     });
-    check_gather_ranges(group.len(), ranges)
+    let receivers = group.len().saturating_sub(1) as u64;
+    check_gather_totals(
+        group.len(),
+        Sizes {
+            listed: b.transfer_range_count().saturating_add(listed),
+            delivered: b
+                .delivered_range_count()
+                .saturating_add(listed.saturating_mul(receivers)),
+            deliveries: b
+                .delivery_count()
+                .saturating_add((group.len() as u64).saturating_mul(receivers)),
+        },
+    )
 }
 
-/// Refuse an all-gather among `members` ranks that lists `ranges` token ranges (or at least
-/// that many: a planner may call this with a lower bound before it shards anything) when that
-/// is more than [`MAX_PLAN_ITEMS`].
-pub fn check_gather_ranges(members: usize, ranges: u64) -> Result<(), PlanError> {
-    if ranges > MAX_PLAN_ITEMS {
-        return Err(PlanError::Planning(format!(
-            "this batch's all-gather on {} ranks lists at least {ranges} token ranges (every rank's \
-             shard, one piece per document, sent to each of the other ranks), more than the \
-             {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a scheme \
-             that exchanges K/V point to point (fcp, magi)",
-            members
-        )));
-    }
-    Ok(())
+/// Refuse `gathers` all-gathers among `members` ranks that list `listed` token ranges in all
+/// (or at least that many: a planner may call this with lower bounds before it shards
+/// anything), every member's shard delivered to the `members − 1` others, when that is more
+/// than a plan may hold ([`check_gather_totals`]).
+pub fn check_gather_ranges(members: usize, gathers: u64, listed: u64) -> Result<(), PlanError> {
+    let receivers = members.saturating_sub(1) as u64;
+    check_gather_totals(
+        members,
+        Sizes {
+            listed,
+            delivered: listed.saturating_mul(receivers),
+            deliveries: gathers
+                .saturating_mul(members as u64)
+                .saturating_mul(receivers),
+        },
+    )
+}
+
+/// The most token ranges a plan may deliver, counting a range once per receiver: 2²⁸. A
+/// multicast lists each range once ([`MAX_PLAN_ITEMS`] bounds that), but the verifier and the
+/// simulator read it once per receiver, so this bounds their time. Per-doc CP at 256 ranks on
+/// the bundled trace delivers 130 million.
+pub const MAX_DELIVERED_RANGES: u64 = 1 << 28;
+
+/// What a plan's transfers hold: token ranges listed, token ranges delivered (once per
+/// receiver) and deliveries (one per transfer and receiver).
+struct Sizes {
+    listed: u64,
+    delivered: u64,
+    deliveries: u64,
+}
+
+/// Refuse an all-gather among `members` ranks that leaves the plan past a limit: more than
+/// [`MAX_PLAN_ITEMS`] listed token ranges or deliveries (the simulator costs each delivery as
+/// a message: Llama3-contig at 4096 ranks has 134 million), or more than
+/// [`MAX_DELIVERED_RANGES`] delivered token ranges.
+fn check_gather_totals(members: usize, s: Sizes) -> Result<(), PlanError> {
+    let (what, count, limit) = if s.listed > MAX_PLAN_ITEMS {
+        ("lists at least {} token ranges", s.listed, MAX_PLAN_ITEMS)
+    } else if s.deliveries > MAX_PLAN_ITEMS {
+        (
+            "makes at least {} deliveries (one per shard and receiver)",
+            s.deliveries,
+            MAX_PLAN_ITEMS,
+        )
+    } else if s.delivered > MAX_DELIVERED_RANGES {
+        (
+            "delivers at least {} token ranges",
+            s.delivered,
+            MAX_DELIVERED_RANGES,
+        )
+    } else {
+        return Ok(());
+    };
+    let what = what.replace("{}", &count.to_string());
+    Err(PlanError::Planning(format!(
+        "this batch's all-gather on {members} ranks {what} (every rank's shard, one piece per \
+         document, sent to each of the other ranks), more than the {limit} a plan may hold; \
+         use fewer ranks, smaller batches, or a scheme that exchanges K/V point to point (fcp, \
+         magi)"
+    )))
 }
 
 /// Refuse a placement whose K/V exchange could not be held, before any step is scheduled. If

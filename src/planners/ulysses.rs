@@ -58,6 +58,7 @@ impl Planner for Ulysses {
             tensor,
             src,
             dst,
+            also_to: Vec::new(),
             ranges: shards[src as usize].clone(),
             heads: Some(heads),
             issue_at,

@@ -16,21 +16,27 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
     let nsteps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0) + 1;
     // Live received bytes per rank per step.
     let mut live = vec![vec![0u64; nsteps]; n];
-    for (i, t) in plan.transfers.iter().enumerate() {
+    let bytes: Vec<u64> = plan
+        .transfers
+        .iter()
+        .map(|t| bytes_of(t, plan, model))
+        .collect();
+    for (d, dl) in plan.deliveries().enumerate() {
+        let t = dl.transfer;
         // Outputs land in their owner's O buffer; reshuffled Q/K/V (a plan with an input
         // layout) lands in the receiver's own buffers, counted with its owned tokens.
-        if t.tensor == TransferTensor::Out || idx.owns_all(t.dst, &t.ranges) {
+        if t.tensor == TransferTensor::Out || idx.owns_all(dl.dst, &t.ranges) {
             continue;
         }
-        let bytes = bytes_of(t, plan, model);
+        let bytes = bytes[dl.index];
         let from = t.arrive_by.saturating_sub(1) as usize;
         let until = idx
-            .use_steps(i)
+            .use_steps(d)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
         // A plan may name a step past the last one; clamp, and never build a reversed range.
         let until = until.min(nsteps - 1);
         let from = from.min(until);
-        for slot in &mut live[t.dst as usize][from..=until] {
+        for slot in &mut live[dl.dst as usize][from..=until] {
             *slot = slot.saturating_add(bytes);
         }
     }

@@ -143,10 +143,24 @@ pub(super) fn bytes_of(t: &Transfer, plan: &Plan, model: &Model) -> u64 {
     )
 }
 
-/// Bytes of the gradient of what `t` carried (dK/dV for K/V, dQ for Q), in `gb`-byte elements.
-fn grad_bytes_of(t: &Transfer, plan: &Plan, model: &Model, gb: u64) -> u64 {
-    let elems = bytes_of(t, plan, model) / model.dtype_bytes.max(1) as u64;
-    elems * gb
+/// Bytes of the gradient of what a transfer of `bytes` carried (dK/dV for K/V, dQ for Q), in
+/// `gb`-byte elements.
+fn grad_bytes_of(bytes: u64, model: &Model, gb: u64) -> u64 {
+    bytes / model.dtype_bytes.max(1) as u64 * gb
+}
+
+/// Per transfer of `plan`: its bytes, and whether its source sends Q or K/V it does not hold
+/// from the start (so the send waits for it to arrive). Worked out once per transfer, not once
+/// per receiver: an all-gather's shard reaches N − 1 ranks.
+fn per_transfer(plan: &Plan, idx: &PlanIndex, model: &Model) -> (Vec<u64>, Vec<bool>) {
+    plan.transfers
+        .iter()
+        .map(|t| {
+            let forwards =
+                t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges);
+            (bytes_of(t, plan, model), forwards)
+        })
+        .unzip()
 }
 
 /// A flow or collective piece in a pass, before grouping.
@@ -235,18 +249,21 @@ impl Program {
         cm: &mut ComputeModel<'_>,
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Fwd)?;
+        let (bytes, forwards) = per_transfer(plan, idx, model);
         let pieces = plan
-            .transfers
-            .iter()
-            .map(|t| Piece {
-                kind: t.kind,
-                collective: t.collective,
-                src: t.src,
-                dst: t.dst,
-                bytes: bytes_of(t, plan, model),
-                issue_at: t.issue_at,
-                need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
-                forwards: t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges),
+            .deliveries()
+            .map(|d| {
+                let t = d.transfer;
+                Piece {
+                    kind: t.kind,
+                    collective: t.collective,
+                    src: t.src,
+                    dst: d.dst,
+                    bytes: bytes[d.index],
+                    issue_at: t.issue_at,
+                    need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
+                    forwards: t.tensor != TransferTensor::Out && forwards[d.index],
+                }
             })
             .collect();
         let (flows, collectives) = group(pieces);
@@ -276,22 +293,23 @@ impl Program {
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Bwd)?;
         let gb = grad_bytes(plan, model);
+        let (bytes, forwards) = per_transfer(plan, idx, model);
         let mut pieces = Vec::new();
-        for (i, t) in plan.transfers.iter().enumerate() {
-            let bytes = bytes_of(t, plan, model);
+        for (d, dl) in plan.deliveries().enumerate() {
+            let (t, i) = (dl.transfer, dl.index);
             match t.tensor {
                 TransferTensor::Kv | TransferTensor::Q => {
                     pieces.push(Piece {
                         kind: t.kind,
                         collective: t.collective,
                         src: t.src,
-                        dst: t.dst,
-                        bytes,
+                        dst: dl.dst,
+                        bytes: bytes[i],
                         issue_at: t.issue_at,
                         need_by: Some(t.arrive_by),
-                        forwards: !idx.holds_initially(t.src, &t.ranges),
+                        forwards: forwards[i],
                     });
-                    let done = idx.use_steps(i).map_or(t.arrive_by, |(_, last)| last + 1);
+                    let done = idx.use_steps(d).map_or(t.arrive_by, |(_, last)| last + 1);
                     let kind = match t.kind {
                         TransferKind::AllGather => TransferKind::ReduceScatter,
                         k => k,
@@ -300,22 +318,22 @@ impl Program {
                         kind,
                         // Gradient collectives get ids of their own.
                         collective: t.collective.map(|c| c + (1 << 30)),
-                        src: t.dst,
+                        src: dl.dst,
                         dst: t.src,
-                        bytes: grad_bytes_of(t, plan, model, gb),
+                        bytes: grad_bytes_of(bytes[i], model, gb),
                         issue_at: done,
                         need_by: None,
                         forwards: false,
                     });
                 }
                 TransferTensor::Out => {
-                    let first = idx.use_steps(i).map_or(0, |(first, _)| first);
+                    let first = idx.use_steps(d).map_or(0, |(first, _)| first);
                     pieces.push(Piece {
                         kind: t.kind,
                         collective: t.collective.map(|c| c + (1 << 30)),
-                        src: t.dst,
+                        src: dl.dst,
                         dst: t.src,
-                        bytes,
+                        bytes: bytes[i],
                         issue_at: 0,
                         need_by: Some(first),
                         forwards: false,

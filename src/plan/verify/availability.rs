@@ -256,36 +256,17 @@ fn covers(sorted: impl IntoIterator<Item = (u64, u64)>, start: u64, end: u64) ->
 
 pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     use TransferTensor::{Kv, Out, Q};
-    let mut held = Holdings::default();
-    // A rank starts with its input layout (its owned ranges when the plan has none).
-    for rank in 0..plan.ranks.len() {
-        for r in plan.initial(rank) {
-            held.add(rank as u32, Kv, r, 0, None);
-            held.add(rank as u32, Q, r, 0, None);
-        }
-    }
-    // Computed outputs: available to send once the step that computed them has finished.
-    // Only output transfers ask about them; a plan without any (ring, zigzag: 3.8 million
-    // tasks at 64 ranks) skips listing them.
+    // Only output transfers ask about computed outputs; a plan without any (ring, zigzag: 3.8
+    // million tasks at 64 ranks) skips listing them.
     let returns_outputs = plan.transfers.iter().any(|t| t.tensor == Out);
-    for rp in plan.ranks.iter().filter(|_| returns_outputs) {
-        for (s, step) in rp.steps.iter().enumerate() {
-            for t in &step.tasks {
-                held.add(rp.rank, Out, &t.q, s as u32 + 1, t.heads);
-            }
-        }
+    // The transfers delivered to each rank, and those each rank sends.
+    let mut into: Vec<Vec<usize>> = vec![Vec::new(); plan.ranks.len()];
+    let mut by_src: Vec<Vec<usize>> = vec![Vec::new(); plan.ranks.len()];
+    for d in plan.deliveries() {
+        into[d.dst as usize].push(d.index);
     }
-    // Arrived data, outputs included: a rank may pass on outputs it received (a planned owner
-    // returning merged rows to their input owner).
-    for t in &plan.transfers {
-        for r in &t.ranges {
-            held.add(t.dst, t.tensor, r, t.arrive_by, t.heads);
-        }
-    }
-    let held = held.index();
     // Every transfer range, numbered in plan order, asked of its source one source at a time.
     let mut first_origin = Vec::with_capacity(plan.transfers.len());
-    let mut by_src: Vec<Vec<usize>> = vec![Vec::new(); plan.ranks.len()];
     let mut origin = 0u32;
     for (i, t) in plan.transfers.iter().enumerate() {
         first_origin.push(origin);
@@ -293,10 +274,17 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
         by_src[t.src as usize].push(i);
     }
     let mut unsent = vec![false; origin as usize];
+    // Per rank, the task reads (Q then K/V of each task, in step order) that are not there.
+    let mut unread: Vec<Vec<bool>> = Vec::with_capacity(plan.ranks.len());
+    // Per rank, its owned ranges whose Q or K/V never reach it (reshuffled plans only).
+    let mut never_owned: Vec<Vec<[bool; 2]>> = Vec::with_capacity(plan.ranks.len());
     let mut asks: Vec<Ask> = Vec::new();
-    for (src, transfers) in by_src.iter().enumerate() {
+    // One rank's holdings at a time: an all-gather delivers every shard to every rank, so all
+    // ranks' holdings at once are N times the plan (5 GB for per-doc CP at 256 ranks).
+    for rank in 0..plan.ranks.len() {
+        let held = holdings_of(plan, rank as u32, &into[rank], returns_outputs);
         asks.clear();
-        for &i in transfers {
+        for &i in &by_src[rank] {
             let t = &plan.transfers[i];
             asks.extend(
                 t.ranges
@@ -308,7 +296,32 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                     }),
             );
         }
-        held.mark_unavailable(src as u32, &mut asks, &mut unsent);
+        held.mark_unavailable(rank as u32, &mut asks, &mut unsent);
+        // The rank's reads, numbered in the order they are reported.
+        let rp = &plan.ranks[rank];
+        asks.clear();
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in &step.tasks {
+                for (tensor, r) in [(Q, &t.q), (Kv, &t.kv)] {
+                    let origin = asks.len() as u32;
+                    asks.push(Ask {
+                        origin,
+                        ..Ask::new(r, tensor, t.heads, s as u32)
+                    });
+                }
+            }
+        }
+        let mut missing = vec![false; asks.len()];
+        held.mark_unavailable(rp.rank, &mut asks, &mut missing);
+        unread.push(missing);
+        if plan.input_layout.is_some() {
+            never_owned.push(
+                rp.owned
+                    .iter()
+                    .map(|r| [Q, Kv].map(|tensor| !held.has(rp.rank, tensor, r, u32::MAX, None)))
+                    .collect(),
+            );
+        }
     }
     let mut unsent = unsent.into_iter();
     for t in &plan.transfers {
@@ -355,22 +368,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                 .get(&(src, dst, piece.doc))
                 .is_some_and(|idx| idx.covers(piece.start, piece.end, heads, |issue| issue > step))
         };
-    for rp in &plan.ranks {
-        // The rank's reads, numbered in the order they are reported.
-        asks.clear();
-        for (s, step) in rp.steps.iter().enumerate() {
-            for t in &step.tasks {
-                for (tensor, r) in [(Q, &t.q), (Kv, &t.kv)] {
-                    let origin = asks.len() as u32;
-                    asks.push(Ask {
-                        origin,
-                        ..Ask::new(r, tensor, t.heads, s as u32)
-                    });
-                }
-            }
-        }
-        let mut unread = vec![false; asks.len()];
-        held.mark_unavailable(rp.rank, &mut asks, &mut unread);
+    for (rp, unread) in plan.ranks.iter().zip(unread) {
         let mut unread = unread.into_iter();
         for (s, step) in rp.steps.iter().enumerate() {
             let s32 = s as u32;
@@ -411,8 +409,35 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
         }
     }
     if plan.input_layout.is_some() {
-        check_reshuffle(plan, &held, out);
+        check_reshuffle(plan, &never_owned, out);
     }
+}
+
+/// What `rank` holds, indexed by earliest arrival: its input layout (its owned ranges when the
+/// plan has none) from the start, the outputs it computes once their step is done (when
+/// `outputs`), and what the transfers `into` deliver to it, outputs included: a rank may pass
+/// on outputs it received (a planned owner returning merged rows to their input owner).
+fn holdings_of(plan: &Plan, rank: u32, into: &[usize], outputs: bool) -> Held {
+    use TransferTensor::{Kv, Out, Q};
+    let mut held = Holdings::default();
+    for r in plan.initial(rank as usize) {
+        held.add(rank, Kv, r, 0, None);
+        held.add(rank, Q, r, 0, None);
+    }
+    if outputs {
+        for (s, step) in plan.ranks[rank as usize].steps.iter().enumerate() {
+            for t in &step.tasks {
+                held.add(rank, Out, &t.q, s as u32 + 1, t.heads);
+            }
+        }
+    }
+    for &i in into {
+        let t = &plan.transfers[i];
+        for r in &t.ranges {
+            held.add(rank, t.tensor, r, t.arrive_by, t.heads);
+        }
+    }
+    held.index()
 }
 
 /// Token spans of one document with a step: `(start, end, step)`.
@@ -421,12 +446,15 @@ type Spans = Vec<(u64, u64, u32)>;
 /// With an input layout: every rank receives the Q and K/V of what it owns, and every output
 /// row reaches its input owner, sent by its planned owner after the last step that computes
 /// it there and after any partial output for it has arrived there.
-fn check_reshuffle(plan: &Plan, held: &Held, out: &mut Vec<Violation>) {
+///
+/// `never_owned[rank][i]` says whether the Q and K/V of the rank's `i`-th owned range never
+/// reach it.
+fn check_reshuffle(plan: &Plan, never_owned: &[Vec<[bool; 2]>], out: &mut Vec<Violation>) {
     use TransferTensor::{Kv, Out, Q};
-    for rp in &plan.ranks {
-        for r in &rp.owned {
-            for tensor in [Q, Kv] {
-                if !held.has(rp.rank, tensor, r, u32::MAX, None) {
+    for (rp, never) in plan.ranks.iter().zip(never_owned) {
+        for (r, never) in rp.owned.iter().zip(never) {
+            for (tensor, never) in [Q, Kv].into_iter().zip(never) {
+                if *never {
                     out.push(v(
                         ViolationKind::NotAvailable,
                         format!(

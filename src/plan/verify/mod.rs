@@ -11,7 +11,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::{allowed_pairs, HeadRange, Plan, RunIndex, Task, TokenRange, PLAN_VERSION};
+use super::{
+    allowed_pairs, HeadRange, Plan, RunIndex, Task, TokenRange, TransferTensor, PLAN_VERSION,
+    PLAN_VERSIONS,
+};
 
 mod availability;
 mod coverage;
@@ -108,10 +111,20 @@ pub fn verify(plan: &Plan) -> Vec<Violation> {
 
 fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
     use ViolationKind::Header;
-    if plan.version != PLAN_VERSION {
+    if !PLAN_VERSIONS.contains(&plan.version) {
         out.push(v(
             Header,
-            format!("version {} (expected {PLAN_VERSION})", plan.version),
+            format!("version {} (expected 1 to {PLAN_VERSION})", plan.version),
+        ));
+    } else if plan.version < plan.required_version() {
+        out.push(v(
+            Header,
+            format!(
+                "version {} but a transfer lists `also_to` receivers, which need version {}: a reader of version {} would drop them",
+                plan.version,
+                plan.required_version(),
+                plan.version
+            ),
         ));
     }
     if plan.num_ranks == 0 {
@@ -190,6 +203,38 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
                 format!("transfer {} → {} names a bad rank pair", t.src, t.dst),
             ));
         }
+        check_also_to(plan, t, out);
+    }
+}
+
+/// A multicast's further receivers exist, differ from its source and from each other, and
+/// receive Q or K/V: an output has one owner to go back to.
+fn check_also_to(plan: &Plan, t: &crate::plan::Transfer, out: &mut Vec<Violation>) {
+    if t.also_to.is_empty() {
+        return;
+    }
+    let mut seen = std::collections::BTreeSet::from([t.src, t.dst]);
+    for &r in &t.also_to {
+        if r >= plan.num_ranks || !seen.insert(r) {
+            out.push(v(
+                ViolationKind::Header,
+                format!(
+                    "transfer {} → {}: also_to names rank {r}, which does not exist or is the source or already a receiver",
+                    t.src, t.dst
+                ),
+            ));
+        }
+    }
+    if t.tensor == TransferTensor::Out {
+        out.push(v(
+            ViolationKind::Header,
+            format!(
+                "transfer {} → {}: an output return has one receiver (its queries' owner), but also_to lists {}",
+                t.src,
+                t.dst,
+                t.also_to.len()
+            ),
+        ));
     }
 }
 
@@ -374,7 +419,9 @@ fn check_congestion(plan: &Plan, out: &mut Vec<Violation>) {
     let mut recvs: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     for t in plan.transfers.iter().filter(|t| t.collective.is_none()) {
         *sends.entry((t.round(), t.src)).or_default() += 1;
-        *recvs.entry((t.round(), t.dst)).or_default() += 1;
+        for dst in t.receivers() {
+            *recvs.entry((t.round(), dst)).or_default() += 1;
+        }
     }
     for (what, map) in [("sends", &sends), ("receives", &recvs)] {
         for (&(round, rank), &n) in map {

@@ -208,6 +208,7 @@ fn expand(
                     tensor,
                     src,
                     dst,
+                    also_to: Vec::new(),
                     ranges: rows.clone(),
                     heads: Some(h),
                     issue_at,
@@ -229,6 +230,7 @@ fn expand(
             b.transfer(Transfer {
                 src: t.src * g + j,
                 dst: t.dst * g + j,
+                also_to: t.also_to.iter().map(|d| d * g + j).collect(),
                 heads: Some(kv_group(heads(j), group)),
                 issue_at: t.issue_at + 1,
                 arrive_by: t.arrive_by + 1,

@@ -316,6 +316,7 @@ fn reshuffle(b: &mut PlanBuilder, owned: &[Vec<TokenRange>], inp: &Inputs, end: 
         tensor,
         src,
         dst,
+        also_to: Vec::new(),
         ranges,
         heads: None,
         issue_at,
