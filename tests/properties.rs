@@ -34,6 +34,15 @@ fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) ->
     f(&ctx)
 }
 
+/// The simulator of the context [`with_ctx`] plans in.
+fn h100_sim() -> Simulator {
+    Simulator::new(
+        Hardware::load("h100").expect("bundled profile"),
+        Model::load("llama3-8b").expect("bundled model"),
+    )
+    .expect("bundled profile and model")
+}
+
 /// The plan, or `None` where the scheme cannot run the batch for a documented reason (Ulysses
 /// needs the query heads divisible by N); any other failure, or a refusal that does not say
 /// why, fails the test.
@@ -91,11 +100,7 @@ proptest! {
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
-        let sim = Simulator::new(
-            Hardware::load("h100").unwrap(),
-            Model::load("llama3-8b").unwrap(),
-        )
-        .unwrap();
+        let sim = h100_sim();
         for scheme in SCHEMES {
             let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };
             let (report, outcomes) = sim.simulate_traced(&plan, PassSel::Both).unwrap();
@@ -181,11 +186,7 @@ proptest! {
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
-        let sim = Simulator::new(
-            Hardware::load("h100").unwrap(),
-            Model::load("llama3-8b").unwrap(),
-        )
-        .unwrap();
+        let sim = h100_sim();
         let mut multicasts = 0;
         for scheme in SCHEMES {
             let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };

@@ -80,6 +80,31 @@ fn usable<'a>(
 
 /// Disjoint sorted segments of `runs` (sorted by start) with the best step covering each.
 fn segments(runs: &[Run], better: fn(u32, u32) -> u32) -> Vec<Segment> {
+    // Runs that do not overlap (what a rank holds of a partition: its own pieces and an
+    // all-gather's shards) are their own segments; only overlaps need the sweep, whose sort
+    // and ordered map were a fifth of verifying per-doc CP at 256 ranks.
+    if runs.windows(2).all(|w| w[0].1 <= w[1].0) {
+        disjoint_segments(runs)
+    } else {
+        swept_segments(runs, better)
+    }
+}
+
+/// [`segments`] of runs that do not overlap: the runs themselves, adjacent ones of one step
+/// joined as the sweep joins them.
+fn disjoint_segments(runs: &[Run]) -> Vec<Segment> {
+    let mut out: Vec<Segment> = Vec::with_capacity(runs.len());
+    for &(a, b, step, _) in runs.iter().filter(|r| r.0 < r.1) {
+        match out.last_mut() {
+            Some(last) if last.1 == a && last.2 == step => last.1 = b,
+            _ => out.push((a, b, step)),
+        }
+    }
+    out
+}
+
+/// [`segments`] of any runs, by a sweep over their boundaries.
+fn swept_segments(runs: &[Run], better: fn(u32, u32) -> u32) -> Vec<Segment> {
     let mut cuts: Vec<u64> = runs.iter().flat_map(|r| [r.0, r.1]).collect();
     cuts.sort_unstable();
     cuts.dedup();
@@ -595,6 +620,23 @@ mod tests {
     }
 
     proptest! {
+        /// Runs that do not overlap give the same segments by the shortcut as by the sweep,
+        /// touching and equal-step neighbours included.
+        #[test]
+        fn disjoint_runs_are_their_own_segments(
+            pieces in prop::collection::vec((0u64..3, 1u64..4, 0u32..3), 0..20),
+        ) {
+            let mut runs: Vec<Run> = Vec::new();
+            let mut pos = 0;
+            for (gap, len, step) in pieces {
+                runs.push((pos + gap, pos + gap + len, step, None));
+                pos += gap + len;
+            }
+            for better in [u32::min as fn(u32, u32) -> u32, u32::max] {
+                prop_assert_eq!(disjoint_segments(&runs), swept_segments(&runs, better));
+            }
+        }
+
         /// Answering a rank's questions in one sorted batch gives exactly the questions that
         /// [`Held::has`] answers no to one by one, repeated ranges and head splits included.
         #[test]
