@@ -175,9 +175,12 @@ struct Piece {
     forwards: bool,
 }
 
-fn group(pieces: Vec<Piece>) -> (Vec<Flow>, Vec<CollectiveOp>) {
+/// Flows, and collective calls summed per member as their pieces stream by: an all-gather at
+/// 2,048 ranks has 4 million pieces (8 million with its gradient), and holding them all to
+/// sum them afterwards was most of a 2,048-rank Llama3 CP simulation's memory.
+fn group(pieces: impl IntoIterator<Item = Piece>) -> (Vec<Flow>, Vec<CollectiveOp>) {
     let mut flows = Vec::new();
-    let mut calls: BTreeMap<(u32, TransferKind), Vec<Piece>> = BTreeMap::new();
+    let mut calls: BTreeMap<(u32, TransferKind), Call> = BTreeMap::new();
     for p in pieces {
         match (p.kind, p.collective) {
             (TransferKind::P2p, _) | (_, None) => flows.push(Flow {
@@ -188,55 +191,85 @@ fn group(pieces: Vec<Piece>) -> (Vec<Flow>, Vec<CollectiveOp>) {
                 need_by: p.need_by,
                 forwards: p.forwards,
             }),
-            (k, Some(id)) => calls.entry((id, k)).or_default().push(p),
+            (k, Some(id)) => calls.entry((id, k)).or_default().add(&p),
         }
     }
     let collectives = calls
         .into_iter()
-        .map(|((_, kind), ps)| collective(kind, &ps))
+        .map(|((_, kind), call)| call.finish(kind))
         .collect();
     (flows, collectives)
 }
 
-fn collective(kind: TransferKind, ps: &[Piece]) -> CollectiveOp {
-    let mut members: Vec<u32> = ps.iter().flat_map(|p| [p.src, p.dst]).collect();
-    members.sort_unstable();
-    members.dedup();
-    let idx = |r: u32| members.binary_search(&r).unwrap_or(0);
-    let n = members.len();
-    let mut issue_at = vec![u32::MAX; n];
-    let mut need_by: Vec<Option<u32>> = vec![None; n];
-    let mut sent = vec![0u64; n];
-    let mut recv = vec![0u64; n];
-    let mut largest_piece = 0u64;
-    for p in ps {
-        let (s, d) = (idx(p.src), idx(p.dst));
-        issue_at[s] = issue_at[s].min(p.issue_at);
-        issue_at[d] = issue_at[d].min(p.issue_at);
-        if let Some(nb) = p.need_by {
-            need_by[d] = Some(need_by[d].map_or(nb, |x| x.min(nb)));
+/// One member of a collective call, summed over the call's pieces.
+#[derive(Clone, Copy)]
+struct Member {
+    /// Earliest `issue_at` of a piece it sends or receives.
+    issue_at: u32,
+    /// Earliest `need_by` of a piece it receives.
+    need_by: Option<u32>,
+    sent: u64,
+    recv: u64,
+}
+
+impl Default for Member {
+    fn default() -> Self {
+        Member {
+            issue_at: u32::MAX,
+            need_by: None,
+            sent: 0,
+            recv: 0,
         }
-        sent[s] += p.bytes;
-        recv[d] += p.bytes;
-        largest_piece = largest_piece.max(p.bytes);
     }
-    let kind = match kind {
-        TransferKind::AllGather => CollectiveKind::AllGather,
-        TransferKind::ReduceScatter => CollectiveKind::ReduceScatter,
-        _ => CollectiveKind::AllToAll,
-    };
-    let size_bytes = match kind {
-        CollectiveKind::AllGather | CollectiveKind::ReduceScatter => n as u64 * largest_piece,
-        CollectiveKind::AllToAll => sent.iter().chain(&recv).copied().max().unwrap_or(0),
-    };
-    CollectiveOp {
-        kind,
-        members,
-        issue_at,
-        need_by,
-        sent,
-        recv,
-        size_bytes,
+}
+
+/// A collective call's pieces, summed per member (ranks in order).
+#[derive(Default)]
+struct Call {
+    members: BTreeMap<u32, Member>,
+    largest_piece: u64,
+}
+
+impl Call {
+    fn add(&mut self, p: &Piece) {
+        let s = self.members.entry(p.src).or_default();
+        s.issue_at = s.issue_at.min(p.issue_at);
+        s.sent += p.bytes;
+        let d = self.members.entry(p.dst).or_default();
+        d.issue_at = d.issue_at.min(p.issue_at);
+        if let Some(nb) = p.need_by {
+            d.need_by = Some(d.need_by.map_or(nb, |x| x.min(nb)));
+        }
+        d.recv += p.bytes;
+        self.largest_piece = self.largest_piece.max(p.bytes);
+    }
+
+    fn finish(self, kind: TransferKind) -> CollectiveOp {
+        let n = self.members.len();
+        let largest_piece = self.largest_piece;
+        let (members, m): (Vec<u32>, Vec<Member>) = self.members.into_iter().unzip();
+        let issue_at: Vec<u32> = m.iter().map(|x| x.issue_at).collect();
+        let need_by: Vec<Option<u32>> = m.iter().map(|x| x.need_by).collect();
+        let sent: Vec<u64> = m.iter().map(|x| x.sent).collect();
+        let recv: Vec<u64> = m.iter().map(|x| x.recv).collect();
+        let kind = match kind {
+            TransferKind::AllGather => CollectiveKind::AllGather,
+            TransferKind::ReduceScatter => CollectiveKind::ReduceScatter,
+            _ => CollectiveKind::AllToAll,
+        };
+        let size_bytes = match kind {
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => n as u64 * largest_piece,
+            CollectiveKind::AllToAll => sent.iter().chain(&recv).copied().max().unwrap_or(0),
+        };
+        CollectiveOp {
+            kind,
+            members,
+            issue_at,
+            need_by,
+            sent,
+            recv,
+            size_bytes,
+        }
     }
 }
 
@@ -250,22 +283,19 @@ impl Program {
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Fwd)?;
         let (bytes, forwards) = per_transfer(plan, idx, model);
-        let pieces = plan
-            .deliveries()
-            .map(|d| {
-                let t = d.transfer;
-                Piece {
-                    kind: t.kind,
-                    collective: t.collective,
-                    src: t.src,
-                    dst: d.dst,
-                    bytes: bytes[d.index],
-                    issue_at: t.issue_at,
-                    need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
-                    forwards: t.tensor != TransferTensor::Out && forwards[d.index],
-                }
-            })
-            .collect();
+        let pieces = plan.deliveries().map(|d| {
+            let t = d.transfer;
+            Piece {
+                kind: t.kind,
+                collective: t.collective,
+                src: t.src,
+                dst: d.dst,
+                bytes: bytes[d.index],
+                issue_at: t.issue_at,
+                need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
+                forwards: t.tensor != TransferTensor::Out && forwards[d.index],
+            }
+        });
         let (flows, collectives) = group(pieces);
         Ok(Program {
             pass: Pass::Fwd,
@@ -294,12 +324,12 @@ impl Program {
         let steps = step_costs(plan, cm, Pass::Bwd)?;
         let gb = grad_bytes(plan, model);
         let (bytes, forwards) = per_transfer(plan, idx, model);
-        let mut pieces = Vec::new();
-        for (d, dl) in plan.deliveries().enumerate() {
+        // Per delivery, in plan order: the input again and its gradient back, or dO.
+        let pieces = plan.deliveries().enumerate().flat_map(|(d, dl)| {
             let (t, i) = (dl.transfer, dl.index);
             match t.tensor {
                 TransferTensor::Kv | TransferTensor::Q => {
-                    pieces.push(Piece {
+                    let again = Piece {
                         kind: t.kind,
                         collective: t.collective,
                         src: t.src,
@@ -308,13 +338,13 @@ impl Program {
                         issue_at: t.issue_at,
                         need_by: Some(t.arrive_by),
                         forwards: forwards[i],
-                    });
+                    };
                     let done = idx.use_steps(d).map_or(t.arrive_by, |(_, last)| last + 1);
                     let kind = match t.kind {
                         TransferKind::AllGather => TransferKind::ReduceScatter,
                         k => k,
                     };
-                    pieces.push(Piece {
+                    let grad = Piece {
                         kind,
                         // Gradient collectives get ids of their own.
                         collective: t.collective.map(|c| c + (1 << 30)),
@@ -324,11 +354,12 @@ impl Program {
                         issue_at: done,
                         need_by: None,
                         forwards: false,
-                    });
+                    };
+                    [Some(again), Some(grad)]
                 }
                 TransferTensor::Out => {
                     let first = idx.use_steps(d).map_or(0, |(first, _)| first);
-                    pieces.push(Piece {
+                    let d_out = Piece {
                         kind: t.kind,
                         collective: t.collective.map(|c| c + (1 << 30)),
                         src: dl.dst,
@@ -337,10 +368,13 @@ impl Program {
                         issue_at: 0,
                         need_by: Some(first),
                         forwards: false,
-                    });
+                    };
+                    [Some(d_out), None]
                 }
             }
-        }
+            .into_iter()
+            .flatten()
+        });
         let (flows, collectives) = group(pieces);
         Ok(Program {
             pass: Pass::Bwd,
