@@ -124,7 +124,8 @@ else
     bad "single-device replay of fcp"; cat "$work/single.log"
 fi
 
-# Corrupted plans must fail: a dropped transfer (data never arrives), a dropped task (the
+# Corrupted plans must fail: a dropped transfer (data never arrives), a dropped receiver of an
+# all-gather's multicast (`also_to`: that rank never gets the shard), a dropped task (the
 # output misses a tile), a duplicated task (a tile counted twice).
 corrupt() { # corrupt IN OUT WHAT
     "$PY" - "$1" "$2" "$3" <<'PYEOF'
@@ -133,6 +134,8 @@ src, dst, what = sys.argv[1:4]
 p = json.load(open(src))
 if what == "drop-transfer":
     p["transfers"].pop(len(p["transfers"]) // 2)
+elif what == "drop-receiver":
+    next(t for t in p["transfers"] if t.get("also_to"))["also_to"].pop()
 else:
     steps = [s for r in p["ranks"] for s in r["steps"] if s["tasks"]]
     step = steps[len(steps) // 2]
@@ -143,7 +146,7 @@ else:
 json.dump(p, open(dst, "w"))
 PYEOF
 }
-for case in "ring drop-transfer" "zigzag drop-task" "flashcp duplicate-task"; do
+for case in "ring drop-transfer" "llama3 drop-receiver" "zigzag drop-task" "flashcp duplicate-task"; do
     set -- $case
     corrupt "$work/$1.json" "$work/bad-$1-$2.json" "$2"
     if replay "$work/bad-$1-$2.json" "$work/bad-$1-$2-measured.json" --pass both; then
