@@ -123,6 +123,16 @@ if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 -o "$wo
 else
     bad "single-device replay of fcp"; cat "$work/single.log"
 fi
+# FlashCP's plan is format version 2 (its all-gather lists each shard once, with `also_to`), as
+# the GPU session replays it (scripts/gpu-session.sh).
+if "$PY" scripts/replay.py "$work/flashcp.json" --single-device --head-dim 8 \
+    -o "$work/flashcp-single.json" >"$work/single-flashcp.log" 2>&1 &&
+    "$FCP" validate --plan "$work/flashcp.json" --measured "$work/flashcp-single.json" \
+        --model "$MODEL" >/dev/null; then
+    ok "single-device replay of flashcp (plan format 2) + validate: $(tail -n 1 "$work/single-flashcp.log")"
+else
+    bad "single-device replay of flashcp"; cat "$work/single-flashcp.log"
+fi
 
 # Corrupted plans must fail: a dropped transfer (data never arrives), a dropped receiver of an
 # all-gather's multicast (`also_to`: that rank never gets the shard), a dropped task (the
