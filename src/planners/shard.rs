@@ -423,19 +423,26 @@ struct Sizes {
 /// a message: Llama3-contig at 4096 ranks has 134 million), or more than
 /// [`MAX_DELIVERED_RANGES`] delivered token ranges.
 fn check_gather_totals(members: usize, s: Sizes) -> Result<(), PlanError> {
-    let (what, count, limit) = if s.listed > MAX_PLAN_ITEMS {
-        ("lists at least {} token ranges", s.listed, MAX_PLAN_ITEMS)
+    let (what, count, limit, verb) = if s.listed > MAX_PLAN_ITEMS {
+        (
+            "lists at least {} token ranges",
+            s.listed,
+            MAX_PLAN_ITEMS,
+            "hold",
+        )
     } else if s.deliveries > MAX_PLAN_ITEMS {
         (
             "makes at least {} deliveries (one per shard and receiver)",
             s.deliveries,
             MAX_PLAN_ITEMS,
+            "make",
         )
     } else if s.delivered > MAX_DELIVERED_RANGES {
         (
             "delivers at least {} token ranges",
             s.delivered,
             MAX_DELIVERED_RANGES,
+            "deliver",
         )
     } else {
         return Ok(());
@@ -443,7 +450,7 @@ fn check_gather_totals(members: usize, s: Sizes) -> Result<(), PlanError> {
     let what = what.replace("{}", &count.to_string());
     Err(PlanError::Planning(format!(
         "this batch's all-gather on {members} ranks {what} (every rank's shard, one piece per \
-         document, sent to each of the other ranks), more than the {limit} a plan may hold; \
+         document, sent to each of the other ranks), more than the {limit} a plan may {verb}; \
          use fewer ranks, smaller batches, or a scheme that exchanges K/V point to point (fcp, \
          magi)"
     )))
