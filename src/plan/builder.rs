@@ -17,12 +17,6 @@ pub struct PlanBuilder {
     plan: Plan,
     /// Tasks kept so far (for planners that bound their plan's size).
     tasks: u64,
-    /// Token ranges listed by the transfers kept so far.
-    transfer_ranges: u64,
-    /// Token ranges delivered by the transfers kept so far, once per receiver.
-    delivered_ranges: u64,
-    /// Deliveries (transfer, receiver) of the transfers kept so far.
-    deliveries: u64,
 }
 
 impl PlanBuilder {
@@ -75,26 +69,12 @@ impl PlanBuilder {
                 transfers: Vec::new(),
             },
             tasks: 0,
-            transfer_ranges: 0,
-            delivered_ranges: 0,
-            deliveries: 0,
         }
     }
 
-    /// Token ranges listed by the transfers kept so far.
-    pub fn transfer_range_count(&self) -> u64 {
-        self.transfer_ranges
-    }
-
-    /// Token ranges delivered by the transfers kept so far, once per receiver
-    /// ([`crate::plan::Transfer::also_to`]).
-    pub fn delivered_range_count(&self) -> u64 {
-        self.delivered_ranges
-    }
-
-    /// Deliveries of the transfers kept so far ([`crate::plan::Plan::deliveries`]).
-    pub fn delivery_count(&self) -> u64 {
-        self.deliveries
+    /// The transfers kept so far.
+    pub fn transfers(&self) -> &[Transfer] {
+        &self.plan.transfers
     }
 
     /// Tasks kept so far.
@@ -200,9 +180,6 @@ impl PlanBuilder {
     /// Add a transfer unless it moves nothing.
     pub fn transfer(&mut self, t: Transfer) -> &mut Self {
         if t.tokens() > 0 {
-            self.transfer_ranges += t.ranges.len() as u64;
-            self.delivered_ranges += (t.ranges.len() * t.receiver_count()) as u64;
-            self.deliveries += t.receiver_count() as u64;
             self.plan.transfers.push(t);
         }
         self

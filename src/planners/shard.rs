@@ -370,15 +370,16 @@ fn check_gather_size(
         acc.saturating_add(shards[src as usize].len() as u64)
     });
     let receivers = group.len().saturating_sub(1) as u64;
+    let before = Sizes::of(b.transfers());
     check_gather_totals(
         group.len(),
         Sizes {
-            listed: b.transfer_range_count().saturating_add(listed),
-            delivered: b
-                .delivered_range_count()
+            listed: before.listed.saturating_add(listed),
+            delivered: before
+                .delivered
                 .saturating_add(listed.saturating_mul(receivers)),
-            deliveries: b
-                .delivery_count()
+            deliveries: before
+                .deliveries
                 .saturating_add((group.len() as u64).saturating_mul(receivers)),
         },
     )
@@ -416,6 +417,27 @@ struct Sizes {
     listed: u64,
     delivered: u64,
     deliveries: u64,
+}
+
+impl Sizes {
+    /// The sizes of `transfers`.
+    fn of(transfers: &[Transfer]) -> Sizes {
+        transfers.iter().fold(
+            Sizes {
+                listed: 0,
+                delivered: 0,
+                deliveries: 0,
+            },
+            |s, t| {
+                let (ranges, receivers) = (t.ranges.len() as u64, t.receiver_count() as u64);
+                Sizes {
+                    listed: s.listed + ranges,
+                    delivered: s.delivered + ranges * receivers,
+                    deliveries: s.deliveries + receivers,
+                }
+            },
+        )
+    }
 }
 
 /// Refuse an all-gather among `members` ranks that leaves the plan past a limit: more than

@@ -6,7 +6,7 @@ use crate::model::Model;
 use crate::plan::{Plan, TokenRange, TransferTensor};
 
 use super::index::PlanIndex;
-use super::program::{bytes_of, grad_bytes};
+use super::program::{bytes_each, grad_bytes};
 
 /// Peak bytes on each rank over the given passes.
 pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) -> Vec<u64> {
@@ -16,11 +16,7 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
     let nsteps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0) + 1;
     // Live received bytes per rank per step.
     let mut live = vec![vec![0u64; nsteps]; n];
-    let bytes: Vec<u64> = plan
-        .transfers
-        .iter()
-        .map(|t| bytes_of(t, plan, model))
-        .collect();
+    let bytes = bytes_each(plan, model);
     for (d, dl) in plan.deliveries().enumerate() {
         let t = dl.transfer;
         // Outputs land in their owner's O buffer; reshuffled Q/K/V (a plan with an input

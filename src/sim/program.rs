@@ -153,14 +153,20 @@ fn grad_bytes_of(bytes: u64, model: &Model, gb: u64) -> u64 {
 /// from the start (so the send waits for it to arrive). Worked out once per transfer, not once
 /// per receiver: an all-gather's shard reaches N − 1 ranks.
 fn per_transfer(plan: &Plan, idx: &PlanIndex, model: &Model) -> (Vec<u64>, Vec<bool>) {
+    let forwards = plan
+        .transfers
+        .iter()
+        .map(|t| t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges))
+        .collect();
+    (bytes_each(plan, model), forwards)
+}
+
+/// [`bytes_of`] each transfer of `plan`, in order.
+pub(super) fn bytes_each(plan: &Plan, model: &Model) -> Vec<u64> {
     plan.transfers
         .iter()
-        .map(|t| {
-            let forwards =
-                t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges);
-            (bytes_of(t, plan, model), forwards)
-        })
-        .unzip()
+        .map(|t| bytes_of(t, plan, model))
+        .collect()
 }
 
 /// A flow or collective piece in a pass, before grouping.
@@ -293,7 +299,7 @@ impl Program {
                 bytes: bytes[d.index],
                 issue_at: t.issue_at,
                 need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
-                forwards: t.tensor != TransferTensor::Out && forwards[d.index],
+                forwards: forwards[d.index],
             }
         });
         let (flows, collectives) = group(pieces);

@@ -117,13 +117,11 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
             format!("version {} (expected 1 to {PLAN_VERSION})", plan.version),
         ));
     } else if plan.version < plan.required_version() {
+        let (found, needed) = (plan.version, plan.required_version());
         out.push(v(
             Header,
             format!(
-                "version {} but a transfer lists `also_to` receivers, which need version {}: a reader of version {} would drop them",
-                plan.version,
-                plan.required_version(),
-                plan.version
+                "version {found} but a transfer lists `also_to` receivers, which need version {needed}: a reader of version {found} would drop them"
             ),
         ));
     }
