@@ -1,6 +1,9 @@
-//! The attention shape a plan is costed for: head counts, head dimension, dtype.
+//! The attention shape a plan is costed for: head counts, head dimension, dtype; and, where
+//! known, the dimensions of the rest of the layer (projections and MLP), whose work grows
+//! with a rank's token count rather than with the square of its documents.
 //!
-//! Planners that are bound by head counts (Ulysses) and every cost estimate need it.
+//! Planners that are bound by head counts (Ulysses) and every cost estimate need the attention
+//! shape; the whole-layer simulation (`fcp simulate --layer`) needs the rest.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +22,60 @@ pub struct Model {
     pub head_dim: u32,
     /// Bytes per element of Q/K/V/O (2 for bf16).
     pub dtype_bytes: u32,
+    /// The projections and MLP around attention, when the model file gives them: what the
+    /// whole-layer simulation needs to price the token-linear part of a layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear: Option<LinearShape>,
+}
+
+/// Dimensions of the token-linear part of one transformer layer: the Q/K/V projection before
+/// attention, the output projection and the MLP after it. Their cost is the same per token
+/// whatever the document lengths, so it is balanced by token counts alone, which is why
+/// FlashCP holds equal tokens per rank (seed paper §3.1, "Equal Token Constraint") and FCP
+/// caps them (seed paper §4, memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinearShape {
+    /// Model (residual stream) width.
+    pub hidden: u32,
+    /// MLP inner width.
+    pub ffn_hidden: u32,
+    /// Weight matrices of `hidden × ffn_hidden` in the MLP: 3 for a gated MLP (SwiGLU: gate,
+    /// up, down, as in Llama), 2 for a plain one.
+    pub ffn_matrices: u32,
+}
+
+/// FLOPs per token of the token-linear work of one layer, split at attention.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearFlops {
+    /// Before attention: the Q/K/V projection (forward), or the output projection and MLP
+    /// (backward, which runs the layer in reverse).
+    pub before: f64,
+    /// After attention: the output projection and MLP (forward), or the Q/K/V projection
+    /// (backward).
+    pub after: f64,
+}
+
+impl Model {
+    /// FLOPs per token of the layer's token-linear work in `pass`, split at attention: 2 FLOPs
+    /// per multiply-add of each weight matrix forward, twice that backward (the input and the
+    /// weight gradients). `None` when the model file gives no [`LinearShape`].
+    pub fn linear_flops_per_token(&self, pass: crate::hardware::Pass) -> Option<LinearFlops> {
+        let l = self.linear?;
+        let (h, hd) = (l.hidden as f64, self.head_dim as f64);
+        let qkv = 2.0 * h * (self.q_heads as f64 + 2.0 * self.kv_heads as f64) * hd;
+        let out = 2.0 * self.q_heads as f64 * hd * h;
+        let mlp = 2.0 * l.ffn_matrices as f64 * h * l.ffn_hidden as f64;
+        Some(match pass {
+            crate::hardware::Pass::Fwd => LinearFlops {
+                before: qkv,
+                after: out + mlp,
+            },
+            crate::hardware::Pass::Bwd => LinearFlops {
+                before: 2.0 * (out + mlp),
+                after: 2.0 * qkv,
+            },
+        })
+    }
 }
 
 impl Model {
@@ -45,7 +102,60 @@ struct ModelFile {
     head_dim: u32,
     dtype_bytes: u32,
     #[serde(default)]
+    hidden: Option<u32>,
+    #[serde(default)]
+    ffn_hidden: Option<u32>,
+    #[serde(default)]
+    ffn_matrices: Option<u32>,
+    #[serde(default)]
     source: Option<String>,
+}
+
+/// The file's [`LinearShape`]: `hidden` and `ffn_hidden` together or neither; `ffn_matrices`
+/// (default 3) only with them.
+fn linear_shape(f: &ModelFile, label: &str) -> Result<Option<LinearShape>, HardwareError> {
+    let bad = |field: &str, message: &str| HardwareError::Invalid {
+        file: label.to_string(),
+        field: field.to_string(),
+        message: message.to_string(),
+    };
+    match (f.hidden, f.ffn_hidden) {
+        (None, None) => match f.ffn_matrices {
+            Some(_) => Err(bad(
+                "ffn_matrices",
+                "needs hidden and ffn_hidden (the MLP's widths)",
+            )),
+            None => Ok(None),
+        },
+        (Some(_), None) => Err(bad(
+            "ffn_hidden",
+            "missing: hidden and ffn_hidden go together (the MLP's inner width)",
+        )),
+        (None, Some(_)) => Err(bad(
+            "hidden",
+            "missing: hidden and ffn_hidden go together (the model width)",
+        )),
+        (Some(hidden), Some(ffn_hidden)) => {
+            let ffn_matrices = f.ffn_matrices.unwrap_or(3);
+            if hidden == 0 {
+                return Err(bad("hidden", "must be >= 1"));
+            }
+            if ffn_hidden == 0 {
+                return Err(bad("ffn_hidden", "must be >= 1"));
+            }
+            if !(1..=4).contains(&ffn_matrices) {
+                return Err(bad(
+                    "ffn_matrices",
+                    "must be 1 to 4 (3 for a gated MLP such as SwiGLU, 2 for a plain one)",
+                ));
+            }
+            Ok(Some(LinearShape {
+                hidden,
+                ffn_hidden,
+                ffn_matrices,
+            }))
+        }
+    }
 }
 
 impl Model {
@@ -65,6 +175,7 @@ impl Model {
     fn from_toml_str_named(text: &str, label: &str, name: &str) -> Result<Model, HardwareError> {
         let f: ModelFile =
             toml::from_str(text).map_err(|e| bundled::toml_error(label, text, &e))?;
+        let linear = linear_shape(&f, label)?;
         let model = Model {
             name: if f.name.is_empty() {
                 name.to_string()
@@ -75,6 +186,7 @@ impl Model {
             kv_heads: f.kv_heads,
             head_dim: f.head_dim,
             dtype_bytes: f.dtype_bytes,
+            linear,
         };
         model.validate(label)?;
         Ok(model)
@@ -137,6 +249,40 @@ mod tests {
         assert_eq!(m.kv_bytes_per_token(), 2 * 8 * 128 * 2);
         let m = Model::load("mha-32").unwrap();
         assert_eq!((m.q_heads, m.kv_heads), (32, 32));
+    }
+
+    #[test]
+    fn the_layers_flops_per_token_follow_its_widths() {
+        use crate::hardware::Pass;
+        let m = Model::load("llama3-70b").unwrap();
+        let fwd = m.linear_flops_per_token(Pass::Fwd).unwrap();
+        // Q/K/V: 8192 × (64 + 2·8) heads × 128; output: 8192²; SwiGLU: 3 × 8192 × 28672.
+        assert_eq!(fwd.before, 2.0 * 8192.0 * 80.0 * 128.0);
+        assert_eq!(fwd.after, 2.0 * (8192.0 * 8192.0 + 3.0 * 8192.0 * 28672.0));
+        let bwd = m.linear_flops_per_token(Pass::Bwd).unwrap();
+        assert_eq!((bwd.before, bwd.after), (2.0 * fwd.after, 2.0 * fwd.before));
+        assert!(Model::load("mha-16").unwrap().linear.is_none());
+        let base = "q_heads = 8\nkv_heads = 8\nhead_dim = 64\ndtype_bytes = 2\n";
+        let l = Model::from_toml_str(&format!("{base}hidden = 512\nffn_hidden = 2048\n"), "m")
+            .unwrap()
+            .linear
+            .unwrap();
+        assert_eq!(l.ffn_matrices, 3, "gated by default");
+        for (extra, field) in [
+            ("hidden = 512\n", "ffn_hidden"),
+            ("ffn_hidden = 512\n", "hidden"),
+            ("ffn_matrices = 2\n", "ffn_matrices"),
+            ("hidden = 0\nffn_hidden = 5\n", "hidden"),
+            (
+                "hidden = 5\nffn_hidden = 5\nffn_matrices = 9\n",
+                "ffn_matrices",
+            ),
+        ] {
+            let e = Model::from_toml_str(&format!("{base}{extra}"), "m")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
     }
 
     #[test]

@@ -39,7 +39,55 @@ fn demo_compares_every_scheme_and_recommends_the_fastest() {
         .lines()
         .find(|l| l.starts_with("All plans verified. Use "))
         .expect("a recommendation");
-    // The recommended scheme has the smallest time_ms in the table.
+    // The recommended scheme has the smallest whole-layer time in the table (the bundled
+    // model and hardware give the layer's cost): `layer_ms`, third from the end of a row.
+    let best = use_line["All plans verified. Use ".len()..]
+        .split(':')
+        .next()
+        .unwrap();
+    let times: Vec<(String, f64)> = out
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let name = w.first()?;
+            let t: f64 = w.get(w.len().checked_sub(3)?)?.parse().ok()?;
+            w.get(1)?.parse::<f64>().ok()?;
+            Some((name.to_string(), t))
+        })
+        .collect();
+    assert_eq!(times.len(), fcp::planners::SCHEMES.len(), "{out}");
+    let fastest = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    assert_eq!(best, fastest.0, "{out}");
+    let layer_line = out
+        .lines()
+        .find(|l| l.starts_with("With the projections and MLP: "))
+        .expect("the whole layer's figure");
+    assert!(
+        layer_line.contains(&format!("{:.3} ms per layer", fastest.1)),
+        "{out}"
+    );
+}
+
+/// Without the layer's widths (`mha-16` gives none) the demo compares attention alone and
+/// recommends the scheme with the smallest `time_ms`.
+#[test]
+fn without_the_layers_widths_the_demo_recommends_on_attention() {
+    let out = demo(&[
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--batches",
+        "1",
+        "--model",
+        "mha-16",
+    ]);
+    assert!(!out.contains("layer_ms"), "{out}");
+    assert!(!out.contains("With the projections"), "{out}");
+    let use_line = out
+        .lines()
+        .find(|l| l.starts_with("All plans verified. Use "))
+        .expect("a recommendation");
     let best = use_line["All plans verified. Use ".len()..]
         .split(':')
         .next()
@@ -55,6 +103,7 @@ fn demo_compares_every_scheme_and_recommends_the_fastest() {
         .collect();
     let fastest = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
     assert_eq!(best, fastest.0, "{out}");
+    assert!(!out.contains("--layer"), "{out}");
 }
 
 /// Run the demo with `args`, check that its `Next:` advice holds each of `expect`, run the advice

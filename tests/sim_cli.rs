@@ -516,3 +516,126 @@ fn short_documents_cut_in_pieces_do_not_beat_the_lower_bound() {
         }
     }
 }
+
+const LAYER_KEYS: &[&str] = &[
+    "layer_time_ms",
+    "linear_mean_ms",
+    "linear_max_ms",
+    "token_imbalance",
+    "layer_lower_bound_ms",
+    "layer_vs_lower_bound",
+    "layer_mfu",
+];
+
+#[test]
+fn the_whole_layer_is_simulated_on_request_and_adds_the_projections_and_mlp() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 4);
+    let plain = json(fcp().args(["simulate", "--json"]).arg(&p));
+    for k in LAYER_KEYS {
+        assert!(plain.get(k).is_none(), "{k} without --layer");
+    }
+    assert!(plain["ranks"][0].get("linear_ms").is_none());
+    let v = json(fcp().args(["simulate", "--json", "--layer"]).arg(&p));
+    for k in LAYER_KEYS {
+        assert!(v[k].is_number(), "missing {k}");
+    }
+    // The attention figures are the same with or without the layer.
+    assert_eq!(v["attention_time_ms"], plain["attention_time_ms"]);
+    let f = |k: &str| v[k].as_f64().unwrap();
+    // Llama-3-70B at 8K tokens a rank: 1.711 GFLOP a token forward, 3× that with the
+    // backward pass, at 794.5 TFLOP/s (the H100's measured GEMM rate).
+    let tokens: f64 = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["tokens"].as_f64().unwrap())
+        .sum::<f64>()
+        / 4.0;
+    let per_token = 3.0 * 2.0 * (8192.0 * 80.0 * 128.0 + 8192.0 * 8192.0 + 3.0 * 8192.0 * 28672.0);
+    let want = tokens * per_token / 794.5e12 * 1e3;
+    assert!(
+        (f("linear_mean_ms") - want).abs() < 1e-3,
+        "{} vs {want}",
+        f("linear_mean_ms")
+    );
+    assert!(f("layer_time_ms") >= f("linear_max_ms"));
+    assert!(f("layer_time_ms") > f("attention_time_ms"));
+    assert!(f("layer_vs_lower_bound") >= 1.0);
+    assert!(v["ranks"][0]["linear_ms"].is_number() && v["ranks"][0]["layer_end_ms"].is_number());
+    // The table says it too.
+    fcp()
+        .args(["simulate", "--layer"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("whole layer").and(predicate::str::contains("linear_ms")));
+    // A model without the layer's widths cannot: exit 2, naming what is missing.
+    let mha = dir.path().join("mha.json");
+    fcp()
+        .args([
+            "plan", "--scheme", "ring", "--ranks", "2", "--model", "mha-16", "-o",
+        ])
+        .arg(&mha)
+        .assert()
+        .success();
+    fcp()
+        .args(["simulate", "--layer"])
+        .arg(&mha)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "mha-16 gives no `hidden` and `ffn_hidden`",
+        ));
+}
+
+#[test]
+fn compare_with_the_layer_adds_its_columns_after_the_others() {
+    let run = |layer: bool| {
+        let mut c = fcp();
+        c.args([
+            "compare",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--batches",
+            "1",
+        ])
+        .args(["--schemes", "ring,zigzag", "--csv"]);
+        if layer {
+            c.arg("--layer");
+        }
+        String::from_utf8(c.assert().success().get_output().stdout.clone()).unwrap()
+    };
+    let plain = run(false);
+    let layer = run(true);
+    let header = |s: &str| s.lines().next().unwrap().to_string();
+    assert!(
+        header(&layer).starts_with(&header(&plain)),
+        "the old columns keep their places"
+    );
+    assert!(header(&layer).ends_with("layer_time_ms,layer_speedup,linear_mean_ms,linear_max_ms,token_imbalance,layer_lower_bound_ms,layer_vs_lower_bound,layer_mfu"));
+    let ring: Vec<&str> = layer.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(
+        ring[ring.len() - 7],
+        "1",
+        "ring's layer speedup over itself"
+    );
+    let v = json(fcp().args([
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--batches",
+        "1",
+        "--schemes",
+        "ring,zigzag",
+        "--json",
+        "--layer",
+    ]));
+    let zz = &v[1];
+    assert!(zz["layer_speedup"].as_f64().unwrap() > 1.0);
+    assert!(zz["layer_time_ms"].as_f64().unwrap() > zz["attention_time_ms"].as_f64().unwrap());
+}

@@ -34,6 +34,10 @@ pub struct CompareArgs {
     /// Print CSV.
     #[arg(long)]
     csv: bool,
+    /// Also simulate the whole layer (projections and MLP around attention, as
+    /// `fcp simulate --layer`): adds its time, speedup and token imbalance.
+    #[arg(long)]
+    layer: bool,
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
@@ -55,7 +59,10 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load()?;
     let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
-    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let mut sim = Simulator::new(hw.clone(), model.clone())?;
+    if a.layer {
+        sim = sim.with_layer()?;
+    }
     let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
         schemes: schemes.clone(),

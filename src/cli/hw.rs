@@ -288,6 +288,11 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
             "launch_overhead_us",
             format!("{} us", hw.launch_overhead_us),
         ),
+        (
+            "gemm_tflops",
+            hw.gemm_tflops
+                .map_or("-".to_string(), |g| format!("{g} TFLOP/s")),
+        ),
     ];
     debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
     for (field, value) in values {

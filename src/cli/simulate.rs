@@ -22,13 +22,22 @@ pub struct SimulateArgs {
     /// Print JSON (plan metrics plus a `ranks` array).
     #[arg(long)]
     json: bool,
+    /// Also simulate the whole layer: the Q/K/V projection before attention and the output
+    /// projection and MLP after it, priced per token at the hardware's `gemm_tflops` (needs a
+    /// model with `hidden` and `ffn_hidden`). Adds `layer_time_ms` and friends, and per-rank
+    /// `linear_ms` and `layer_end_ms`.
+    #[arg(long)]
+    layer: bool,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load(&plan)?;
-    let sim = Simulator::new(hw, model)?;
+    let mut sim = Simulator::new(hw, model)?;
+    if a.layer {
+        sim = sim.with_layer()?;
+    }
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
@@ -61,7 +70,20 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         bytes(m.comm_bytes_total),
         bytes(m.mem_max_bytes)
     );
-    outln!(
+    if let Some(l) = &m.layer {
+        outln!(
+            "whole layer {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · projections+MLP {:.3} ms mean, {:.3} ms max · token imbalance {:.3}",
+            l.layer_time_ms,
+            l.layer_lower_bound_ms,
+            l.layer_vs_lower_bound,
+            100.0 * l.layer_mfu,
+            l.linear_mean_ms,
+            l.linear_max_ms,
+            l.token_imbalance
+        );
+    }
+    let layer = m.layer.is_some();
+    out!(
         "{:>5} {:>11} {:>9} {:>11} {:>11} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11}",
         "rank",
         "compute_ms",
@@ -75,8 +97,12 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         "tokens",
         "memory"
     );
+    if layer {
+        out!(" {:>10} {:>10}", "linear_ms", "layer_end");
+    }
+    outln!();
     for x in &r.ranks {
-        outln!(
+        out!(
             "{:>5} {:>11.3} {:>9.3} {:>11.3} {:>11.3} {:>9.3} {:>9.2} {:>11} {:>11} {:>8} {:>11}",
             x.rank,
             x.compute_ms,
@@ -90,6 +116,10 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             x.tokens,
             bytes(x.mem_bytes)
         );
+        if let (Some(l), Some(e)) = (x.linear_ms, x.layer_end_ms) {
+            out!(" {l:>10.3} {e:>10.3}");
+        }
+        outln!();
     }
     Ok(())
 }

@@ -129,6 +129,7 @@ mod tests {
             kv_heads: 8,
             head_dim: 128,
             dtype_bytes: 2,
+            linear: None,
         }
     }
 

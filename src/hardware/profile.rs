@@ -40,6 +40,11 @@ pub struct Hardware {
     pub comm_sms: u32,
     /// Fixed cost of one attention kernel launch, µs.
     pub launch_overhead_us: f64,
+    /// Dense BF16 matrix-multiply throughput one GPU sustains on large GEMMs, TFLOP/s: what
+    /// the whole-layer simulation (`--layer`) prices the projections and MLP at. A measured
+    /// figure (best-shape `torch.matmul`), not the peak; absent, the layer is not simulated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_tflops: Option<f64>,
     /// Kernel throughput table: a bundled name (`h100-fa3`) or a CSV path (relative paths are
     /// resolved against the TOML's directory at load time).
     pub kernel_profile: String,
@@ -62,6 +67,7 @@ pub const NUMERIC_FIELDS: &[&str] = &[
     "nic_latency_us",
     "comm_sms",
     "launch_overhead_us",
+    "gemm_tflops",
 ];
 
 /// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
@@ -171,6 +177,18 @@ impl Hardware {
                 return Err(bad(field, format!("{} µs is more than a second", shown(v))));
             }
         }
+        if let Some(g) = self.gemm_tflops {
+            if !(g.is_finite() && g > 0.0 && g <= self.peak_tflops) {
+                return Err(bad(
+                    "gemm_tflops",
+                    format!(
+                        "{} TFLOP/s must be positive and at most peak_tflops {} (it is a measured rate, below the peak)",
+                        shown(g),
+                        shown(self.peak_tflops)
+                    ),
+                ));
+            }
+        }
         if self.sm_count == 0 {
             return Err(bad("sm_count", "must be >= 1".into()));
         }
@@ -223,6 +241,14 @@ impl Hardware {
     /// fills the GPU).
     pub fn achieved_tflops(&self, table_tflops: f64) -> f64 {
         table_tflops * self.compute_sm_fraction()
+    }
+
+    /// GEMM throughput for the token-linear work once `comm_sms` are reserved, FLOP/s (the
+    /// measured rate scaled by the SM fraction, as attention's is); `None` without
+    /// `gemm_tflops`.
+    pub fn gemm_flops_per_s(&self) -> Option<f64> {
+        self.gemm_tflops
+            .map(|g| g * 1e12 * self.compute_sm_fraction())
     }
 
     /// Per-launch overhead in seconds.
@@ -341,6 +367,22 @@ kernel_profile = "h100-fa3"
         assert!(e.len() < 200, "{e}");
         assert_eq!(shown(50.0), "50");
         assert_eq!(shown(1e-30), "1e-30");
+    }
+
+    #[test]
+    fn the_gemm_rate_is_optional_and_below_the_peak() {
+        let hw = Hardware::from_toml_str(MINIMAL, "x").unwrap();
+        assert_eq!(hw.gemm_flops_per_s(), None);
+        let with = |g: &str| Hardware::from_toml_str(&format!("gemm_tflops = {g}\n{MINIMAL}"), "x");
+        assert!(with("500.0").unwrap().gemm_flops_per_s().is_some());
+        for bad in ["0.0", "-1.0", "1e9", "nan"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("gemm_tflops"), "{bad}: {e}");
+        }
+        for name in bundled::names(bundled::HARDWARE) {
+            let hw = Hardware::load(name).unwrap();
+            assert!(hw.gemm_tflops.unwrap() < hw.peak_tflops, "{name}");
+        }
     }
 
     #[test]

@@ -411,6 +411,21 @@ impl Plan {
         }
     }
 
+    /// Per rank: the rows its token-linear layers (projections, MLP) run on: the tokens it
+    /// owns, attended padding included, plus its masked padding slots, which are rows of the
+    /// same local tensor. Saturating.
+    pub fn tokens_per_rank(&self) -> Vec<u64> {
+        self.ranks
+            .iter()
+            .map(|r| {
+                r.owned
+                    .iter()
+                    .map(TokenRange::len)
+                    .fold(r.pad_slots, u64::saturating_add)
+            })
+            .collect()
+    }
+
     /// Total tokens of the batch (without padding). Saturating, like [`Plan::pad_tokens`].
     pub fn total_tokens(&self) -> u64 {
         self.documents

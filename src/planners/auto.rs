@@ -1,5 +1,7 @@
 //! `auto`: per batch, plan with every candidate scheme, simulate each plan (forward and
-//! backward) and keep the fastest. The one planner that simulates — that is its purpose: the
+//! backward) and keep the fastest — on the whole layer (attention plus the projections and
+//! MLP, [`crate::sim::LayerCost`]) wherever the model and hardware give its cost, as `hybrid`
+//! does, else on attention; the plan records its `objective`. The one planner that simulates — that is its purpose: the
 //! simulator is the most faithful cost model we have, and a scheme that is best on one batch
 //! (Ulysses when every document is short, `hybrid` on a long tail) is not best on every batch.
 //!
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::plan::{verify, Plan, PlanError};
-use crate::sim::{ComputeModel, PassSel, Simulator};
+use crate::sim::{ComputeModel, LayerCost, PassSel, Simulator};
 use crate::trace::Batch;
 
 use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
@@ -136,12 +138,21 @@ impl Planner for Auto {
         } else {
             None
         };
+        // The objective is `hybrid`'s: the whole layer wherever its cost is known.
+        let layer = LayerCost::new(ctx.hardware, ctx.model).ok();
         let mut judge = match &profile {
             Some(profile) => Judge::Estimate(ComputeModel::new(ctx.hardware, profile, ctx.model)),
-            None => Judge::Simulate(Box::new(
-                Simulator::new(ctx.hardware.clone(), ctx.model.clone())
-                    .map_err(|e| PlanError::Planning(format!("auto: {e}")))?,
-            )),
+            None => {
+                let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+                    .map_err(|e| PlanError::Planning(format!("auto: {e}")))?;
+                let sim = match layer {
+                    Some(_) => sim
+                        .with_layer()
+                        .map_err(|e| PlanError::Planning(format!("auto: {e}")))?,
+                    None => sim,
+                };
+                Judge::Simulate(Box::new(sim))
+            }
         };
         // Under a budget the quick search first, the rest in their order.
         let order: Vec<&str> = if budgeted {
@@ -188,11 +199,11 @@ impl Planner for Auto {
             }
             let t = match &mut judge {
                 Judge::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
-                    Ok(seconds) => seconds * 1e3,
+                    Ok(seconds) => (seconds + hybrid::linear_s(&plan, layer.as_ref())) * 1e3,
                     Err(_) => continue,
                 },
                 Judge::Simulate(sim) => match sim.simulate(&plan, PassSel::Both) {
-                    Ok(report) => report.metrics.attention_time_ms,
+                    Ok(report) => hybrid::objective_ms(&report.metrics),
                     Err(_) => continue,
                 },
             };
@@ -209,6 +220,12 @@ impl Planner for Auto {
         params.insert("tried".to_string(), tried.join(",").into());
         let compared = if budgeted { "estimate" } else { "simulation" };
         params.insert("compared_by".to_string(), compared.into());
+        let objective = if layer.is_some() {
+            "layer"
+        } else {
+            "attention"
+        };
+        params.insert("objective".to_string(), objective.into());
         params.insert("verified".to_string(), verified.into());
         let inner = std::mem::take(&mut plan.scheme.params);
         params.insert(
@@ -225,17 +242,19 @@ impl Planner for Auto {
 mod tests {
     use super::*;
     use crate::plan::Mask;
-    use crate::planners::testing::{assert_valid, simulated_ms, with_ctx};
+    use crate::planners::testing::{assert_valid, simulated_layer_ms, with_ctx};
 
     #[test]
     fn auto_keeps_the_fastest_simulated_candidate() {
+        // Fastest on the whole layer: the bundled model gives its widths.
         let batch = Batch::new(0, vec![3000, 500, 200, 200, 100, 40]);
         with_ctx(4, Mask::Causal, |ctx| {
             let plan = Auto::default().plan(&batch, ctx).unwrap();
             assert_valid(&plan);
             assert_eq!(plan.scheme.name, "auto");
             let chosen = plan.scheme.params["chosen"].as_str().unwrap().to_string();
-            let t = |p: &Plan| simulated_ms(ctx, p);
+            assert_eq!(plan.scheme.params["objective"], "layer");
+            let t = |p: &Plan| simulated_layer_ms(ctx, p);
             let mine = t(&plan);
             for name in CANDIDATES {
                 let other = planner_for(name).unwrap().plan(&batch, ctx);

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::hardware::Pass;
 use crate::plan::{Plan, PlanError, TokenRange, TransferTensor};
-use crate::sim::{ComputeModel, PassSel, Simulator};
+use crate::sim::{ComputeModel, LayerCost, PassSel, Simulator};
 use crate::trace::Batch;
 
 use super::fcp::{blocks, Fcp};
@@ -74,8 +74,9 @@ pub fn simulate_top(ranks: u32) -> usize {
 }
 
 /// Parameter names `hybrid:key=value` accepts.
-pub const PARAMS: [&str; 6] = [
+pub const PARAMS: [&str; 7] = [
     "block",
+    "layer",
     "node_heads",
     "quick",
     "relay",
@@ -126,6 +127,11 @@ pub struct Hybrid {
     /// Fixed choice of head-parallel nodes ([`Fcp::node_heads`]; else both are tried where
     /// the heads divide over a node's ranks).
     pub node_heads: Option<bool>,
+    /// Objective (`layer=true|false`): the whole layer — attention plus the projections and
+    /// MLP, whose time follows each rank's token count ([`crate::sim::LayerCost`]) — or
+    /// attention alone. Unset: the whole layer wherever the model and hardware give its
+    /// cost (every bundled pair but `mha-16`), else attention.
+    pub layer: Option<bool>,
 }
 
 /// The heavy-block split limit tried besides none: blocks heavier than half a rank's mean
@@ -145,7 +151,8 @@ pub const EVAL_ROUND: usize = 4;
 /// One candidate's score.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Score {
-    /// Estimated attention time (seconds, forward + backward; [`estimate`]).
+    /// Estimated attention time (seconds, forward + backward; [`estimate`]), plus the busiest
+    /// rank's token-linear work when the objective is the whole layer ([`Hybrid::layer`]).
     pub seconds: f64,
     /// The FCP configuration the candidate was built with (block size, whole-document
     /// threshold, relay, split limit, rebalance, node grouping).
@@ -193,6 +200,7 @@ impl Hybrid {
                 "whole_frac" => h.whole_frac = Some(param_non_negative(&spec.name, k, v, true)?),
                 "quick" => h.quick = param_bool(&spec.name, k, v)?,
                 "node_heads" => h.node_heads = Some(param_bool(&spec.name, k, v)?),
+                "layer" => h.layer = Some(param_bool(&spec.name, k, v)?),
                 _ => return Err(SchemeError::not_taken(&spec.name, k, &PARAMS)),
             }
         }
@@ -208,17 +216,33 @@ impl Hybrid {
         batch: &Batch,
         ctx: &PlanContext<'_>,
     ) -> Result<Candidates, PlanError> {
-        self.search(batch, ctx, None)
+        self.search(batch, ctx, None, self.objective(ctx)?.as_ref(), true)
+    }
+
+    /// The whole layer's cost when it is the objective ([`Hybrid::layer`]); an error when
+    /// `layer=true` but the model or hardware lacks it.
+    pub fn objective(&self, ctx: &PlanContext<'_>) -> Result<Option<LayerCost>, PlanError> {
+        match self.layer {
+            Some(false) => Ok(None),
+            Some(true) => LayerCost::new(ctx.hardware, ctx.model)
+                .map(Some)
+                .map_err(|e| PlanError::Planning(format!("hybrid: layer=true: {e}"))),
+            None => Ok(LayerCost::new(ctx.hardware, ctx.model).ok()),
+        }
     }
 
     /// [`Hybrid::candidates`], keeping only the plans of the `keep` best estimates so far (ties:
     /// the earlier) and FCP's default: no plan dropped could be among the final `keep` best,
     /// and at 256 ranks keeping every plan costs memory and page faults.
+    /// `layer`: the objective's token-linear cost, added to every estimate; `fcp_default`:
+    /// whether FCP's own default placement contends (only under the caller's own cap).
     fn search(
         &self,
         batch: &Batch,
         ctx: &PlanContext<'_>,
         keep: Option<usize>,
+        layer: Option<&LayerCost>,
+        fcp_default: bool,
     ) -> Result<Candidates, PlanError> {
         let all: &[u64] = if self.quick {
             &QUICK_BLOCKS
@@ -301,7 +325,14 @@ impl Hybrid {
         }
         // Up to WIDE_SEARCH_MAX_RANKS, FCP's own default placement contends too (see `plan`):
         // `hybrid` is then never slower than `fcp` there.
-        if ctx.ranks <= WIDE_SEARCH_MAX_RANKS && self == &Hybrid::default() {
+        if fcp_default
+            && ctx.ranks <= WIDE_SEARCH_MAX_RANKS
+            && self
+                == &(Hybrid {
+                    layer: self.layer,
+                    ..Hybrid::default()
+                })
+        {
             specs.push(Fcp {
                 repair: false,
                 ..Fcp::default()
@@ -382,7 +413,7 @@ impl Hybrid {
                             };
                             let plan =
                                 fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                            let seconds = estimate(&plan, ctx, &mut cm)?;
+                            let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer);
                             let score = Score { seconds, fcp };
                             Ok((score, plan))
                         })
@@ -405,7 +436,7 @@ impl Hybrid {
             .map(|fcp| {
                 let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
                 let plan = fcp.plan(batch, ctx)?;
-                let seconds = estimate(&plan, ctx, &mut cm)?;
+                let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer);
                 Ok((Score { seconds, fcp }, plan))
             })
             .collect();
@@ -551,6 +582,31 @@ fn keep_best(built: &mut Vec<(Score, Plan)>, k: usize) {
         i += 1;
         kept[i - 1] || c.0.is_fcp_default()
     });
+}
+
+/// What `hybrid` minimises among simulated plans: the whole layer's time when it was
+/// simulated, else attention's.
+pub fn objective_ms(m: &crate::sim::PlanMetrics) -> f64 {
+    m.layer
+        .as_ref()
+        .map_or(m.attention_time_ms, |l| l.layer_time_ms)
+}
+
+/// Seconds of token-linear work (forward and backward) on the rank with the most tokens: what
+/// the whole-layer objective adds to a candidate's attention estimate (0 without one).
+pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>) -> f64 {
+    let Some(cost) = layer else {
+        return 0.0;
+    };
+    let per_token: f64 = [Pass::Fwd, Pass::Bwd]
+        .iter()
+        .map(|&p| {
+            let f = cost.flops(p);
+            f.before + f.after
+        })
+        .sum();
+    let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
+    cost.ns(most, per_token) as f64 * 1e-9
 }
 
 /// Whole-document attention weight of every document (seconds, forward + backward), from the
@@ -753,26 +809,68 @@ impl Planner for Hybrid {
         if let Some(h) = self.node_heads {
             p.insert("node_heads".to_string(), h.into());
         }
+        if let Some(l) = self.layer {
+            p.insert("layer".to_string(), l.into());
+        }
         p
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let simulate = !self.quick;
         let top = simulate_top(ctx.ranks);
+        let keep = Some(if simulate { top } else { 1 });
+        let layer = self.objective(ctx)?;
+        // With the whole layer as the objective, placements under the tightest token cap (the
+        // batch's mean) contend too: a rank filled to the budget while others hold less runs
+        // the projections and MLP longest. (128K windows on 8 ranks, budget 32K: every rank
+        // capped at 32K left hybrid's tokens 0.35 imbalanced and its layer 0.72× zigzag's.)
+        // The quick search, bound to its time, searches under the tight cap alone.
+        let cap = Fcp::cap(batch, ctx);
+        let tight = batch.tokens().div_ceil(u64::from(ctx.ranks.max(1)));
+        let tight_ctx = (layer.is_some() && tight < cap).then(|| PlanContext {
+            tokens_per_rank: tight,
+            ..ctx.clone()
+        });
+        let tight_search = |fcp_default| {
+            tight_ctx
+                .as_ref()
+                .map(|t| self.search(batch, t, keep, layer.as_ref(), fcp_default))
+        };
+        let found = match tight_search(false) {
+            // Refused under the tight cap (a block too long to fit), the budget's plans stand.
+            Some(Ok(quick)) if self.quick => Ok(quick),
+            _ if self.quick => self.search(batch, ctx, keep, layer.as_ref(), true),
+            tight => self
+                .search(batch, ctx, keep, layer.as_ref(), true)
+                .map(|mut found| {
+                    if let Some(Ok(more)) = tight {
+                        found.built.extend(more.built);
+                        found.scores.extend(more.scores);
+                        found.placements += more.placements;
+                        found.pruned += more.pruned;
+                    }
+                    found
+                }),
+        };
         let Candidates {
             built: mut cands,
             scores,
             placements,
             pruned,
-        } = self.search(batch, ctx, Some(if simulate { top } else { 1 }))?;
+        } = found?;
         // Best estimate first (ties: the earlier candidate; the sort is stable).
         cands.sort_by(|x, y| x.0.seconds.total_cmp(&y.0.seconds));
         // The estimate's leaders are simulated and the fastest kept: the estimate is a
         // step-level timeline, not the simulator's fair sharing of links (the quick search
         // keeps its first pick: at 256 ranks one simulation takes longer than it plans).
         let simulated = if simulate && cands.len() > 1 {
-            let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+            let mut sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
+            if layer.is_some() {
+                sim = sim
+                    .with_layer()
+                    .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
+            }
             // The leaders, and FCP's own default wherever it ranks (it contends up to
             // WIDE_SEARCH_MAX_RANKS: `hybrid` is then never slower than `fcp` there).
             // Simulated in parallel; the first fastest is kept.
@@ -784,7 +882,7 @@ impl Planner for Hybrid {
                 .par_iter()
                 .map(|&i| {
                     sim.simulate(&cands[i].1, PassSel::Both)
-                        .map(|r| (r.metrics.attention_time_ms, i))
+                        .map(|r| (objective_ms(&r.metrics), i))
                         .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -819,6 +917,19 @@ impl Planner for Hybrid {
         params.insert("chosen_fill".to_string(), chosen.fill.into());
         params.insert("chosen_lookahead".to_string(), chosen.lookahead.into());
         params.insert(
+            "objective".to_string(),
+            if layer.is_some() {
+                "layer"
+            } else {
+                "attention"
+            }
+            .into(),
+        );
+        params.insert(
+            "max_rank_tokens".to_string(),
+            plan.tokens_per_rank().into_iter().max().unwrap_or(0).into(),
+        );
+        params.insert(
             "chosen_fcp_default".to_string(),
             score.is_fcp_default().into(),
         );
@@ -833,8 +944,9 @@ impl Planner for Hybrid {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Model;
     use crate::plan::Mask;
-    use crate::planners::testing::{assert_valid, simulated_ms, with_ctx};
+    use crate::planners::testing::{assert_valid, simulated_layer_ms, simulated_ms, with_ctx};
 
     fn with<R>(ranks: u32, tpr: u64, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
         with_ctx(ranks, mask, |ctx| {
@@ -891,7 +1003,11 @@ mod tests {
         let batch = Batch::new(0, vec![30_000, 6_000, 5_000, 3_000, 2_000, 1_000, 100]);
         for (ranks, tpr) in [(16, 6144), (128, 1024)] {
             with(ranks, tpr, Mask::Causal, |ctx| {
-                let h = Hybrid::default();
+                // The attention objective: the simulator's attention time decides.
+                let h = Hybrid {
+                    layer: Some(false),
+                    ..Hybrid::default()
+                };
                 let mut cands = h.candidates(&batch, ctx).unwrap().built;
                 assert!(cands.iter().all(|c| c.1.scheme.name == "fcp"));
                 // Both span nodes: every placement is built with and without the relay.
@@ -972,24 +1088,86 @@ mod tests {
     #[test]
     fn never_slower_than_fcp_up_to_64_ranks() {
         // FCP's own plan contends (simulated) wherever the simulator decides: on a batch
-        // where `hybrid`'s own placements are no better, its plan is `fcp`'s.
-        let sim_time = simulated_ms;
+        // where `hybrid`'s own placements are no better, its plan is `fcp`'s. On either
+        // objective: the whole layer (the default, the bundled model has its widths) and
+        // attention alone.
+        type SimTime = fn(&PlanContext<'_>, &Plan) -> f64;
+        let objectives: [(Option<bool>, SimTime); 2] =
+            [(None, simulated_layer_ms), (Some(false), simulated_ms)];
         for lens in [
             vec![40_000, 20_000, 3_000, 1_000],
             vec![8_192; 8],
             vec![65_536, 100, 100],
         ] {
             let batch = Batch::new(0, lens);
-            with(16, 8192, Mask::Causal, |ctx| {
-                let h = Hybrid::default().plan(&batch, ctx).unwrap();
-                let f = Fcp::default().plan(&batch, ctx).unwrap();
-                assert!(sim_time(ctx, &h) <= sim_time(ctx, &f) * (1.0 + 1e-12));
-                let chosen_default = h.scheme.params["chosen_fcp_default"] == true;
-                if chosen_default {
-                    assert_eq!(h.ranks, f.ranks);
-                }
-            });
+            for (layer, sim_time) in objectives {
+                with(16, 8192, Mask::Causal, |ctx| {
+                    let h = Hybrid {
+                        layer,
+                        ..Hybrid::default()
+                    }
+                    .plan(&batch, ctx)
+                    .unwrap();
+                    let f = Fcp::default().plan(&batch, ctx).unwrap();
+                    assert!(sim_time(ctx, &h) <= sim_time(ctx, &f) * (1.0 + 1e-12));
+                    let chosen_default = h.scheme.params["chosen_fcp_default"] == true;
+                    if chosen_default {
+                        assert_eq!(h.ranks, f.ranks);
+                    }
+                });
+            }
         }
+    }
+
+    /// Regression: with 128K windows on 8 ranks and the default 32K budget, `hybrid` filled
+    /// some ranks to the budget while others held half of it (token imbalance 0.35): fastest
+    /// attention, but the projections and MLP ran longest there and the whole layer was 0.72×
+    /// zigzag's (`fcp compare --pack window --context 131072 --ranks 8 --layer`).
+    #[test]
+    fn a_window_batch_no_longer_fills_some_ranks_to_the_budget() {
+        let mut lens = vec![70_000, 30_000, 12_000];
+        lens.extend([2_000; 9]);
+        lens.push(131_072 - lens.iter().sum::<u64>());
+        let batch = Batch::new(0, lens);
+        with(8, 32_768, Mask::Causal, |ctx| {
+            let layer = Hybrid::default().plan(&batch, ctx).unwrap();
+            let attention = Hybrid {
+                layer: Some(false),
+                ..Hybrid::default()
+            }
+            .plan(&batch, ctx)
+            .unwrap();
+            assert_eq!(layer.scheme.params["objective"], "layer");
+            assert_eq!(attention.scheme.params["objective"], "attention");
+            let most = |p: &Plan| p.tokens_per_rank().into_iter().max().unwrap();
+            assert_eq!(most(&layer), 131_072 / 8, "tokens held to the batch's mean");
+            assert!(most(&attention) > 131_072 / 8);
+            assert!(simulated_layer_ms(ctx, &layer) < simulated_layer_ms(ctx, &attention));
+            assert_valid(&layer);
+        });
+        // Asked for, the whole layer needs the model's widths: mha-16 gives none.
+        let model = Model::load("mha-16").unwrap();
+        let hw = crate::hardware::Hardware::load("h100").unwrap();
+        let ctx = PlanContext {
+            ranks: 4,
+            tokens_per_rank: 4096,
+            mask: Mask::Causal,
+            model: &model,
+            hardware: &hw,
+        };
+        let e = Hybrid {
+            layer: Some(true),
+            ..Hybrid::default()
+        }
+        .plan(&Batch::new(0, vec![4096, 4096]), &ctx)
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hidden") && e.contains("mha-16"), "{e}");
+        // Unset, it falls back to attention there.
+        let p = Hybrid::default()
+            .plan(&Batch::new(0, vec![4096, 4096]), &ctx)
+            .unwrap();
+        assert_eq!(p.scheme.params["objective"], "attention");
     }
 
     #[test]

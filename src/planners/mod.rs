@@ -492,13 +492,7 @@ pub(crate) mod testing {
 
     /// Run `f` with a context of `ranks` ranks and `mask` for llama3-70b on h100.
     pub fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
-        let model = Model {
-            name: "llama3-70b".into(),
-            q_heads: 64,
-            kv_heads: 8,
-            head_dim: 128,
-            dtype_bytes: 2,
-        };
+        let model = Model::load("llama3-70b").expect("bundled model");
         let hardware = Hardware::load("h100").expect("bundled profile");
         let ctx = PlanContext {
             ranks,
@@ -520,6 +514,16 @@ pub(crate) mod testing {
             .unwrap()
             .metrics
             .attention_time_ms
+    }
+
+    /// Simulated whole-layer time (forward + backward) of `plan` under `ctx`'s profiles.
+    pub fn simulated_layer_ms(ctx: &PlanContext<'_>, plan: &Plan) -> f64 {
+        use crate::sim::{PassSel, Simulator};
+        let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+            .and_then(Simulator::with_layer)
+            .unwrap();
+        let m = sim.simulate(plan, PassSel::Both).unwrap().metrics;
+        m.layer.unwrap().layer_time_ms
     }
 
     /// Plan each batch of document lengths on each rank count under both masks and assert

@@ -192,6 +192,7 @@ mod tests {
             kv_heads: 8,
             head_dim: 4,
             dtype_bytes: 2,
+            linear: None,
         };
         let hw = crate::hardware::Hardware::load("h100").unwrap();
         let ctx = PlanContext {

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::planners::{planner_for, PlanContext, SchemeError, SCHEMES};
-use crate::sim::{PassSel, PlanMetrics, Simulator};
+use crate::sim::{LayerMetrics, PassSel, PlanMetrics, Simulator};
 use crate::trace::Batch;
 
 use super::stats::{mean, percentile};
@@ -38,6 +38,9 @@ pub struct CompareRow {
     pub p95: Option<PlanMetrics>,
     /// Baseline mean attention time / this scheme's mean attention time.
     pub speedup: Option<f64>,
+    /// Baseline mean whole-layer time / this scheme's, when the layer was simulated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_speedup: Option<f64>,
     /// Mean over batches of the plans' `comm_saving` parameter (FlashCP's `1 − Eq5/Eq4`), for
     /// schemes that record one; absent otherwise. Read from the plan, not the simulation, so any
     /// scheme can report the K/V it avoids sending.
@@ -96,7 +99,27 @@ fn aggregate(all: &[PlanMetrics], f: impl Fn(&[f64]) -> f64) -> PlanMetrics {
         pad_tokens: col(&|m| m.pad_tokens as f64).round() as u64,
         mean_compute_ms: col(&|m| m.mean_compute_ms),
         max_compute_ms: col(&|m| m.max_compute_ms),
+        layer: aggregate_layer(all, &f),
     }
+}
+
+/// [`aggregate`] of the whole-layer metrics, when every plan has them.
+fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<LayerMetrics> {
+    let layers: Vec<&LayerMetrics> = all
+        .iter()
+        .map(|m| m.layer.as_ref())
+        .collect::<Option<_>>()?;
+    let col =
+        |g: &dyn Fn(&LayerMetrics) -> f64| f(&layers.iter().map(|l| g(l)).collect::<Vec<_>>());
+    Some(LayerMetrics {
+        layer_time_ms: col(&|l| l.layer_time_ms),
+        linear_mean_ms: col(&|l| l.linear_mean_ms),
+        linear_max_ms: col(&|l| l.linear_max_ms),
+        token_imbalance: col(&|l| l.token_imbalance),
+        layer_lower_bound_ms: col(&|l| l.layer_lower_bound_ms),
+        layer_vs_lower_bound: col(&|l| l.layer_vs_lower_bound),
+        layer_mfu: col(&|l| l.layer_mfu),
+    })
 }
 
 /// Plan and simulate every scheme on every batch.
@@ -144,6 +167,7 @@ pub fn compare(
                         mean: Some(aggregate(&all, mean)),
                         p95: Some(aggregate(&all, |v| percentile(v, 95.0))),
                         speedup: None,
+                        layer_speedup: None,
                         comm_saving: (!savings.is_empty()).then(|| mean(&savings)),
                         error: None,
                     }
@@ -154,6 +178,7 @@ pub fn compare(
                     mean: None,
                     p95: None,
                     speedup: None,
+                    layer_speedup: None,
                     comm_saving: None,
                     error: Some(e),
                 },
@@ -167,12 +192,13 @@ pub fn compare(
     let base = rows
         .iter()
         .find(|r| Some(&r.scheme) == base_name.as_ref())
-        .and_then(|r| r.mean.as_ref())
-        .map(|m| m.attention_time_ms);
+        .and_then(|r| r.mean.clone());
+    let ratio = |b: f64, x: f64| (x > 0.0).then(|| b / x);
     for r in &mut rows {
-        if let (Some(b), Some(m)) = (base, &r.mean) {
-            if m.attention_time_ms > 0.0 {
-                r.speedup = Some(b / m.attention_time_ms);
+        if let (Some(b), Some(m)) = (&base, &r.mean) {
+            r.speedup = ratio(b.attention_time_ms, m.attention_time_ms);
+            if let (Some(bl), Some(ml)) = (&b.layer, &m.layer) {
+                r.layer_speedup = ratio(bl.layer_time_ms, ml.layer_time_ms);
             }
         }
     }

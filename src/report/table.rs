@@ -42,9 +42,14 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 /// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
+/// When the whole layer was simulated, three columns follow: its time, its speedup and the
+/// token imbalance.
 pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
+    let layer = rows
+        .iter()
+        .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()));
     let mut s = format!(
-        "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>9}\n",
+        "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>9}",
         "scheme",
         "time_ms",
         "p95_ms",
@@ -58,10 +63,18 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
         "max/mean",
         "comm_save"
     );
+    if layer {
+        s.push_str(&format!(
+            " {:>10} {:>8} {:>6}",
+            "layer_ms", "layer_x", "tok_im"
+        ));
+    }
+    s.push('\n');
     for r in rows {
         match (&r.mean, &r.p95) {
-            (Some(m), Some(p)) => s.push_str(&format!(
-                "{:<24} {:>10.3} {:>10.3} {:>8} {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3} {:>9}\n",
+            (Some(m), Some(p)) => {
+                s.push_str(&format!(
+                "{:<24} {:>10.3} {:>10.3} {:>8} {:>5.1}% {:>7.3} {:>7.3} {:>7.2}× {:>11} {:>11} {:>9.3} {:>9}",
                 r.scheme,
                 m.attention_time_ms,
                 p.attention_time_ms,
@@ -76,7 +89,18 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                 m.max_over_mean,
                 r.comm_saving
                     .map_or("-".to_string(), |x| format!("{:.1}%", 100.0 * x))
-            )),
+                ));
+                if let Some(l) = &m.layer {
+                    s.push_str(&format!(
+                        " {:>10.3} {:>8} {:>6.3}",
+                        l.layer_time_ms,
+                        r.layer_speedup
+                            .map_or("-".to_string(), |x| format!("{x:.2}×")),
+                        l.token_imbalance
+                    ));
+                }
+                s.push('\n');
+            }
             _ => s.push_str(&format!(
                 "{:<24} cannot run: {}\n",
                 r.scheme,
@@ -92,21 +116,35 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         format!("speedup = {baseline}'s mean attention time / the scheme's")
     };
+    let note = if layer {
+        format!("{note}; layer = attention plus projections and MLP, layer_x its speedup")
+    } else {
+        note
+    };
     s.push_str(&format!("(means over batches; {note})\n"));
     s
 }
 
 /// CSV with one row per scheme: the mean of every plan metric, p95 attention time, speedup,
-/// and the error (empty when the scheme ran).
+/// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
+/// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
+    let layer = rows
+        .iter()
+        .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()));
     let mut s = String::from(
-        "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error\n",
+        "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error",
     );
+    if layer {
+        s.push(',');
+        s.push_str(&LAYER_CSV_COLUMNS.join(","));
+    }
+    s.push('\n');
     for r in rows {
         let q = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
         match (&r.mean, &r.p95) {
             (Some(m), Some(p)) => s.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},\n",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},",
                 q(&r.scheme),
                 r.batches,
                 m.attention_time_ms,
@@ -123,14 +161,45 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 r.comm_saving.map_or(String::new(), |x| x.to_string())
             )),
             _ => s.push_str(&format!(
-                "{},0,,,,,,,,,,,,,{}\n",
+                "{},0,,,,,,,,,,,,,{}",
                 q(&r.scheme),
                 q(r.error.as_deref().unwrap_or(""))
             )),
         }
+        if layer {
+            let l = r.mean.as_ref().and_then(|m| m.layer.as_ref());
+            let cells: Vec<String> = match l {
+                Some(l) => vec![
+                    l.layer_time_ms.to_string(),
+                    r.layer_speedup.map_or(String::new(), |x| x.to_string()),
+                    l.linear_mean_ms.to_string(),
+                    l.linear_max_ms.to_string(),
+                    l.token_imbalance.to_string(),
+                    l.layer_lower_bound_ms.to_string(),
+                    l.layer_vs_lower_bound.to_string(),
+                    l.layer_mfu.to_string(),
+                ],
+                None => vec![String::new(); LAYER_CSV_COLUMNS.len()],
+            };
+            s.push(',');
+            s.push_str(&cells.join(","));
+        }
+        s.push('\n');
     }
     s
 }
+
+/// Columns [`compare_csv`] adds when the whole layer was simulated.
+pub const LAYER_CSV_COLUMNS: &[&str] = &[
+    "layer_time_ms",
+    "layer_speedup",
+    "linear_mean_ms",
+    "linear_max_ms",
+    "token_imbalance",
+    "layer_lower_bound_ms",
+    "layer_vs_lower_bound",
+    "layer_mfu",
+];
 
 #[cfg(test)]
 mod tests {

@@ -41,6 +41,11 @@ pub struct RankOutcome {
     pub bytes_recv: u64,
     /// FLOPs computed.
     pub flops: f64,
+    /// When its last step ended (its start, if it has no step).
+    pub compute_end_ns: u64,
+    /// When the last message or collective result it receives landed (0 if none): with
+    /// `compute_end_ns`, when its attention output is complete.
+    pub inputs_done_ns: u64,
 }
 
 /// Result of one pass.
@@ -86,6 +91,8 @@ enum Ev {
     StepEnd(u32),
     CollEnd(usize),
     FlowActive(usize),
+    /// A rank's compute stream becomes free for its first step ([`Program::start_ns`]).
+    Start(u32),
     /// The earliest active flow finishes. Kept out of the heap, in one slot (`done_at`): only
     /// the latest epoch's is live, and the heap used to fill with stale ones (a fifth of a
     /// 4096-rank simulation went to popping them). The last variant, so at equal times it
@@ -112,16 +119,19 @@ pub fn run(
     coll: &CollectiveModel<'_>,
 ) -> Result<PassOutcome, SimError> {
     let n = p.steps.len();
+    let start = |r: usize| p.start_ns.get(r).copied().unwrap_or(0);
+    // A rank that starts later is busy until then (with the work before its attention).
     let mut ranks: Vec<RankRt> = p
         .steps
         .iter()
-        .map(|st| RankRt {
+        .enumerate()
+        .map(|(r, st)| RankRt {
             nsteps: st.len() as u32,
             next: 0,
-            running: false,
-            ready_at: 0,
+            running: start(r) > 0,
+            ready_at: start(r),
             pending: vec![0; st.len()],
-            compute_end: 0,
+            compute_end: start(r),
             done: false,
         })
         .collect();
@@ -195,7 +205,10 @@ pub fn run(
     let mut component: Vec<usize> = Vec::new();
 
     // Ranks whose readiness must be re-examined at the current instant.
-    let mut dirty: Vec<u32> = (0..n as u32).collect();
+    let mut dirty: Vec<u32> = (0..n as u32).filter(|&r| start(r as usize) == 0).collect();
+    for r in (0..n).filter(|&r| start(r) > 0) {
+        heap.push(Reverse((start(r), Ev::Start(r as u32))));
+    }
     let mut now = 0u64;
     loop {
         // Settle every rank at `now`: issue, join, start steps, until nothing changes.
@@ -258,6 +271,10 @@ pub fn run(
                         rr.running = false;
                         rr.next += 1;
                         rr.ready_at = now;
+                        dirty.push(r);
+                    }
+                    Ev::Start(r) => {
+                        ranks[r as usize].running = false;
                         dirty.push(r);
                     }
                     Ev::CollEnd(c) => {
@@ -358,6 +375,8 @@ pub fn run(
         let rt = &flows[i];
         out[f.src as usize].bytes_sent += f.bytes;
         out[f.dst as usize].bytes_recv += f.bytes;
+        let landed = &mut out[f.dst as usize].inputs_done_ns;
+        *landed = (*landed).max(rt.done);
         timeline[f.src as usize].send.push((rt.issued, rt.done));
         timeline[f.dst as usize].recv.push((rt.issued, rt.done));
         for r in [f.src, f.dst] {
@@ -368,6 +387,8 @@ pub fn run(
         for (m, &r) in op.members.iter().enumerate() {
             out[r as usize].bytes_sent += op.sent[m];
             out[r as usize].bytes_recv += op.recv[m];
+            let landed = &mut out[r as usize].inputs_done_ns;
+            *landed = (*landed).max(coll_span[c].1);
             spans[r as usize].push(coll_span[c]);
             timeline[r as usize].send.push(coll_span[c]);
             timeline[r as usize].recv.push(coll_span[c]);
@@ -379,6 +400,7 @@ pub fn run(
         let comm_end = spans[r].iter().map(|s| s.1).max().unwrap_or(0);
         let moving = waits::union(std::mem::take(&mut spans[r]));
         o.comm_ns = waits::total(&moving);
+        o.compute_end_ns = ranks[r].compute_end;
         o.finish_ns = ranks[r].compute_end.max(comm_end);
         o.exposed_ns += o.finish_ns - ranks[r].compute_end;
         let (_, on_peers) = waits::split(&timeline[r].compute, &moving, o.finish_ns);
@@ -495,6 +517,7 @@ mod tests {
 
     fn run_program(steps: Vec<Vec<StepCost>>, flows: Vec<Flow>) -> PassOutcome {
         let p = Program {
+            start_ns: Vec::new(),
             pass: Pass::Fwd,
             steps,
             flows,
@@ -573,12 +596,55 @@ mod tests {
     }
 
     #[test]
+    fn a_late_start_delays_the_rank_and_what_it_sends() {
+        // Rank 0 is busy until 3000 ns (work before attention), so its K/V leaves then; rank 1
+        // starts at once but waits for it. Rank 2 starts late and has no step at all.
+        let p = Program {
+            start_ns: vec![3000, 0, 7000],
+            pass: Pass::Fwd,
+            steps: steps(&[&[1000], &[50], &[]]),
+            flows: vec![flow(0, 1, 10_000, 0, Some(0))],
+            collectives: vec![],
+        };
+        let n = net();
+        let o = run(&p, &n, &CollectiveModel::new(&n, None)).unwrap();
+        // 3000 + α 1000 + 10,000 B at 100 B/ns over NVLink.
+        assert_eq!(o.ranks[1].inputs_done_ns, 4100);
+        assert_eq!(o.ranks[1].compute_end_ns, 4150);
+        assert_eq!(
+            o.ranks[1].exposed_ns, 4100,
+            "waited from 0 for rank 0's K/V"
+        );
+        assert_eq!(o.ranks[0].compute_end_ns, 4000);
+        // Its late start is not waiting for data; only its own message's tail after its step.
+        assert_eq!(o.ranks[0].exposed_ns, 100);
+        assert_eq!(o.ranks[0].inputs_done_ns, 0);
+        assert_eq!(
+            (o.ranks[2].compute_end_ns, o.ranks[2].finish_ns),
+            (7000, 7000)
+        );
+        assert_eq!(o.end_ns, 7000);
+        // Without starts the same program is the plain pass.
+        let plain = run(
+            &Program {
+                start_ns: Vec::new(),
+                ..p
+            },
+            &n,
+            &CollectiveModel::new(&n, None),
+        )
+        .unwrap();
+        assert_eq!(plain.ranks[1].compute_end_ns, 1150);
+    }
+
+    #[test]
     fn impossible_dependencies_are_reported_not_hung() {
         let mut a = flow(0, 1, 10, 0, Some(0));
         a.forwards = true;
         let mut b = flow(1, 0, 10, 0, Some(0));
         b.forwards = true;
         let p = Program {
+            start_ns: Vec::new(),
             pass: Pass::Fwd,
             steps: steps(&[&[1], &[1]]),
             flows: vec![a, b],

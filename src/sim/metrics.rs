@@ -9,6 +9,7 @@ use crate::plan::{imbalance, max_over_mean, Plan, TokenRange};
 use super::compute::ComputeModel;
 use super::engine::PassOutcome;
 use super::index::PlanIndex;
+use super::layer::{self, LayerCost, LayerMetrics, LayerPass};
 use super::memory::peak_bytes;
 use super::PassSel;
 
@@ -39,6 +40,13 @@ pub struct RankMetrics {
     pub tokens: u64,
     /// Peak attention memory: owned Q/K/V/O plus live receive (and gradient) buffers.
     pub mem_bytes: u64,
+    /// Whole layer only ([`super::Simulator::with_layer`]): its token-linear work (projections
+    /// and MLP), all passes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub linear_ms: Option<f64>,
+    /// Whole layer only: when it finished the layer, summed over passes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_end_ms: Option<f64>,
 }
 
 /// Plan-level results.
@@ -73,6 +81,10 @@ pub struct PlanMetrics {
     /// Padding tokens the scheme computes, stores and moves as if they were data (counted in
     /// every figure above; the lower bound excludes them).
     pub pad_tokens: u64,
+    /// The whole layer, when simulated ([`super::Simulator::with_layer`]): its keys sit beside
+    /// the attention metrics in JSON.
+    #[serde(flatten)]
+    pub layer: Option<LayerMetrics>,
 }
 
 /// The simulator's report for one plan.
@@ -112,6 +124,7 @@ pub fn lower_bound_ms(
     Ok(seconds * 1e3 / plan.num_ranks.max(1) as f64)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn report(
     plan: &Plan,
     idx: &PlanIndex,
@@ -120,6 +133,7 @@ pub(super) fn report(
     passes: PassSel,
     outcomes: &[PassOutcome],
     lower_bound_ms: f64,
+    layers: Option<(&LayerCost, &[LayerPass])>,
 ) -> SimReport {
     let mem = peak_bytes(plan, idx, model, passes.passes());
     let attention_ns: u64 = outcomes.iter().map(|o| o.end_ns).sum();
@@ -140,6 +154,10 @@ pub(super) fn report(
                 bytes_recv: 0,
                 tokens: rp.owned.iter().map(TokenRange::len).sum(),
                 mem_bytes: mem[r],
+                linear_ms: layers
+                    .map(|(_, ps)| ps.iter().map(|p| p.linear_ns[r] as f64 * MS).sum()),
+                layer_end_ms: layers
+                    .map(|(_, ps)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
             };
             for o in outcomes {
                 let x = &o.ranks[r];
@@ -192,6 +210,18 @@ pub(super) fn report(
             pad_tokens: plan.pad_tokens(),
             mean_compute_ms: compute.iter().sum::<f64>() / compute.len().max(1) as f64,
             max_compute_ms: compute.iter().copied().fold(0.0, f64::max),
+            layer: layers.map(|(cost, ps)| {
+                let docs: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
+                layer::metrics(
+                    cost,
+                    ps,
+                    &plan.tokens_per_rank(),
+                    &docs,
+                    total_flops,
+                    lower_bound_ms,
+                    peak,
+                )
+            }),
         },
         ranks,
     }

@@ -9,6 +9,7 @@ mod compute;
 mod engine;
 mod fair_share;
 mod index;
+mod layer;
 mod memory;
 mod metrics;
 mod network;
@@ -17,6 +18,7 @@ pub mod waits;
 
 pub use compute::{ComputeModel, TileCost};
 pub use engine::{PassOutcome, RankOutcome, RankTimeline};
+pub use layer::{LayerCost, LayerMetrics, LayerPass};
 pub use metrics::{lower_bound_ms, PlanMetrics, RankMetrics, SimReport};
 pub use network::{max_min_rates, CollectiveModel, Network};
 pub use program::{grad_bytes, CollectiveKind, CollectiveOp, Flow, Program, StepCost};
@@ -78,6 +80,7 @@ pub struct Simulator {
     profile: KernelProfile,
     nccl: Option<NcclTable>,
     net: Network,
+    layer: Option<LayerCost>,
 }
 
 impl Simulator {
@@ -92,7 +95,21 @@ impl Simulator {
             profile,
             nccl,
             net,
+            layer: None,
         })
+    }
+
+    /// Also simulate the whole layer around attention ([`layer`]): every report then carries
+    /// [`LayerMetrics`] and per-rank token-linear time. An error names what the model or
+    /// hardware lacks for it.
+    pub fn with_layer(mut self) -> Result<Simulator, SimError> {
+        self.layer = Some(LayerCost::new(&self.hw, &self.model)?);
+        Ok(self)
+    }
+
+    /// The layer cost, when [`Simulator::with_layer`] turned the whole layer on.
+    pub fn layer_cost(&self) -> Option<&LayerCost> {
+        self.layer.as_ref()
     }
 
     /// The hardware profile.
@@ -138,15 +155,30 @@ impl Simulator {
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
         let idx = index::PlanIndex::new(plan);
         let mut outcomes = Vec::new();
+        let mut layers = Vec::new();
+        let tokens = plan.tokens_per_rank();
         for &pass in passes.passes() {
             let program = match pass {
                 Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
                 Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
             };
             outcomes.push(engine::run(&program, &self.net, &coll)?);
+            if let Some(cost) = &self.layer {
+                layers.push(layer::run(&program, &tokens, cost, &self.net, &coll)?);
+            }
         }
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
-        let report = metrics::report(plan, &idx, &self.hw, &self.model, passes, &outcomes, lower);
+        let layer = self.layer.as_ref().map(|c| (c, layers.as_slice()));
+        let report = metrics::report(
+            plan,
+            &idx,
+            &self.hw,
+            &self.model,
+            passes,
+            &outcomes,
+            lower,
+            layer,
+        );
         Ok((report, outcomes))
     }
 }

@@ -8,13 +8,7 @@ use crate::planners::testing::assert_valid;
 use crate::trace::{generate, pack, PackMode, PackOptions, Source};
 
 fn llama70() -> Model {
-    Model {
-        name: "llama3-70b".into(),
-        q_heads: 64,
-        kv_heads: 8,
-        head_dim: 128,
-        dtype_bytes: 2,
-    }
+    Model::load("llama3-70b").expect("bundled model")
 }
 
 /// Run `f` with `ranks` ranks of `tokens_per_rank` tokens on h100 / llama3-70b.

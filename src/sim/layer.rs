@@ -1,0 +1,279 @@
+//! The whole layer: attention as the plan runs it, between the token-linear work around it.
+//!
+//! Attention is what the plan decides, but it is not all a training step pays for. The Q/K/V
+//! projection before it and the output projection and MLP after it cost the same per token
+//! whatever the documents' lengths, so a rank holding more tokens than its peers runs longer
+//! there. That is why FlashCP holds tokens equal (seed paper §3.1, "Equal Token Constraint":
+//! the cost of non-attention layers scales linearly with token count) and FCP caps them (seed
+//! paper §4: memory balance "influences the compute balance of non-attention modules such as
+//! FFN"). Reporting attention alone hides that trade; this module prices it.
+//!
+//! Per pass, on the same engine and network as attention:
+//! - each rank's compute stream first runs the work before attention (forward: the Q/K/V
+//!   projection; backward, which runs the layer in reverse: the MLP and output projection),
+//!   `tokens × FLOPs per token / GEMM rate`; its own K/V cannot leave before that ends;
+//! - attention then runs exactly as the plan says;
+//! - the work after attention starts once the rank's last step has ended and everything it
+//!   receives (K/V, partial outputs, gradients) has landed;
+//! - the pass ends when the last rank's does.
+//!
+//! Not modelled: element-wise and normalisation kernels, the GEMMs' dependence on shape (all
+//! run at the hardware's measured large-GEMM rate), activation recomputation, and tensor-,
+//! pipeline- or data-parallel communication.
+
+use serde::Serialize;
+
+use crate::hardware::{Hardware, Pass};
+use crate::model::{LinearFlops, Model};
+
+use super::engine::{self, PassOutcome};
+use super::network::{CollectiveModel, Network};
+use super::program::Program;
+use super::SimError;
+
+/// How the token-linear work of a layer is priced: FLOPs per token, and the GEMM rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerCost {
+    /// FLOP/s the projections and MLP run at ([`Hardware::gemm_flops_per_s`]).
+    pub flops_per_s: f64,
+    /// Forward FLOPs per token, before and after attention.
+    pub fwd: LinearFlops,
+    /// Backward FLOPs per token, before and after attention.
+    pub bwd: LinearFlops,
+}
+
+impl LayerCost {
+    /// The layer cost of `model` on `hw`, or an error naming what is missing: the model's
+    /// `hidden` and `ffn_hidden`, the hardware's `gemm_tflops`.
+    pub fn new(hw: &Hardware, model: &Model) -> Result<LayerCost, SimError> {
+        let mut missing = Vec::new();
+        if model.linear.is_none() {
+            missing.push(format!(
+                "model {} gives no `hidden` and `ffn_hidden` (the layer's widths; add them to a model TOML, see docs/hardware.md)",
+                model.name
+            ));
+        }
+        if hw.gemm_tflops.is_none() {
+            missing.push(format!(
+                "hardware {} gives no `gemm_tflops` (the measured large-GEMM rate; add it to a hardware TOML)",
+                hw.name
+            ));
+        }
+        match (
+            model.linear_flops_per_token(Pass::Fwd),
+            model.linear_flops_per_token(Pass::Bwd),
+            hw.gemm_flops_per_s(),
+        ) {
+            (Some(fwd), Some(bwd), Some(flops_per_s)) => Ok(LayerCost {
+                flops_per_s,
+                fwd,
+                bwd,
+            }),
+            _ => Err(SimError::Mismatch(format!(
+                "the whole-layer simulation needs the layer's shape and a GEMM rate: {}",
+                missing.join("; ")
+            ))),
+        }
+    }
+
+    /// FLOPs per token in `pass`, split at attention.
+    pub fn flops(&self, pass: Pass) -> LinearFlops {
+        match pass {
+            Pass::Fwd => self.fwd,
+            Pass::Bwd => self.bwd,
+        }
+    }
+
+    /// Nanoseconds of `flops_per_token` work on `tokens` tokens.
+    pub fn ns(&self, tokens: u64, flops_per_token: f64) -> u64 {
+        (tokens as f64 * flops_per_token / self.flops_per_s * 1e9).round() as u64
+    }
+}
+
+/// One pass of the whole layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerPass {
+    /// The pass.
+    pub pass: Pass,
+    /// When the last rank finished the work after attention.
+    pub end_ns: u64,
+    /// Per rank: when it finished the work after attention.
+    pub rank_end_ns: Vec<u64>,
+    /// Per rank: nanoseconds of token-linear work (before plus after attention).
+    pub linear_ns: Vec<u64>,
+}
+
+/// Run `attention` (one pass's program) between the token-linear work of ranks holding
+/// `tokens` each.
+pub fn run(
+    attention: &Program,
+    tokens: &[u64],
+    cost: &LayerCost,
+    net: &Network,
+    coll: &CollectiveModel<'_>,
+) -> Result<LayerPass, SimError> {
+    let f = cost.flops(attention.pass);
+    let before: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.before)).collect();
+    let after: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.after)).collect();
+    let program = Program {
+        start_ns: before.clone(),
+        ..attention.clone()
+    };
+    let PassOutcome { ranks, .. } = engine::run(&program, net, coll)?;
+    let rank_end_ns: Vec<u64> = ranks
+        .iter()
+        .zip(&after)
+        .map(|(o, &a)| o.compute_end_ns.max(o.inputs_done_ns) + a)
+        .collect();
+    Ok(LayerPass {
+        pass: attention.pass,
+        end_ns: rank_end_ns.iter().copied().max().unwrap_or(0),
+        rank_end_ns,
+        linear_ns: before.iter().zip(&after).map(|(b, a)| b + a).collect(),
+    })
+}
+
+/// Whole-layer results of a plan, summed over the simulated passes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerMetrics {
+    /// One transformer layer, attention as planned plus the projections and MLP: when the
+    /// slowest rank finished, summed over passes.
+    pub layer_time_ms: f64,
+    /// Mean over ranks of the token-linear work.
+    pub linear_mean_ms: f64,
+    /// The rank with the most tokens: its token-linear work.
+    pub linear_max_ms: f64,
+    /// (max − mean) / max of tokens per rank: the imbalance the token-linear work inherits.
+    pub token_imbalance: f64,
+    /// The attention lower bound plus every document's token-linear work spread evenly over
+    /// the ranks (no padding, no imbalance, nothing exposed).
+    pub layer_lower_bound_ms: f64,
+    /// layer_time_ms / layer_lower_bound_ms.
+    pub layer_vs_lower_bound: f64,
+    /// Model FLOPs of the layer (attention as the simulator counts it, plus the projections
+    /// and MLP) / (layer time × ranks × dense peak).
+    pub layer_mfu: f64,
+}
+
+/// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
+/// included: it is computed as if it were data); `documents`: the real document lengths;
+/// `attention_flops`: what attention computed, all ranks and passes;
+/// `attention_lower_bound_ms`: [`super::lower_bound_ms`] for the same passes.
+pub fn metrics(
+    cost: &LayerCost,
+    passes: &[LayerPass],
+    tokens: &[u64],
+    documents: &[u64],
+    attention_flops: f64,
+    attention_lower_bound_ms: f64,
+    peak_flops_per_s: f64,
+) -> LayerMetrics {
+    const MS: f64 = 1e-6;
+    let ranks = tokens.len().max(1) as f64;
+    let layer_time_ms: f64 = passes.iter().map(|p| p.end_ns as f64 * MS).sum();
+    let linear: Vec<f64> = (0..tokens.len())
+        .map(|r| passes.iter().map(|p| p.linear_ns[r] as f64 * MS).sum())
+        .collect();
+    // FLOPs per token over the passes, for the bound (real tokens) and the MFU (all tokens).
+    let per_token: f64 = passes
+        .iter()
+        .map(|p| {
+            let f = cost.flops(p.pass);
+            f.before + f.after
+        })
+        .sum();
+    let real: u64 = documents.iter().sum();
+    let all: u64 = tokens.iter().sum();
+    let layer_lower_bound_ms =
+        attention_lower_bound_ms + real as f64 * per_token / cost.flops_per_s * 1e3 / ranks;
+    let token_f: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
+    let layer_flops = attention_flops + all as f64 * per_token;
+    LayerMetrics {
+        layer_time_ms,
+        linear_mean_ms: linear.iter().sum::<f64>() / ranks,
+        linear_max_ms: linear.iter().copied().fold(0.0, f64::max),
+        token_imbalance: crate::plan::imbalance(&token_f),
+        layer_lower_bound_ms,
+        layer_vs_lower_bound: if layer_lower_bound_ms > 0.0 {
+            layer_time_ms / layer_lower_bound_ms
+        } else {
+            1.0
+        },
+        layer_mfu: if layer_time_ms > 0.0 {
+            layer_flops / (layer_time_ms * 1e-3 * ranks * peak_flops_per_s)
+        } else {
+            0.0
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mask;
+    use crate::planners::testing::with_ctx;
+    use crate::planners::{Planner, Ring};
+    use crate::sim::{PassSel, Simulator};
+    use crate::trace::Batch;
+
+    fn sim(model: &str) -> Result<Simulator, SimError> {
+        Simulator::new(Hardware::load("h100").unwrap(), Model::load(model).unwrap())?.with_layer()
+    }
+
+    #[test]
+    fn on_one_rank_the_layer_is_its_linear_work_then_attention() {
+        let plan = with_ctx(1, Mask::Causal, |ctx| {
+            Ring.plan(&Batch::new(0, vec![6000, 2000]), ctx)
+        })
+        .unwrap();
+        let r = sim("llama3-70b")
+            .unwrap()
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let l = r.metrics.layer.as_ref().unwrap();
+        // Nothing to wait for: the three pieces run back to back (±1 ns of rounding each).
+        let sum = r.metrics.attention_time_ms + l.linear_mean_ms;
+        assert!((l.layer_time_ms - sum).abs() < 5e-6, "{l:?} vs {sum}");
+        assert_eq!(l.linear_mean_ms, l.linear_max_ms);
+        assert_eq!(l.token_imbalance, 0.0);
+        assert_eq!(r.ranks[0].linear_ms, Some(l.linear_mean_ms));
+        // The linear work: 8000 tokens × 3 × 1.711 GFLOP at 794.5 TFLOP/s.
+        let per_token =
+            3.0 * 2.0 * (8192.0 * 80.0 * 128.0 + 8192.0 * 8192.0 + 3.0 * 8192.0 * 28672.0);
+        assert!((l.linear_mean_ms - 8000.0 * per_token / 794.5e9).abs() < 1e-5);
+        // The bound: the attention bound plus the linear work, nothing lost on one rank but
+        // the launch overhead the attention bound leaves out.
+        assert!(
+            l.layer_vs_lower_bound >= 1.0 && l.layer_vs_lower_bound < 1.01,
+            "{l:?}"
+        );
+    }
+
+    #[test]
+    fn reserved_communication_sms_slow_the_gemms_too() {
+        let mut hw = Hardware::load("h100").unwrap();
+        let full = LayerCost::new(&hw, &Model::load("llama3-8b").unwrap()).unwrap();
+        hw.comm_sms = 33;
+        let less = LayerCost::new(&hw, &Model::load("llama3-8b").unwrap()).unwrap();
+        assert!((less.flops_per_s / full.flops_per_s - 0.75).abs() < 1e-12);
+        assert_eq!(full.ns(0, full.fwd.before), 0);
+    }
+
+    #[test]
+    fn a_model_or_hardware_without_the_layer_cost_says_what_is_missing() {
+        let e = sim("mha-16").err().unwrap().to_string();
+        assert!(
+            e.contains("model mha-16 gives no `hidden` and `ffn_hidden`"),
+            "{e}"
+        );
+        let mut hw = Hardware::load("h100").unwrap();
+        hw.gemm_tflops = None;
+        let e = LayerCost::new(&hw, &Model::load("mha-16").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mha-16") && e.contains("h100 gives no `gemm_tflops`"),
+            "{e}"
+        );
+    }
+}
