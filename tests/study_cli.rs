@@ -369,3 +369,76 @@ fn dpcp_reports_the_straggler_effect() {
         .assert()
         .success();
 }
+
+/// `layer = true`: every cell gains the whole-layer metrics, in results.json and as CSV columns
+/// after the others (and a layer metric can be plotted); without it, neither (and the cells
+/// keep the names earlier sweeps gave them). A model without the layer's widths is refused.
+#[test]
+fn a_sweep_with_the_layer_reports_its_metrics_after_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = r#"
+batches = 2
+[grid]
+traces = ["default"]
+schemes = ["zigzag", "hybrid"]
+ranks = [4]
+tokens_per_rank = [8192]
+"#;
+    let plain_cfg = dir.path().join("plain.toml");
+    std::fs::write(&plain_cfg, base).unwrap();
+    let layer_cfg = dir.path().join("layer.toml");
+    std::fs::write(&layer_cfg, format!("layer = true\n{base}")).unwrap();
+    let (plain, layer) = (dir.path().join("p"), dir.path().join("l"));
+    sweep(&plain_cfg, &plain, "2");
+    sweep(&layer_cfg, &layer, "2");
+    let header = |d: &Path| {
+        std::fs::read_to_string(d.join("results.csv"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert!(!header(&plain).contains("layer_time_ms"));
+    assert!(header(&layer).starts_with(&header(&plain)));
+    assert!(header(&layer).contains(",layer_time_ms_mean,"));
+    let rows: Value =
+        serde_json::from_slice(&std::fs::read(layer.join("results.json")).unwrap()).unwrap();
+    for r in rows.as_array().unwrap() {
+        let m = &r["metrics"];
+        assert!(
+            m["layer_time_ms"]["mean"].as_f64().unwrap()
+                > m["attention_time_ms"]["mean"].as_f64().unwrap()
+        );
+        assert!(m["token_imbalance"]["max"].is_number());
+    }
+    // The same cells, with and without the layer, are different cells.
+    let names = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d.join("cells"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_ne!(names(&plain), names(&layer));
+    let png = dir.path().join("layer.png");
+    fcp()
+        .args(["plot", "imbalance"])
+        .arg(layer.join("results.json"))
+        .args(["--metric", "layer_time_ms", "-o"])
+        .arg(&png)
+        .assert()
+        .success();
+    assert!(png.exists());
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, format!("layer = true\n{base}model = [\"mha-16\"]\n")).unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&bad)
+        .arg("-o")
+        .arg(dir.path().join("bad"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("mha-16 gives no `hidden`"));
+}

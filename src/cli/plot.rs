@@ -290,10 +290,15 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
         }
     }
     let metric = a.metric.clone().unwrap_or_else(|| default_metric.into());
-    if !fcp::study::METRICS.iter().any(|(m, _)| *m == metric) {
+    if !fcp::study::is_metric(&metric) {
         bail!(
-            "unknown metric `{metric}` (known: {})",
+            "unknown metric `{metric}` (known: {}; and with `layer = true` in the sweep: {})",
             fcp::study::METRICS
+                .iter()
+                .map(|(m, _)| *m)
+                .collect::<Vec<_>>()
+                .join(", "),
+            fcp::study::LAYER_METRICS
                 .iter()
                 .map(|(m, _)| *m)
                 .collect::<Vec<_>>()

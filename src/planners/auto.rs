@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::plan::{verify, Plan, PlanError};
-use crate::sim::{ComputeModel, LayerCost, PassSel, Simulator};
+use crate::sim::{ComputeModel, LayerCost, Simulator};
 use crate::trace::Batch;
 
 use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
@@ -202,8 +202,8 @@ impl Planner for Auto {
                     Ok(seconds) => (seconds + hybrid::linear_s(&plan, layer.as_ref())) * 1e3,
                     Err(_) => continue,
                 },
-                Judge::Simulate(sim) => match sim.simulate(&plan, PassSel::Both) {
-                    Ok(report) => hybrid::objective_ms(&report.metrics),
+                Judge::Simulate(sim) => match hybrid::objective_of(sim, &plan) {
+                    Ok(ms) => ms,
                     Err(_) => continue,
                 },
             };

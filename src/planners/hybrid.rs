@@ -592,6 +592,17 @@ pub fn objective_ms(m: &crate::sim::PlanMetrics) -> f64 {
         .map_or(m.attention_time_ms, |l| l.layer_time_ms)
 }
 
+/// [`objective_ms`] of `plan`, simulated: the whole layer alone when `sim` has it on (half
+/// the engine runs of a full report), else attention.
+pub fn objective_of(sim: &Simulator, plan: &Plan) -> Result<f64, crate::sim::SimError> {
+    match sim.layer_time_ms(plan, PassSel::Both)? {
+        Some(ms) => Ok(ms),
+        None => sim
+            .simulate(plan, PassSel::Both)
+            .map(|r| r.metrics.attention_time_ms),
+    }
+}
+
 /// Seconds of token-linear work (forward and backward) on the rank with the most tokens: what
 /// the whole-layer objective adds to a candidate's attention estimate (0 without one).
 pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>) -> f64 {
@@ -881,8 +892,8 @@ impl Planner for Hybrid {
             let times = chosen
                 .par_iter()
                 .map(|&i| {
-                    sim.simulate(&cands[i].1, PassSel::Both)
-                        .map(|r| (objective_ms(&r.metrics), i))
+                    objective_of(&sim, &cands[i].1)
+                        .map(|ms| (ms, i))
                         .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))
                 })
                 .collect::<Result<Vec<_>, _>>()?;

@@ -250,6 +250,30 @@ mod tests {
     }
 
     #[test]
+    fn the_layer_time_alone_is_the_reports_to_the_last_bit() {
+        use crate::planners::Zigzag;
+        let batch = Batch::new(0, vec![9000, 3000, 700, 300]);
+        let plan = with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap();
+        let s = sim("llama3-70b").unwrap();
+        for pass in [PassSel::Fwd, PassSel::Both] {
+            let full = s.simulate(&plan, pass).unwrap().metrics.layer.unwrap();
+            assert_eq!(
+                s.layer_time_ms(&plan, pass).unwrap(),
+                Some(full.layer_time_ms)
+            );
+        }
+        let attention_only = Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            attention_only.layer_time_ms(&plan, PassSel::Both).unwrap(),
+            None
+        );
+    }
+
+    #[test]
     fn reserved_communication_sms_slow_the_gemms_too() {
         let mut hw = Hardware::load("h100").unwrap();
         let full = LayerCost::new(&hw, &Model::load("llama3-8b").unwrap()).unwrap();

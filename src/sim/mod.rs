@@ -132,13 +132,8 @@ impl Simulator {
         self.simulate_traced(plan, passes).map(|(r, _)| r)
     }
 
-    /// [`Simulator::simulate`], also returning each pass's outcome with its per-rank timeline
-    /// (what Gantt charts draw).
-    pub fn simulate_traced(
-        &self,
-        plan: &Plan,
-        passes: PassSel,
-    ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
+    /// The plan was made for this model's head counts.
+    fn check_model(&self, plan: &Plan) -> Result<(), SimError> {
         if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
             return Err(SimError::Mismatch(format!(
                 "the plan was made for {} q / {} kv heads ({}) but model {} has {} / {}: simulate it with the model it was made for, or plan again with --model {}",
@@ -151,6 +146,41 @@ impl Simulator {
                 self.model.name,
             )));
         }
+        Ok(())
+    }
+
+    /// The whole layer's time alone (ms, summed over `passes`), without the attention-only
+    /// runs and metrics [`Simulator::simulate`] adds: what a planner comparing candidates on
+    /// the layer needs, at half the engine runs. `None` unless [`Simulator::with_layer`].
+    pub fn layer_time_ms(&self, plan: &Plan, passes: PassSel) -> Result<Option<f64>, SimError> {
+        let Some(cost) = &self.layer else {
+            return Ok(None);
+        };
+        self.check_model(plan)?;
+        let mut cm = self.compute_model();
+        let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
+        let idx = index::PlanIndex::new(plan);
+        let tokens = plan.tokens_per_rank();
+        let mut ms = 0.0;
+        for &pass in passes.passes() {
+            let program = match pass {
+                Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
+                Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
+            };
+            // Summed as `LayerMetrics::layer_time_ms` is, to the last bit.
+            ms += layer::run(&program, &tokens, cost, &self.net, &coll)?.end_ns as f64 * 1e-6;
+        }
+        Ok(Some(ms))
+    }
+
+    /// [`Simulator::simulate`], also returning each pass's outcome with its per-rank timeline
+    /// (what Gantt charts draw).
+    pub fn simulate_traced(
+        &self,
+        plan: &Plan,
+        passes: PassSel,
+    ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
+        self.check_model(plan)?;
         let mut cm = self.compute_model();
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
         let idx = index::PlanIndex::new(plan);

@@ -6,6 +6,7 @@
 //! pass = "both"            # fwd | bwd | both
 //! mask = "causal"          # causal | full
 //! pack = "budget"          # budget | window | carry
+//! layer = false            # true: also the whole layer (projections and MLP), `layer_*` metrics
 //!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
@@ -75,6 +76,11 @@ pub struct SweepConfig {
     /// Packing: budget (FCP), window (FlashCP) or carry.
     #[serde(default = "default_pack")]
     pub pack: String,
+    /// Also simulate the whole layer around attention ([`crate::sim::Simulator::with_layer`]):
+    /// every cell gains the [`super::LAYER_METRICS`]; every model and hardware of the grid must
+    /// give the layer's cost.
+    #[serde(default)]
+    pub layer: bool,
     /// The axes.
     pub grid: Grid,
 }
@@ -283,8 +289,13 @@ impl SweepConfig {
     /// a resumed sweep never reuses a cell computed under other settings.
     pub fn settings_tag(&self) -> String {
         format!(
-            "batches={};pass={};mask={};pack={}",
-            self.batches, self.pass, self.mask, self.pack
+            "batches={};pass={};mask={};pack={}{}",
+            self.batches,
+            self.pass,
+            self.mask,
+            self.pack,
+            // Only when on, so that the cells of every earlier sweep keep their names.
+            if self.layer { ";layer=true" } else { "" }
         )
     }
 

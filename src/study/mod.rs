@@ -22,8 +22,8 @@ pub mod traces;
 
 pub use config::{CellKey, Grid, SweepConfig};
 pub use sweep::{
-    cell_file_name, load_results, results_csv, results_json, run_cells, run_sweep, Agg, CellResult,
-    MetricFn, Progress, SweepOutcome, METRICS,
+    cell_file_name, is_metric, load_results, results_csv, results_json, run_cells, run_sweep, Agg,
+    CellResult, LayerMetricFn, MetricFn, Progress, SweepOutcome, LAYER_METRICS, METRICS,
 };
 
 /// Errors of studies (bad configs, unreadable inputs, output failures).

@@ -2,7 +2,8 @@
 //!
 //! A baseline file holds the grid it was made from (a [`SweepConfig`]), a default tolerance
 //! and, per cell, the mean over its batches of the gated metrics: `compute_imbalance`,
-//! `comm_imbalance` (FCP's (max − mean)/max ratios, in 0..1) and `attention_time_ms`.
+//! `comm_imbalance` (FCP's (max − mean)/max ratios, in 0..1) and `attention_time_ms`; when the
+//! grid simulates the whole layer (`layer = true`), `token_imbalance` and `layer_time_ms` too.
 //!
 //! A cell **regresses** when
 //! * an imbalance ratio rose by more than `tolerance` (absolute: the ratios are already
@@ -40,6 +41,8 @@ pub const GATED: &[(&str, Cmp)] = &[
     ("compute_imbalance", Cmp::Absolute),
     ("comm_imbalance", Cmp::Absolute),
     ("attention_time_ms", Cmp::Relative),
+    ("token_imbalance", Cmp::Absolute),
+    ("layer_time_ms", Cmp::Relative),
 ];
 
 /// How a gated metric is compared.
@@ -82,6 +85,12 @@ pub struct BaselineCell {
     /// Mean over batches.
     #[serde(default)]
     pub attention_time_ms: Option<f64>,
+    /// Mean over batches (grids with `layer = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_imbalance: Option<f64>,
+    /// Mean over batches (grids with `layer = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer_time_ms: Option<f64>,
 }
 
 impl BaselineCell {
@@ -90,6 +99,8 @@ impl BaselineCell {
             "compute_imbalance" => self.compute_imbalance,
             "comm_imbalance" => self.comm_imbalance,
             "attention_time_ms" => self.attention_time_ms,
+            "token_imbalance" => self.token_imbalance,
+            "layer_time_ms" => self.layer_time_ms,
             _ => None,
         }
     }
@@ -101,6 +112,8 @@ impl BaselineCell {
             compute_imbalance: r.mean("compute_imbalance"),
             comm_imbalance: r.mean("comm_imbalance"),
             attention_time_ms: r.mean("attention_time_ms"),
+            token_imbalance: r.mean("token_imbalance"),
+            layer_time_ms: r.mean("layer_time_ms"),
         }
     }
 }
@@ -206,6 +219,7 @@ pub fn default_grid() -> SweepConfig {
         name = "regress"
         description = "CI regression gate: bundled trace, small CP groups, main schemes"
         batches = 2
+        layer = true
         [grid]
         traces = ["default"]
         schemes = ["ring", "zigzag", "llama3", "per-doc", "ulysses", "bytescale", "wlb-llm", "magi", "fcp", "flashcp", "hybrid"]
@@ -364,10 +378,40 @@ mod tests {
         assert_eq!(r.regressions[0].metric, "error");
     }
 
+    /// With `layer = true` the whole layer is gated too: a plan that piles tokens on a rank
+    /// (the layer slower, attention unchanged) fails the gate.
+    #[test]
+    fn with_the_layer_a_slower_layer_or_more_token_imbalance_fails() {
+        let mut g = grid();
+        g.layer = true;
+        let cur = evaluate(&g, &|_| {}).unwrap();
+        let base = Baseline::from_results(g, DEFAULT_TOLERANCE, &cur);
+        assert!(base.cells.iter().all(|c| c.layer_time_ms.is_some()));
+        assert!(check(&base, &cur, DEFAULT_TOLERANCE).regressions.is_empty());
+        let mut worse = cur.clone();
+        worse[1].metrics.get_mut("layer_time_ms").unwrap().mean *= 1.05;
+        worse[0].metrics.get_mut("token_imbalance").unwrap().mean += 0.2;
+        let bad = check(&base, &worse, DEFAULT_TOLERANCE);
+        let mut named: Vec<_> = bad.regressions.iter().map(|f| f.metric.as_str()).collect();
+        named.sort();
+        assert_eq!(named, ["layer_time_ms", "token_imbalance"]);
+        // A grid without the layer records none and gates none of it.
+        let plain = Baseline::from_results(
+            grid(),
+            DEFAULT_TOLERANCE,
+            &evaluate(&grid(), &|_| {}).unwrap(),
+        );
+        assert!(plain.cells.iter().all(|c| c.layer_time_ms.is_none()));
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("layer_time_ms"));
+    }
+
     #[test]
     fn default_grid_is_small_and_gates_every_main_scheme() {
         let cells = default_grid().cells();
         assert!(cells.len() <= 24);
+        assert!(default_grid().layer, "the whole layer is gated too");
         for s in ["fcp", "flashcp", "hybrid"] {
             assert!(cells.iter().any(|c| c.scheme == s), "{s}");
         }

@@ -21,7 +21,7 @@ use crate::model::Model;
 use crate::output::write_atomic;
 use crate::planners::{planner_for, PlanContext};
 use crate::report::{mean, percentile};
-use crate::sim::{PlanMetrics, Simulator};
+use crate::sim::{LayerMetrics, PlanMetrics, Simulator};
 use crate::trace::{pack, PackOptions, Trace};
 
 use super::config::{CellKey, SweepConfig};
@@ -45,6 +45,26 @@ pub const METRICS: &[(&str, MetricFn)] = &[
     ("mean_compute_ms", |m| m.mean_compute_ms),
     ("max_compute_ms", |m| m.max_compute_ms),
 ];
+
+/// Reads one whole-layer metric of a plan.
+pub type LayerMetricFn = fn(&LayerMetrics) -> f64;
+
+/// The whole-layer metrics a sweep with `layer = true` aggregates too, in column order after
+/// [`METRICS`].
+pub const LAYER_METRICS: &[(&str, LayerMetricFn)] = &[
+    ("layer_time_ms", |l| l.layer_time_ms),
+    ("linear_mean_ms", |l| l.linear_mean_ms),
+    ("linear_max_ms", |l| l.linear_max_ms),
+    ("token_imbalance", |l| l.token_imbalance),
+    ("layer_lower_bound_ms", |l| l.layer_lower_bound_ms),
+    ("layer_vs_lower_bound", |l| l.layer_vs_lower_bound),
+    ("layer_mfu", |l| l.layer_mfu),
+];
+
+/// Whether `name` is a metric a sweep can report ([`METRICS`] or [`LAYER_METRICS`]).
+pub fn is_metric(name: &str) -> bool {
+    METRICS.iter().any(|(m, _)| *m == name) || LAYER_METRICS.iter().any(|(m, _)| *m == name)
+}
 
 /// One metric over a cell's batches.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -203,7 +223,10 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
         if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
             let hw = Hardware::load(&c.hardware)?;
             let model = Model::load(&c.model)?;
-            let sim = Simulator::new(hw.clone(), model.clone())?;
+            let mut sim = Simulator::new(hw.clone(), model.clone())?;
+            if cfg.layer {
+                sim = sim.with_layer()?;
+            }
             e.insert(Arc::new((sim, hw, model)));
         }
     }
@@ -285,13 +308,22 @@ fn run_cell(
             settings,
             batches: all.len(),
             error: None,
-            metrics: METRICS
-                .iter()
-                .map(|(name, get)| {
-                    let v: Vec<f64> = all.iter().map(get).collect();
-                    (name.to_string(), Agg::of(&v))
-                })
-                .collect(),
+            metrics: {
+                let mut metrics: BTreeMap<String, Agg> = METRICS
+                    .iter()
+                    .map(|(name, get)| {
+                        let v: Vec<f64> = all.iter().map(get).collect();
+                        (name.to_string(), Agg::of(&v))
+                    })
+                    .collect();
+                let layers: Option<Vec<&LayerMetrics>> =
+                    all.iter().map(|m| m.layer.as_ref()).collect();
+                for (name, get) in layers.iter().flat_map(|_| LAYER_METRICS) {
+                    let v: Vec<f64> = layers.iter().flatten().map(|l| get(l)).collect();
+                    metrics.insert(name.to_string(), Agg::of(&v));
+                }
+                metrics
+            },
         },
     }
 }
@@ -425,8 +457,17 @@ pub fn results_json(rows: &[CellResult]) -> String {
 }
 
 /// Rows as CSV: the key columns, `batches`, `error`, then `METRIC_{mean,p50,p95,max}` for
-/// every metric of [`METRICS`]. Empty fields for what a row lacks.
+/// every metric of [`METRICS`], and of [`LAYER_METRICS`] when a row has them. Empty fields for
+/// what a row lacks.
 pub fn results_csv(rows: &[CellResult]) -> String {
+    let layer = rows
+        .iter()
+        .any(|r| r.metrics.contains_key(LAYER_METRICS[0].0));
+    let names: Vec<&str> = METRICS
+        .iter()
+        .map(|(m, _)| *m)
+        .chain(LAYER_METRICS.iter().map(|(m, _)| *m).filter(|_| layer))
+        .collect();
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = [
         "trace",
@@ -443,7 +484,7 @@ pub fn results_csv(rows: &[CellResult]) -> String {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    for (m, _) in METRICS {
+    for m in &names {
         for s in ["mean", "p50", "p95", "max"] {
             header.push(format!("{m}_{s}"));
         }
@@ -464,7 +505,7 @@ pub fn results_csv(rows: &[CellResult]) -> String {
             r.batches.to_string(),
             r.error.clone().unwrap_or_default(),
         ];
-        for (m, _) in METRICS {
+        for m in &names {
             match r.metrics.get(*m) {
                 Some(a) => rec.extend([a.mean, a.p50, a.p95, a.max].map(|v| v.to_string())),
                 None => rec.extend(std::iter::repeat_n(String::new(), 4)),
