@@ -23,6 +23,7 @@ for c in fcp-fig9-fig11 fcp-fig12-block flashcp-fig5 flashcp-fig7; do
 done
 t seed003-dpcp "$fcp" dpcp configs/studies/seed003-dpcp.toml -o "$OUT/seed003-dpcp" > "$OUT/seed003-dpcp.txt"
 t seed003-dpcp-sim "$fcp" dpcp configs/studies/seed003-dpcp-sim.toml -o "$OUT/seed003-dpcp-sim" > "$OUT/seed003-dpcp-sim.txt"
+t seed003-dpcp-layer "$fcp" dpcp configs/studies/seed003-dpcp-layer.toml -o "$OUT/seed003-dpcp-layer" > "$OUT/seed003-dpcp-layer.txt"
 
 r=$OUT/fcp-fig9-fig11/results.json
 "$fcp" plot imbalance "$r" -o "$PNG/fig9-compute-imbalance.png" \

@@ -35,26 +35,10 @@ fn demo_compares_every_scheme_and_recommends_the_fastest() {
             "no row for {scheme}:\n{out}"
         );
     }
-    let use_line = out
-        .lines()
-        .find(|l| l.starts_with("All plans verified. Use "))
-        .expect("a recommendation");
     // The recommended scheme has the smallest whole-layer time in the table (the bundled
     // model and hardware give the layer's cost): `layer_ms`, third from the end of a row.
-    let best = use_line["All plans verified. Use ".len()..]
-        .split(':')
-        .next()
-        .unwrap();
-    let times: Vec<(String, f64)> = out
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let name = w.first()?;
-            let t: f64 = w.get(w.len().checked_sub(3)?)?.parse().ok()?;
-            w.get(1)?.parse::<f64>().ok()?;
-            Some((name.to_string(), t))
-        })
-        .collect();
+    let best = recommended(&out);
+    let times = column(&out, |w| w.len().checked_sub(3));
     assert_eq!(times.len(), fcp::planners::SCHEMES.len(), "{out}");
     let fastest = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
     assert_eq!(best, fastest.0, "{out}");
@@ -84,26 +68,38 @@ fn without_the_layers_widths_the_demo_recommends_on_attention() {
     ]);
     assert!(!out.contains("layer_ms"), "{out}");
     assert!(!out.contains("With the projections"), "{out}");
-    let use_line = out
-        .lines()
-        .find(|l| l.starts_with("All plans verified. Use "))
-        .expect("a recommendation");
-    let best = use_line["All plans verified. Use ".len()..]
-        .split(':')
-        .next()
-        .unwrap();
-    let times: Vec<(String, f64)> = out
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let name = w.next()?;
-            let t: f64 = w.next()?.parse().ok()?;
-            Some((name.to_string(), t))
-        })
-        .collect();
+    // `time_ms`, the first figure of a row.
+    let best = recommended(&out);
+    let times = column(&out, |_| Some(1));
     let fastest = times.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
     assert_eq!(best, fastest.0, "{out}");
     assert!(!out.contains("--layer"), "{out}");
+}
+
+/// The scheme the demo's verdict recommends.
+fn recommended(out: &str) -> String {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("All plans verified. Use "))
+        .expect("a recommendation");
+    line["All plans verified. Use ".len()..]
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Per table row (a scheme name, then figures): the name and the figure at the index `at`
+/// picks among the row's words.
+fn column(out: &str, at: impl Fn(&[&str]) -> Option<usize>) -> Vec<(String, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.get(1)?.parse::<f64>().ok()?;
+            let t: f64 = w.get(at(&w)?)?.parse().ok()?;
+            Some((w[0].to_string(), t))
+        })
+        .collect()
 }
 
 /// Run the demo with `args`, check that its `Next:` advice holds each of `expect`, run the advice

@@ -415,6 +415,7 @@ fn hybrid_says_what_it_chose() {
         "chosen_rebalance_pairs",
         "chosen_rebalance_in_node",
         "chosen_fcp_default",
+        "objective",
     ] {
         let v = &plan.scheme.params[key];
         let shown = v.as_str().map_or(v.to_string(), String::from);

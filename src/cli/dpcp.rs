@@ -48,7 +48,7 @@ pub fn run(a: DpcpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs · {} tokens/GPU · {} steps · {} · cost {}{}",
+        "{} GPUs · {} tokens/GPU · {} steps · {} · cost {}{}{}",
         cfg.gpus,
         cfg.tokens_per_gpu,
         cfg.steps,
@@ -58,7 +58,8 @@ pub fn run(a: DpcpArgs) -> Result<()> {
             format!(" ({})", cfg.scheme)
         } else {
             String::new()
-        }
+        },
+        if cfg.layer { " · whole layer" } else { "" }
     );
     outln!(
         "{:>4} {:>6} {:<8} {:>9} {:>7} {:>9} {:>8} {:>12} {:>12}",
@@ -87,7 +88,8 @@ pub fn run(a: DpcpArgs) -> Result<()> {
         );
     }
     outln!(
-        "(means over steps; max/min, CV and spread of per-group attention time; step = slowest group; {:.1}s)",
+        "(means over steps; max/min, CV and spread of per-group {} time; step = slowest group; {:.1}s)",
+        if cfg.layer { "whole-layer" } else { "attention" },
         start.elapsed().as_secs_f64()
     );
     Ok(())

@@ -222,12 +222,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
             .map_or(String::new(), |x| {
                 format!(" · comm_saving {:.1}%", 100.0 * x)
             });
-        // Schemes that choose per batch (`hybrid`, `auto`) say what they chose.
+        // Schemes that choose per batch (`hybrid`, `auto`) say what they chose, and for what.
         let chosen: String = p
             .scheme
             .params
             .iter()
-            .filter(|(k, _)| k.starts_with("chosen"))
+            .filter(|(k, _)| k.starts_with("chosen") || *k == "objective")
             .map(|(k, v)| format!(" · {k} {}", v.as_str().map_or(v.to_string(), String::from)))
             .collect();
         eprintln!(

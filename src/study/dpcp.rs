@@ -23,6 +23,12 @@
 //!   CP (perfect intra-group balance, no communication: the note's Ulysses model, with
 //!   profiled kernel efficiency instead of Σlen²).
 //! * `sim` — every group batch is planned with `scheme` on CP ranks and simulated.
+//!
+//! With `layer = true` a group's time is its whole layer — attention plus the projections and
+//! MLP, which cost the same per token ([`crate::sim::LayerCost`]) — and `lpt` weighs each
+//! document by both, as WLB-LLM's packing weighs attention and the linear layers together:
+//! the linear part is the same in every full group, so it dilutes attention's spread, and a
+//! balancer that moves tokens between groups has to count it.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -98,6 +104,10 @@ pub struct DpcpConfig {
     /// Passes: fwd, bwd or both.
     #[serde(default = "default_pass")]
     pub pass: String,
+    /// A group's time is its whole layer (attention plus projections and MLP), not attention
+    /// alone; the model and hardware must give the layer's cost.
+    #[serde(default)]
+    pub layer: bool,
 }
 
 /// One CP degree under one balancer, averaged over steps.
@@ -111,17 +121,17 @@ pub struct DpcpRow {
     pub balance: String,
     /// Steps averaged.
     pub steps: usize,
-    /// Mean over steps of max/min per-group attention time.
+    /// Mean over steps of max/min per-group time (attention, or the whole layer).
     pub max_over_min: f64,
-    /// Mean over steps of the CV of per-group attention time.
+    /// Mean over steps of the CV of per-group time.
     pub cv: f64,
     /// CV × √CP (constant if CV ∝ 1/√CP, as the note predicts).
     pub cv_sqrt_cp: f64,
     /// Mean over steps of (max − min)/mean.
     pub spread: f64,
-    /// Mean over steps of the slowest group's attention time (ms).
+    /// Mean over steps of the slowest group's time (ms).
     pub step_time_ms: f64,
-    /// Mean over steps and groups of a group's attention time (ms).
+    /// Mean over steps and groups of a group's time (ms).
     pub mean_group_ms: f64,
 }
 
@@ -282,11 +292,27 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     let passes = cfg.pass_sel()?;
     let hw = Hardware::load(&cfg.hardware)?;
     let model = Model::load(&cfg.model)?;
-    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let mut sim = Simulator::new(hw.clone(), model.clone())?;
+    // Milliseconds of token-linear work per token over the passes (0 for attention alone).
+    let mut linear_ms_per_token = 0.0;
+    if cfg.layer {
+        sim = sim.with_layer()?;
+        let cost = sim
+            .layer_cost()
+            .copied()
+            .ok_or_else(|| StudyError::Config("the whole layer could not be costed".into()))?;
+        for &p in passes.passes() {
+            let f = cost.flops(p);
+            linear_ms_per_token += (f.before + f.after) / cost.flops_per_s * 1e3;
+        }
+    }
     let s = cfg.tokens_per_gpu;
     let global = u64::from(cfg.gpus) * s;
     let trace = TraceSpec::parse(&cfg.trace)?.load(global.saturating_mul(cfg.steps as u64))?;
-    let weight = |l: u64| doc_ms(&sim, l, passes.passes()).unwrap_or(l as f64 * l as f64);
+    let weight = |l: u64| {
+        doc_ms(&sim, l, passes.passes()).unwrap_or(l as f64 * l as f64)
+            + l as f64 * linear_ms_per_token
+    };
     let mut jobs = Vec::new();
     for &cp in &cfg.cp {
         for b in &cfg.balance {
@@ -356,7 +382,7 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
         .collect()
 }
 
-/// One group's attention time (ms).
+/// One group's time (ms): attention, or its whole layer with `layer = true`.
 #[allow(clippy::too_many_arguments)]
 fn group_ms(
     cfg: &DpcpConfig,
@@ -384,7 +410,11 @@ fn group_ms(
     let plan = planner
         .plan(&Batch::new(g, docs.to_vec()), &ctx)
         .map_err(|e| StudyError::Config(format!("{}: {e}", cfg.scheme)))?;
-    Ok(sim.simulate(&plan, passes)?.metrics.attention_time_ms)
+    let report = sim.simulate(&plan, passes)?;
+    let m = &report.metrics;
+    Ok(m.layer
+        .as_ref()
+        .map_or(m.attention_time_ms, |l| l.layer_time_ms))
 }
 
 /// Rows as CSV.
@@ -459,5 +489,47 @@ mod tests {
         let a = get(1, "none").mean_group_ms;
         let b = get(4, "none").mean_group_ms;
         assert!((a - b).abs() / a < 0.15, "{a} {b}");
+    }
+
+    /// The whole layer adds the same linear work to every full group: the groups' spread
+    /// shrinks against their mean, and the step takes longer by about that work.
+    #[test]
+    fn the_whole_layer_dilutes_the_straggler_effect() {
+        let text = r#"
+            gpus = 8
+            cp = [1, 2]
+            tokens_per_gpu = 8192
+            steps = 3
+            trace = "gen:exponential:mean=1024,max=8192,seed=1"
+        "#;
+        let plain: DpcpConfig = toml::from_str(text).unwrap();
+        let layer = DpcpConfig {
+            layer: true,
+            ..plain.clone()
+        };
+        let (a, b) = (run_dpcp(&plain).unwrap(), run_dpcp(&layer).unwrap());
+        // Llama-3-70B on the H100: 3 × 1.711 GFLOP a token at 794.5 TFLOP/s, 8192 a GPU.
+        let linear =
+            8192.0 * 3.0 * 2.0 * (8192.0 * 80.0 * 128.0 + 8192.0 * 8192.0 + 3.0 * 8192.0 * 28672.0)
+                / 794.5e12
+                * 1e3;
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.cp, &x.balance), (y.cp, &y.balance));
+            assert!(y.cv < x.cv, "{x:?} {y:?}");
+            assert!(y.max_over_min < x.max_over_min);
+            if x.balance == "none" {
+                // Carry packing fills every group: each adds exactly the linear work.
+                assert!(
+                    (y.mean_group_ms - x.mean_group_ms - linear).abs() < 1e-6 * linear,
+                    "{x:?} {y:?}"
+                );
+            }
+        }
+        // A model without the layer's widths is refused.
+        let bad = DpcpConfig {
+            model: "mha-16".into(),
+            ..layer
+        };
+        assert!(run_dpcp(&bad).unwrap_err().to_string().contains("mha-16"));
     }
 }
