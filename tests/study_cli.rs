@@ -330,6 +330,32 @@ fn plots_are_written_as_png_and_svg() {
         .assert()
         .success();
     png("gantt.png");
+    // The whole layer: the projections and MLP drawn and named in the legend (SVG text).
+    fcp()
+        .args(["plot", "gantt", "--layer"])
+        .arg(&plan)
+        .args(["-o"])
+        .arg(dir.path().join("gantt-layer.svg"))
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(dir.path().join("gantt-layer.svg")).unwrap();
+    assert!(
+        svg.contains("projections + MLP") && svg.contains("· layer "),
+        "{svg:.300}"
+    );
+    let plain = std::fs::read_to_string({
+        let p = dir.path().join("gantt.svg");
+        fcp()
+            .args(["plot", "gantt"])
+            .arg(&plan)
+            .arg("-o")
+            .arg(&p)
+            .assert()
+            .success();
+        p
+    })
+    .unwrap();
+    assert!(!plain.contains("projections + MLP"));
     fcp()
         .args(["plot", "gantt"])
         .arg(&plan)

@@ -55,6 +55,10 @@ struct GanttArgs {
     /// Caption (default: scheme, ranks, profiles).
     #[arg(long)]
     title: Option<String>,
+    /// Draw the whole layer: each rank's projections and MLP before and after its attention
+    /// (as `fcp simulate --layer`).
+    #[arg(long)]
+    layer: bool,
 }
 
 #[derive(Debug, Args)]
@@ -163,12 +167,20 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
     // A broken plan would be drawn as if it ran (`simulate` refuses it too).
     let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load(&plan)?;
-    let sim = Simulator::new(hw.clone(), model.clone())?;
+    let mut sim = Simulator::new(hw.clone(), model.clone())?;
     let pass: fcp::sim::PassSel = a.pass.into();
-    let (report, outcomes) = sim.simulate_traced(&plan, pass)?;
+    let (report, outcomes) = if a.layer {
+        sim = sim.with_layer()?;
+        sim.simulate_layer_traced(&plan, pass)?
+    } else {
+        sim.simulate_traced(&plan, pass)?
+    };
     let title = a.title.unwrap_or_else(|| {
+        let layer = report.metrics.layer.as_ref().map_or(String::new(), |l| {
+            format!(" · layer {:.2} ms", l.layer_time_ms)
+        });
         format!(
-            "{} · {} ranks · {} docs · {} / {} · attention {:.2} ms",
+            "{} · {} ranks · {} docs · {} / {} · attention {:.2} ms{layer}",
             plan.scheme.name,
             plan.num_ranks,
             plan.documents.len(),

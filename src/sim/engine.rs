@@ -68,6 +68,9 @@ pub struct RankTimeline {
     pub send: Vec<(u64, u64)>,
     /// Messages it received and collectives it took part in, from issue to arrival.
     pub recv: Vec<(u64, u64)>,
+    /// Token-linear work (projections, MLP) on the compute stream: empty but in a whole-layer
+    /// run ([`super::layer`]), where it is the work before and after attention.
+    pub linear: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -101,6 +101,10 @@ pub struct LayerPass {
     pub rank_end_ns: Vec<u64>,
     /// Per rank: nanoseconds of token-linear work (before plus after attention).
     pub linear_ns: Vec<u64>,
+    /// The engine's outcome with the token-linear work added to each rank's timeline
+    /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
+    /// Gantt chart of the whole layer draws.
+    pub outcome: PassOutcome,
 }
 
 /// Run `attention` (one pass's program) between the token-linear work of ranks holding
@@ -119,17 +123,31 @@ pub fn run(
         start_ns: before.clone(),
         ..attention.clone()
     };
-    let PassOutcome { ranks, .. } = engine::run(&program, net, coll)?;
-    let rank_end_ns: Vec<u64> = ranks
-        .iter()
-        .zip(&after)
-        .map(|(o, &a)| o.compute_end_ns.max(o.inputs_done_ns) + a)
-        .collect();
+    let mut outcome = engine::run(&program, net, coll)?;
+    let mut rank_end_ns = Vec::with_capacity(tokens.len());
+    for (r, (o, tl)) in outcome
+        .ranks
+        .iter_mut()
+        .zip(&mut outcome.timeline)
+        .enumerate()
+    {
+        let post = o.compute_end_ns.max(o.inputs_done_ns);
+        let end = post + after[r];
+        tl.linear = [(0, before[r]), (post, end)]
+            .into_iter()
+            .filter(|(a, b)| b > a)
+            .collect();
+        o.finish_ns = o.finish_ns.max(end);
+        rank_end_ns.push(end);
+    }
+    let end_ns = rank_end_ns.iter().copied().max().unwrap_or(0);
+    outcome.end_ns = outcome.end_ns.max(end_ns);
     Ok(LayerPass {
         pass: attention.pass,
-        end_ns: rank_end_ns.iter().copied().max().unwrap_or(0),
+        end_ns,
         rank_end_ns,
         linear_ns: before.iter().zip(&after).map(|(b, a)| b + a).collect(),
+        outcome,
     })
 }
 

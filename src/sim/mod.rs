@@ -173,6 +173,24 @@ impl Simulator {
         Ok(Some(ms))
     }
 
+    /// [`Simulator::simulate`] with the whole layer on, returning each pass's whole-layer
+    /// outcome: per-rank timelines with the token-linear work ([`RankTimeline::linear`]) and the
+    /// pass ending where the layer does (what `fcp plot gantt --layer` draws). An error
+    /// unless [`Simulator::with_layer`].
+    pub fn simulate_layer_traced(
+        &self,
+        plan: &Plan,
+        passes: PassSel,
+    ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
+        if self.layer.is_none() {
+            return Err(SimError::Mismatch(
+                "the whole layer is not on (Simulator::with_layer)".into(),
+            ));
+        }
+        let (report, _, layers) = self.run(plan, passes)?;
+        Ok((report, layers.into_iter().map(|l| l.outcome).collect()))
+    }
+
     /// [`Simulator::simulate`], also returning each pass's outcome with its per-rank timeline
     /// (what Gantt charts draw).
     pub fn simulate_traced(
@@ -180,6 +198,15 @@ impl Simulator {
         plan: &Plan,
         passes: PassSel,
     ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
+        self.run(plan, passes).map(|(r, o, _)| (r, o))
+    }
+
+    /// Every pass on the engine (and, with the layer on, its whole layer too), and the report.
+    fn run(
+        &self,
+        plan: &Plan,
+        passes: PassSel,
+    ) -> Result<(SimReport, Vec<PassOutcome>, Vec<LayerPass>), SimError> {
         self.check_model(plan)?;
         let mut cm = self.compute_model();
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
@@ -209,7 +236,7 @@ impl Simulator {
             lower,
             layer,
         );
-        Ok((report, outcomes))
+        Ok((report, outcomes, layers))
     }
 }
 

@@ -52,7 +52,9 @@ pub fn total(v: &[(u64, u64)]) -> u64 {
 /// engine's `exposed_ns`.
 pub fn split_waits(tl: &RankTimeline, finish: u64) -> (Spans, Spans) {
     let moving = union(tl.send.iter().chain(&tl.recv).copied().collect());
-    split(&tl.compute, &moving, finish)
+    // The stream is busy with token-linear work too (whole-layer runs).
+    let busy: Vec<(u64, u64)> = tl.compute.iter().chain(&tl.linear).copied().collect();
+    split(&busy, &moving, finish)
 }
 
 /// [`split_waits`] given the rank's steps and the union of its messages' spans (`moving`,
@@ -105,6 +107,7 @@ mod tests {
             compute: compute.to_vec(),
             send: send.to_vec(),
             recv: recv.to_vec(),
+            linear: Vec::new(),
         }
     }
 

@@ -6,7 +6,8 @@
 //! moving (exposed communication) and yellow while none is (it waits for a peer still
 //! computing: imbalance, see [`crate::sim::waits`]); **idle** (the rank was done while slower
 //! ranks still ran) is grey. Training shows the forward pass, then the backward pass after a
-//! dashed line.
+//! dashed line. A whole-layer run (`fcp plot gantt --layer`) also draws each rank's
+//! projections and MLP on its compute lane, in purple; the legend lists them only then.
 
 use std::path::Path;
 
@@ -34,12 +35,14 @@ const RECV: RGBColor = RGBColor(44, 160, 44);
 const WAIT: RGBColor = RGBColor(244, 160, 160);
 const IDLE: RGBColor = RGBColor(200, 200, 200);
 const PEERS: RGBColor = RGBColor(240, 215, 110);
+const LINEAR: RGBColor = RGBColor(148, 103, 189);
 
 /// Bars `(start_ms, end_ms, row)`.
 type Bar = (f64, f64, f64);
 
 struct Bars {
     compute: Vec<(f64, f64, f64)>,
+    linear: Vec<(f64, f64, f64)>,
     send: Vec<(f64, f64, f64)>,
     recv: Vec<(f64, f64, f64)>,
     wait: Vec<(f64, f64, f64)>,
@@ -56,6 +59,7 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
     let ms = |ns: u64| ns as f64 * 1e-6;
     let mut bars = Bars {
         compute: vec![],
+        linear: vec![],
         send: vec![],
         recv: vec![],
         wait: vec![],
@@ -70,12 +74,16 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
                 compute,
                 send,
                 recv,
+                linear,
             } = tl;
             // Row centre: rank 0 on top.
             let y = (n - 1 - r) as f64;
             let finish = o.ranks[r].finish_ns;
             for (a, b) in union(compute.clone()) {
                 bars.compute.push((ms(offset + a), ms(offset + b), y));
+            }
+            for &(a, b) in linear {
+                bars.linear.push((ms(offset + a), ms(offset + b), y));
             }
             let (in_flight, on_peers) = split_waits(tl, finish);
             for (a, b) in in_flight {
@@ -153,7 +161,7 @@ fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(draw_err)?;
     // Lanes inside a row of height 1 centred on y: send on top, compute mid, receive bottom.
-    let lanes: [(&str, &Vec<Bar>, RGBColor, f64, f64); 6] = [
+    let lanes: [(&str, &Vec<Bar>, RGBColor, f64, f64); 7] = [
         (
             "idle (done, others still running)",
             &bars.idle,
@@ -182,10 +190,21 @@ fn draw<DB: DrawingBackend>(
             -0.28,
             0.28,
         ),
+        (
+            "projections + MLP (token-linear)",
+            &bars.linear,
+            LINEAR,
+            -0.28,
+            0.28,
+        ),
         ("send", &bars.send, SEND, 0.31, 0.45),
         ("receive", &bars.recv, RECV, -0.45, -0.31),
     ];
-    for (i, (label, items, color, lo, hi)) in lanes.into_iter().enumerate() {
+    // Only whole-layer charts list the token-linear work.
+    let lanes = lanes
+        .into_iter()
+        .filter(|l| !(l.2 == LINEAR && l.1.is_empty()));
+    for (i, (label, items, color, lo, hi)) in lanes.enumerate() {
         ch.draw_series(
             items
                 .iter()
