@@ -609,13 +609,7 @@ pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>) -> f64 {
     let Some(cost) = layer else {
         return 0.0;
     };
-    let per_token: f64 = [Pass::Fwd, Pass::Bwd]
-        .iter()
-        .map(|&p| {
-            let f = cost.flops(p);
-            f.before + f.after
-        })
-        .sum();
+    let per_token = cost.flops_per_token(&[Pass::Fwd, Pass::Bwd]);
     let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
     cost.ns(most, per_token) as f64 * 1e-9
 }

@@ -84,6 +84,17 @@ impl LayerCost {
         }
     }
 
+    /// FLOPs per token over `passes`, before and after attention together.
+    pub fn flops_per_token(&self, passes: &[Pass]) -> f64 {
+        passes
+            .iter()
+            .map(|&p| {
+                let f = self.flops(p);
+                f.before + f.after
+            })
+            .sum()
+    }
+
     /// Nanoseconds of `flops_per_token` work on `tokens` tokens.
     pub fn ns(&self, tokens: u64, flops_per_token: f64) -> u64 {
         (tokens as f64 * flops_per_token / self.flops_per_s * 1e9).round() as u64
@@ -193,13 +204,8 @@ pub fn metrics(
         .map(|r| passes.iter().map(|p| p.linear_ns[r] as f64 * MS).sum())
         .collect();
     // FLOPs per token over the passes, for the bound (real tokens) and the MFU (all tokens).
-    let per_token: f64 = passes
-        .iter()
-        .map(|p| {
-            let f = cost.flops(p.pass);
-            f.before + f.after
-        })
-        .sum();
+    let passes_run: Vec<Pass> = passes.iter().map(|p| p.pass).collect();
+    let per_token = cost.flops_per_token(&passes_run);
     let real: u64 = documents.iter().sum();
     let all: u64 = tokens.iter().sum();
     let layer_lower_bound_ms =

@@ -301,10 +301,7 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
             .layer_cost()
             .copied()
             .ok_or_else(|| StudyError::Config("the whole layer could not be costed".into()))?;
-        for &p in passes.passes() {
-            let f = cost.flops(p);
-            linear_ms_per_token += (f.before + f.after) / cost.flops_per_s * 1e3;
-        }
+        linear_ms_per_token = cost.flops_per_token(passes.passes()) / cost.flops_per_s * 1e3;
     }
     let s = cfg.tokens_per_gpu;
     let global = u64::from(cfg.gpus) * s;
