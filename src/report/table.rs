@@ -41,13 +41,17 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// Whether any row has whole-layer metrics (the comparison simulated the layer).
+fn has_layer(rows: &[CompareRow]) -> bool {
+    rows.iter()
+        .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()))
+}
+
 /// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
 /// When the whole layer was simulated, three columns follow: its time, its speedup and the
 /// token imbalance.
 pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
-    let layer = rows
-        .iter()
-        .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()));
+    let layer = has_layer(rows);
     let mut s = format!(
         "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>9}",
         "scheme",
@@ -129,9 +133,7 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
 /// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
-    let layer = rows
-        .iter()
-        .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()));
+    let layer = has_layer(rows);
     let mut s = String::from(
         "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error",
     );

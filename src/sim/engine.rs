@@ -94,7 +94,7 @@ enum Ev {
     StepEnd(u32),
     CollEnd(usize),
     FlowActive(usize),
-    /// A rank's compute stream becomes free for its first step ([`Program::start_ns`]).
+    /// A rank's compute stream becomes free for its first step (`start_ns` of [`run`]).
     Start(u32),
     /// The earliest active flow finishes. Kept out of the heap, in one slot (`done_at`): only
     /// the latest epoch's is live, and the heap used to fill with stale ones (a fifth of a
@@ -115,14 +115,18 @@ struct RankRt {
     done: bool,
 }
 
-/// Run `p` on `net`; collectives are timed by `coll`.
+/// Run `p` on `net`; collectives are timed by `coll`. `start_ns`: per rank, when its compute
+/// stream is first free for the pass (empty: every rank at 0). The whole-layer simulation
+/// ([`super::layer`]) puts the token-linear work before attention there, so a rank with more
+/// tokens starts its attention, and sends its own K/V, later.
 pub fn run(
     p: &Program,
+    start_ns: &[u64],
     net: &Network,
     coll: &CollectiveModel<'_>,
 ) -> Result<PassOutcome, SimError> {
     let n = p.steps.len();
-    let start = |r: usize| p.start_ns.get(r).copied().unwrap_or(0);
+    let start = |r: usize| start_ns.get(r).copied().unwrap_or(0);
     // A rank that starts later is busy until then (with the work before its attention).
     let mut ranks: Vec<RankRt> = p
         .steps
@@ -520,14 +524,13 @@ mod tests {
 
     fn run_program(steps: Vec<Vec<StepCost>>, flows: Vec<Flow>) -> PassOutcome {
         let p = Program {
-            start_ns: Vec::new(),
             pass: Pass::Fwd,
             steps,
             flows,
             collectives: vec![],
         };
         let n = net();
-        run(&p, &n, &CollectiveModel::new(&n, None)).unwrap()
+        run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap()
     }
 
     #[test]
@@ -603,14 +606,13 @@ mod tests {
         // Rank 0 is busy until 3000 ns (work before attention), so its K/V leaves then; rank 1
         // starts at once but waits for it. Rank 2 starts late and has no step at all.
         let p = Program {
-            start_ns: vec![3000, 0, 7000],
             pass: Pass::Fwd,
             steps: steps(&[&[1000], &[50], &[]]),
             flows: vec![flow(0, 1, 10_000, 0, Some(0))],
             collectives: vec![],
         };
         let n = net();
-        let o = run(&p, &n, &CollectiveModel::new(&n, None)).unwrap();
+        let o = run(&p, &[3000, 0, 7000], &n, &CollectiveModel::new(&n, None)).unwrap();
         // 3000 + α 1000 + 10,000 B at 100 B/ns over NVLink.
         assert_eq!(o.ranks[1].inputs_done_ns, 4100);
         assert_eq!(o.ranks[1].compute_end_ns, 4150);
@@ -628,15 +630,7 @@ mod tests {
         );
         assert_eq!(o.end_ns, 7000);
         // Without starts the same program is the plain pass.
-        let plain = run(
-            &Program {
-                start_ns: Vec::new(),
-                ..p
-            },
-            &n,
-            &CollectiveModel::new(&n, None),
-        )
-        .unwrap();
+        let plain = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap();
         assert_eq!(plain.ranks[1].compute_end_ns, 1150);
     }
 
@@ -647,14 +641,13 @@ mod tests {
         let mut b = flow(1, 0, 10, 0, Some(0));
         b.forwards = true;
         let p = Program {
-            start_ns: Vec::new(),
             pass: Pass::Fwd,
             steps: steps(&[&[1], &[1]]),
             flows: vec![a, b],
             collectives: vec![],
         };
         let n = net();
-        let err = run(&p, &n, &CollectiveModel::new(&n, None)).unwrap_err();
+        let err = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap_err();
         assert!(err.to_string().contains("deadlock"), "{err}");
     }
 }

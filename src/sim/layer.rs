@@ -11,7 +11,8 @@
 //! Per pass, on the same engine and network as attention:
 //! - each rank's compute stream first runs the work before attention (forward: the Q/K/V
 //!   projection; backward, which runs the layer in reverse: the MLP and output projection),
-//!   `tokens × FLOPs per token / GEMM rate`; its own K/V cannot leave before that ends;
+//!   `tokens × FLOPs per token / GEMM rate` (the engine's per-rank start); its own K/V cannot
+//!   leave before that ends;
 //! - attention then runs exactly as the plan says;
 //! - the work after attention starts once the rank's last step has ended and everything it
 //!   receives (K/V, partial outputs, gradients) has landed;
@@ -101,13 +102,11 @@ impl LayerCost {
     }
 }
 
-/// One pass of the whole layer.
+/// One pass of the whole layer; it ends at `outcome.end_ns` ([`LayerPass::end_ns`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerPass {
     /// The pass.
     pub pass: Pass,
-    /// When the last rank finished the work after attention.
-    pub end_ns: u64,
     /// Per rank: when it finished the work after attention.
     pub rank_end_ns: Vec<u64>,
     /// Per rank: nanoseconds of token-linear work (before plus after attention).
@@ -130,11 +129,7 @@ pub fn run(
     let f = cost.flops(attention.pass);
     let before: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.before)).collect();
     let after: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.after)).collect();
-    let program = Program {
-        start_ns: before.clone(),
-        ..attention.clone()
-    };
-    let mut outcome = engine::run(&program, net, coll)?;
+    let mut outcome = engine::run(attention, &before, net, coll)?;
     let mut rank_end_ns = Vec::with_capacity(tokens.len());
     for (r, (o, tl)) in outcome
         .ranks
@@ -151,15 +146,23 @@ pub fn run(
         o.finish_ns = o.finish_ns.max(end);
         rank_end_ns.push(end);
     }
-    let end_ns = rank_end_ns.iter().copied().max().unwrap_or(0);
-    outcome.end_ns = outcome.end_ns.max(end_ns);
+    // Every message lands at a rank that ends its layer after it: the pass ends with the last.
+    outcome.end_ns = outcome
+        .end_ns
+        .max(rank_end_ns.iter().copied().max().unwrap_or(0));
     Ok(LayerPass {
         pass: attention.pass,
-        end_ns,
         rank_end_ns,
         linear_ns: before.iter().zip(&after).map(|(b, a)| b + a).collect(),
         outcome,
     })
+}
+
+impl LayerPass {
+    /// When the last rank finished the work after attention.
+    pub fn end_ns(&self) -> u64 {
+        self.outcome.end_ns
+    }
 }
 
 /// Whole-layer results of a plan, summed over the simulated passes.
@@ -199,7 +202,7 @@ pub fn metrics(
 ) -> LayerMetrics {
     const MS: f64 = 1e-6;
     let ranks = tokens.len().max(1) as f64;
-    let layer_time_ms: f64 = passes.iter().map(|p| p.end_ns as f64 * MS).sum();
+    let layer_time_ms: f64 = passes.iter().map(|p| p.end_ns() as f64 * MS).sum();
     let linear: Vec<f64> = (0..tokens.len())
         .map(|r| passes.iter().map(|p| p.linear_ns[r] as f64 * MS).sum())
         .collect();

@@ -168,7 +168,7 @@ impl Simulator {
                 Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
             };
             // Summed as `LayerMetrics::layer_time_ms` is, to the last bit.
-            ms += layer::run(&program, &tokens, cost, &self.net, &coll)?.end_ns as f64 * 1e-6;
+            ms += layer::run(&program, &tokens, cost, &self.net, &coll)?.end_ns() as f64 * 1e-6;
         }
         Ok(Some(ms))
     }
@@ -219,7 +219,7 @@ impl Simulator {
                 Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
                 Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
             };
-            outcomes.push(engine::run(&program, &self.net, &coll)?);
+            outcomes.push(engine::run(&program, &[], &self.net, &coll)?);
             if let Some(cost) = &self.layer {
                 layers.push(layer::run(&program, &tokens, cost, &self.net, &coll)?);
             }

@@ -84,11 +84,6 @@ pub struct Program {
     pub flows: Vec<Flow>,
     /// Collective calls.
     pub collectives: Vec<CollectiveOp>,
-    /// Per rank: when its compute stream is first free for the pass, in nanoseconds (empty:
-    /// every rank at 0). The whole-layer simulation puts the token-linear work before
-    /// attention here, so a rank with more tokens starts its attention, and sends its own
-    /// K/V, later.
-    pub start_ns: Vec<u64>,
 }
 
 /// Bytes per element of the gradients a scheme exchanges: `scheme.params.grad_bytes` when the
@@ -309,7 +304,6 @@ impl Program {
         });
         let (flows, collectives) = group(pieces);
         Ok(Program {
-            start_ns: Vec::new(),
             pass: Pass::Fwd,
             steps,
             flows,
@@ -389,7 +383,6 @@ impl Program {
         });
         let (flows, collectives) = group(pieces);
         Ok(Program {
-            start_ns: Vec::new(),
             pass: Pass::Bwd,
             steps,
             flows,

@@ -316,11 +316,14 @@ fn run_cell(
                         (name.to_string(), Agg::of(&v))
                     })
                     .collect();
+                // The whole layer's, when every batch has them.
                 let layers: Option<Vec<&LayerMetrics>> =
                     all.iter().map(|m| m.layer.as_ref()).collect();
-                for (name, get) in layers.iter().flat_map(|_| LAYER_METRICS) {
-                    let v: Vec<f64> = layers.iter().flatten().map(|l| get(l)).collect();
-                    metrics.insert(name.to_string(), Agg::of(&v));
+                if let Some(layers) = layers {
+                    for (name, get) in LAYER_METRICS {
+                        let v: Vec<f64> = layers.iter().map(|l| get(l)).collect();
+                        metrics.insert(name.to_string(), Agg::of(&v));
+                    }
                 }
                 metrics
             },
