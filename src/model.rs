@@ -88,6 +88,38 @@ impl Model {
     pub fn q_bytes_per_token(&self) -> u64 {
         self.q_heads as u64 * self.head_dim as u64 * self.dtype_bytes as u64
     }
+
+    /// Bytes one layer keeps per token from its forward pass for its backward pass, without
+    /// recomputation: what decides whether a rank's share of a batch fits, since it is held
+    /// for every layer the GPU runs until the backward pass reaches it. `None` when the model
+    /// file gives no [`LinearShape`].
+    ///
+    /// Counted, in the activation dtype unless noted, for a pre-norm layer without dropout
+    /// (Llama):
+    /// - the two norms' inputs (the residual stream) and outputs (the inputs of the Q/K/V
+    ///   projection and of the MLP): 4 × `hidden`;
+    /// - attention's Q, K, V and output O (O is also the output projection's input);
+    /// - the MLP's `ffn_hidden`-wide tensors, one per weight matrix: gate and up outputs and
+    ///   their product (the down projection's input) for a gated MLP, the first projection's
+    ///   output and its activation for a plain one;
+    /// - fp32 statistics: the attention kernel's log-sum-exp per query head, each norm's
+    ///   inverse root mean square.
+    ///
+    /// Cross-check: for a GPT layer (4 × `hidden` MLP, 2 matrices, MHA) this is 32 × `hidden`
+    /// bytes at 16 bits plus the statistics; Korthikanti et al. 2022 (arXiv:2205.05198, §4.1,
+    /// Eq. 1) count 34 × `hidden` with FlashAttention-style attention, the other 2 being the
+    /// two dropout masks a Llama layer does not have.
+    pub fn saved_bytes_per_token(&self) -> Option<u64> {
+        let l = self.linear?;
+        let wide = 4 * u64::from(l.hidden) + u64::from(l.ffn_matrices) * u64::from(l.ffn_hidden);
+        let stats = 4 * u64::from(self.q_heads) + 2 * 4;
+        Some(
+            2 * self.q_bytes_per_token()
+                + self.kv_bytes_per_token()
+                + wide * u64::from(self.dtype_bytes)
+                + stats,
+        )
+    }
 }
 
 /// The on-disk form of a model: the struct's fields plus an optional source, so files can cite
@@ -249,6 +281,25 @@ mod tests {
         assert_eq!(m.kv_bytes_per_token(), 2 * 8 * 128 * 2);
         let m = Model::load("mha-32").unwrap();
         assert_eq!((m.q_heads, m.kv_heads), (32, 32));
+    }
+
+    #[test]
+    fn a_layer_saves_what_korthikanti_counts_less_the_dropout_masks() {
+        // A GPT layer at 16 bits: MHA, 4 × hidden MLP of 2 matrices. Korthikanti et al. 2022
+        // Eq. 1 without the attention-score terms: 34 × hidden bytes, 2 of them dropout masks.
+        let gpt = Model::from_toml_str(
+            "q_heads = 32\nkv_heads = 32\nhead_dim = 128\ndtype_bytes = 2\n\
+             hidden = 4096\nffn_hidden = 16384\nffn_matrices = 2\n",
+            "gpt",
+        )
+        .unwrap();
+        let stats = 4 * 32 + 8;
+        assert_eq!(gpt.saved_bytes_per_token(), Some(32 * 4096 + stats));
+        // Llama 3 70B: Q and O 2 × 8192, K and V 2 × 1024, norms 4 × 8192, SwiGLU 3 × 28672.
+        let m = Model::load("llama3-70b").unwrap();
+        let wide = 2 * 8192 + 2 * 1024 + 4 * 8192 + 3 * 28672;
+        assert_eq!(m.saved_bytes_per_token(), Some(2 * wide + 4 * 64 + 8));
+        assert_eq!(Model::load("mha-16").unwrap().saved_bytes_per_token(), None);
     }
 
     #[test]

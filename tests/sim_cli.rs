@@ -525,6 +525,7 @@ const LAYER_KEYS: &[&str] = &[
     "layer_lower_bound_ms",
     "layer_vs_lower_bound",
     "layer_mfu",
+    "act_max_bytes",
 ];
 
 #[test]
@@ -563,6 +564,22 @@ fn the_whole_layer_is_simulated_on_request_and_adds_the_projections_and_mlp() {
     assert!(f("layer_time_ms") > f("attention_time_ms"));
     assert!(f("layer_vs_lower_bound") >= 1.0);
     assert!(v["ranks"][0]["linear_ms"].is_number() && v["ranks"][0]["layer_end_ms"].is_number());
+    // Activations kept per layer follow the tokens: the largest rank's is the plan's.
+    let act: Vec<u64> = v["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["act_bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        Some(&v["act_max_bytes"].as_u64().unwrap()),
+        act.iter().max()
+    );
+    for r in v["ranks"].as_array().unwrap() {
+        let per_token = r["act_bytes"].as_u64().unwrap() / r["tokens"].as_u64().unwrap();
+        assert_eq!(per_token, 274_696, "Llama-3-70B's saved bytes a token");
+    }
+    assert!(plain["ranks"][0].get("act_bytes").is_none());
     // The table says it too.
     fcp()
         .args(["simulate", "--layer"])
@@ -615,13 +632,13 @@ fn compare_with_the_layer_adds_its_columns_after_the_others() {
         header(&layer).starts_with(&header(&plain)),
         "the old columns keep their places"
     );
-    assert!(header(&layer).ends_with("layer_time_ms,layer_speedup,linear_mean_ms,linear_max_ms,token_imbalance,layer_lower_bound_ms,layer_vs_lower_bound,layer_mfu"));
+    assert!(header(&layer).ends_with("layer_time_ms,layer_speedup,linear_mean_ms,linear_max_ms,token_imbalance,layer_lower_bound_ms,layer_vs_lower_bound,layer_mfu,act_max_bytes"));
     let ring: Vec<&str> = layer.lines().nth(1).unwrap().split(',').collect();
-    assert_eq!(
-        ring[ring.len() - 7],
-        "1",
-        "ring's layer speedup over itself"
-    );
+    let speedup = header(&layer)
+        .split(',')
+        .position(|c| c == "layer_speedup")
+        .unwrap();
+    assert_eq!(ring[speedup], "1", "ring's layer speedup over itself");
     let v = json(fcp().args([
         "compare",
         "--ranks",

@@ -141,12 +141,13 @@ pub fn run(a: DemoArgs) -> Result<()> {
     );
     if let Some(l) = &m.layer {
         outln!(
-            "With the projections and MLP: {:.3} ms per layer, {:.2}× {}, the fastest layer; {:.2}× its lower bound, token imbalance {:.3}.",
+            "With the projections and MLP: {:.3} ms per layer, {:.2}× {}, the fastest layer; {:.2}× its lower bound, token imbalance {:.3}; its fullest rank keeps {} of activations per layer for the backward pass.",
             l.layer_time_ms,
             best.layer_speedup.unwrap_or(1.0),
             schemes[0],
             l.layer_vs_lower_bound,
-            l.token_imbalance
+            l.token_imbalance,
+            fcp::report::human_bytes(l.act_max_bytes)
         );
     }
     let (plan_flags, mut simulate_flags) = next_flags(&a);

@@ -24,8 +24,9 @@ pub struct SimulateArgs {
     json: bool,
     /// Also simulate the whole layer: the Q/K/V projection before attention and the output
     /// projection and MLP after it, priced per token at the hardware's `gemm_tflops` (needs a
-    /// model with `hidden` and `ffn_hidden`). Adds `layer_time_ms` and friends, and per-rank
-    /// `linear_ms` and `layer_end_ms`.
+    /// model with `hidden` and `ffn_hidden`). Adds `layer_time_ms` and friends, `act_max_bytes`
+    /// (activations one layer keeps for the backward pass), and per-rank `linear_ms`,
+    /// `layer_end_ms` and `act_bytes`.
     #[arg(long)]
     layer: bool,
 }
@@ -72,14 +73,15 @@ pub fn print_table(r: &SimReport) -> Result<()> {
     );
     if let Some(l) = &m.layer {
         outln!(
-            "whole layer {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · projections+MLP {:.3} ms mean, {:.3} ms max · token imbalance {:.3}",
+            "whole layer {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · projections+MLP {:.3} ms mean, {:.3} ms max · token imbalance {:.3} · activations kept {} per layer (max; × the layers a GPU runs, unless recomputed)",
             l.layer_time_ms,
             l.layer_lower_bound_ms,
             l.layer_vs_lower_bound,
             100.0 * l.layer_mfu,
             l.linear_mean_ms,
             l.linear_max_ms,
-            l.token_imbalance
+            l.token_imbalance,
+            bytes(l.act_max_bytes)
         );
     }
     let layer = m.layer.is_some();
@@ -98,7 +100,12 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         "memory"
     );
     if layer {
-        out!(" {:>10} {:>10}", "linear_ms", "layer_end");
+        out!(
+            " {:>10} {:>10} {:>11}",
+            "linear_ms",
+            "layer_end",
+            "act/layer"
+        );
     }
     outln!();
     for x in &r.ranks {
@@ -116,8 +123,8 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             x.tokens,
             bytes(x.mem_bytes)
         );
-        if let (Some(l), Some(e)) = (x.linear_ms, x.layer_end_ms) {
-            out!(" {l:>10.3} {e:>10.3}");
+        if let (Some(l), Some(e), Some(a)) = (x.linear_ms, x.layer_end_ms, x.act_bytes) {
+            out!(" {l:>10.3} {e:>10.3} {:>11}", bytes(a));
         }
         outln!();
     }

@@ -119,6 +119,7 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
         layer_lower_bound_ms: col(&|l| l.layer_lower_bound_ms),
         layer_vs_lower_bound: col(&|l| l.layer_vs_lower_bound),
         layer_mfu: col(&|l| l.layer_mfu),
+        act_max_bytes: col(&|l| l.act_max_bytes as f64).round() as u64,
     })
 }
 

@@ -69,8 +69,8 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     );
     if layer {
         s.push_str(&format!(
-            " {:>10} {:>8} {:>6}",
-            "layer_ms", "layer_x", "tok_im"
+            " {:>10} {:>8} {:>6} {:>10}",
+            "layer_ms", "layer_x", "tok_im", "act/layer"
         ));
     }
     s.push('\n');
@@ -96,11 +96,12 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                 ));
                 if let Some(l) = &m.layer {
                     s.push_str(&format!(
-                        " {:>10.3} {:>8} {:>6.3}",
+                        " {:>10.3} {:>8} {:>6.3} {:>10}",
                         l.layer_time_ms,
                         r.layer_speedup
                             .map_or("-".to_string(), |x| format!("{x:.2}×")),
-                        l.token_imbalance
+                        l.token_imbalance,
+                        human_bytes(l.act_max_bytes)
                     ));
                 }
                 s.push('\n');
@@ -121,7 +122,7 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
         format!("speedup = {baseline}'s mean attention time / the scheme's")
     };
     let note = if layer {
-        format!("{note}; layer = attention plus projections and MLP, layer_x its speedup")
+        format!("{note}; layer = attention plus projections and MLP, layer_x its speedup, act/layer the activations one layer keeps on the fullest rank")
     } else {
         note
     };
@@ -180,6 +181,7 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                     l.layer_lower_bound_ms.to_string(),
                     l.layer_vs_lower_bound.to_string(),
                     l.layer_mfu.to_string(),
+                    l.act_max_bytes.to_string(),
                 ],
                 None => vec![String::new(); LAYER_CSV_COLUMNS.len()],
             };
@@ -201,6 +203,7 @@ pub const LAYER_CSV_COLUMNS: &[&str] = &[
     "layer_lower_bound_ms",
     "layer_vs_lower_bound",
     "layer_mfu",
+    "act_max_bytes",
 ];
 
 #[cfg(test)]

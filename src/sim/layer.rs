@@ -41,6 +41,8 @@ pub struct LayerCost {
     pub fwd: LinearFlops,
     /// Backward FLOPs per token, before and after attention.
     pub bwd: LinearFlops,
+    /// Bytes the layer keeps per token for its backward pass ([`Model::saved_bytes_per_token`]).
+    pub saved_bytes_per_token: u64,
 }
 
 impl LayerCost {
@@ -63,13 +65,17 @@ impl LayerCost {
         match (
             model.linear_flops_per_token(Pass::Fwd),
             model.linear_flops_per_token(Pass::Bwd),
+            model.saved_bytes_per_token(),
             hw.gemm_flops_per_s(),
         ) {
-            (Some(fwd), Some(bwd), Some(flops_per_s)) => Ok(LayerCost {
-                flops_per_s,
-                fwd,
-                bwd,
-            }),
+            (Some(fwd), Some(bwd), Some(saved_bytes_per_token), Some(flops_per_s)) => {
+                Ok(LayerCost {
+                    flops_per_s,
+                    fwd,
+                    bwd,
+                    saved_bytes_per_token,
+                })
+            }
             _ => Err(SimError::Mismatch(format!(
                 "the whole-layer simulation needs the layer's shape and a GEMM rate: {}",
                 missing.join("; ")
@@ -185,6 +191,20 @@ pub struct LayerMetrics {
     /// Model FLOPs of the layer (attention as the simulator counts it, plus the projections
     /// and MLP) / (layer time × ranks × dense peak).
     pub layer_mfu: f64,
+    /// The rank with the most tokens: the bytes one layer keeps on it for the backward pass
+    /// (its tokens × [`LayerCost::saved_bytes_per_token`]). A GPU holds this once per layer
+    /// it runs, unless it recomputes activations: the figure that says whether a placement
+    /// fits, where `mem_max_bytes` counts attention's working buffers only.
+    pub act_max_bytes: u64,
+}
+
+impl LayerCost {
+    /// Bytes one layer keeps for the backward pass on a rank holding `tokens` (padding
+    /// included: it is stored as if it were data). Saturating: a hand-made plan's 2⁶⁰ tokens
+    /// read as "more than any GPU has".
+    pub fn saved_bytes(&self, tokens: u64) -> u64 {
+        tokens.saturating_mul(self.saved_bytes_per_token)
+    }
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
@@ -231,6 +251,7 @@ pub fn metrics(
         } else {
             0.0
         },
+        act_max_bytes: cost.saved_bytes(tokens.iter().copied().max().unwrap_or(0)),
     }
 }
 
@@ -268,6 +289,13 @@ mod tests {
         let per_token =
             3.0 * 2.0 * (8192.0 * 80.0 * 128.0 + 8192.0 * 8192.0 + 3.0 * 8192.0 * 28672.0);
         assert!((l.linear_mean_ms - 8000.0 * per_token / 794.5e9).abs() < 1e-5);
+        // What the layer keeps for the backward pass: every token's saved activations.
+        let saved = Model::load("llama3-70b")
+            .unwrap()
+            .saved_bytes_per_token()
+            .unwrap();
+        assert_eq!(l.act_max_bytes, 8000 * saved);
+        assert_eq!(r.ranks[0].act_bytes, Some(8000 * saved));
         // The bound: the attention bound plus the linear work, nothing lost on one rank but
         // the launch overhead the attention bound leaves out.
         assert!(

@@ -47,6 +47,10 @@ pub struct RankMetrics {
     /// Whole layer only: when it finished the layer, summed over passes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_end_ms: Option<f64>,
+    /// Whole layer only: the bytes one layer keeps on it for the backward pass
+    /// ([`LayerCost::saved_bytes`]), held once per layer the GPU runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub act_bytes: Option<u64>,
 }
 
 /// Plan-level results.
@@ -137,6 +141,7 @@ pub(super) fn report(
 ) -> SimReport {
     let mem = peak_bytes(plan, idx, model, passes.passes());
     let attention_ns: u64 = outcomes.iter().map(|o| o.end_ns).sum();
+    let tokens = plan.tokens_per_rank();
     let ranks: Vec<RankMetrics> = plan
         .ranks
         .iter()
@@ -158,6 +163,7 @@ pub(super) fn report(
                     .map(|(_, ps)| ps.iter().map(|p| p.linear_ns[r] as f64 * MS).sum()),
                 layer_end_ms: layers
                     .map(|(_, ps)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
+                act_bytes: layers.map(|(cost, _)| cost.saved_bytes(tokens[r])),
             };
             for o in outcomes {
                 let x = &o.ranks[r];
@@ -212,15 +218,7 @@ pub(super) fn report(
             max_compute_ms: compute.iter().copied().fold(0.0, f64::max),
             layer: layers.map(|(cost, ps)| {
                 let docs: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
-                layer::metrics(
-                    cost,
-                    ps,
-                    &plan.tokens_per_rank(),
-                    &docs,
-                    total_flops,
-                    lower_bound_ms,
-                    peak,
-                )
+                layer::metrics(cost, ps, &tokens, &docs, total_flops, lower_bound_ms, peak)
             }),
         },
         ranks,
