@@ -309,6 +309,30 @@ fn plots_are_written_as_png_and_svg() {
         .success();
     let svg = std::fs::read_to_string(dir.path().join("speedup.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("speedup over zigzag"));
+    // Regression (bug hunt): a baseline no row ran ended in "no row has both a Ranks value
+    // and mfu", a metric nobody asked for.
+    for (args, says) in [
+        (
+            vec!["--speedup-vs", "nosuch"],
+            "--speedup-vs nosuch: no row of",
+        ),
+        (
+            vec!["--speedup-vs", "zigzag", "--filter", "scheme=magi"],
+            "left by --filter ran zigzag (schemes there: magi)",
+        ),
+    ] {
+        fcp()
+            .args(["plot", "lines"])
+            .arg(&results)
+            .args(["--x", "ranks"])
+            .args(args)
+            .arg("-o")
+            .arg(dir.path().join("never.svg"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        assert!(!dir.path().join("never.svg").exists());
+    }
     fcp()
         .args(["plot", "cdf", "default", "-o"])
         .arg(dir.path().join("cdf.png"))

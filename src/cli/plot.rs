@@ -327,6 +327,34 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
     };
     let (y_label, y_format, from_zero, series) = match &a.speedup_vs {
         Some(base) => {
+            // No baseline row, no speedup: say so, not "no row has mfu" (the metric was
+            // never asked for).
+            if !kept
+                .iter()
+                .any(|r| &r.key.scheme == base && r.error.is_none())
+            {
+                let mut schemes: Vec<&str> = kept
+                    .iter()
+                    .filter(|r| r.error.is_none())
+                    .map(|r| r.key.scheme.as_str())
+                    .collect();
+                schemes.sort_unstable();
+                schemes.dedup();
+                bail!(
+                    "--speedup-vs {base}: no row of {}{} ran {base} (schemes there: {})",
+                    a.results.display(),
+                    if filters.is_empty() {
+                        ""
+                    } else {
+                        " left by --filter"
+                    },
+                    if schemes.is_empty() {
+                        "none".to_string()
+                    } else {
+                        schemes.join(", ")
+                    }
+                );
+            }
             let same_cell = |x: &CellResult, r: &CellResult| {
                 let (p, q) = (&x.key, &r.key);
                 p.trace == q.trace

@@ -81,6 +81,32 @@ fn params_parse_and_are_recorded() {
     }
 }
 
+/// Regression (bug hunt): `fcp:block=1` on 4 × 8K tokens planned for 77 s and 8.2 GB (60M
+/// tasks, one per block pair) before anything said the block was absurd.
+#[test]
+fn a_block_too_small_for_the_plan_limit_is_refused_before_planning() {
+    let batch = Batch::new(0, vec![16384, 100]);
+    for (mask, says) in [
+        (Mask::Causal, "use block=4 or more"),
+        (Mask::Full, "use block=4 or more"),
+    ] {
+        let e = with(2, 16384, mask, |ctx| fcp("fcp:block=1").plan(&batch, ctx))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("block=1 cuts this batch into") && e.contains(says),
+            "{e}"
+        );
+    }
+    // A document kept whole is one block, whatever the block size.
+    let small = Batch::new(0, vec![300; 4]);
+    let plan = with(2, 1024, Mask::Causal, |ctx| {
+        fcp("fcp:block=1,whole=300").plan(&small, ctx)
+    })
+    .unwrap();
+    assert_valid(&plan);
+}
+
 #[test]
 fn one_causal_document_by_hand() {
     // 16 tokens, blocks of 4, 2 ranks of 8: pairs (b0, b3) and (b1, b2). The pair holding b3

@@ -25,7 +25,7 @@ pub enum YFormat {
 pub struct Series {
     /// Legend text.
     pub label: String,
-    /// Points, sorted by x.
+    /// Points, in any order: the line joins them in order of x.
     pub points: Vec<(f64, f64)>,
 }
 
@@ -58,6 +58,13 @@ pub fn line_chart(path: &Path, chart: &LineChart) -> Result<(), PlotError> {
         return Err(PlotError::Empty(chart.title.clone()));
     }
     render!(path, (1100, 650), |root| draw(root, chart))
+}
+
+/// The colour of line `i` and whether it is dashed (with triangle markers): the palette's
+/// ten colours solid, then the same ten dashed. All twelve schemes on one chart used to draw
+/// the eleventh and twelfth in the first two lines' colour and style.
+fn line_style(i: usize) -> (RGBColor, bool) {
+    (COLORS[i % COLORS.len()], (i / COLORS.len()) % 2 == 1)
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Result<(), PlotError> {
@@ -159,17 +166,38 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
     }
     mesh.draw().map_err(draw_err)?;
     for (i, s) in c.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
-        ch.draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
+        let (color, dashed) = line_style(i);
+        let stroke = color.stroke_width(3);
+        // Joined in order of x, whatever order the caller listed them in (a DP×CP config
+        // may list its CP sizes in any order: the line used to zig-zag between them).
+        let mut pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), y)).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let drawn = if dashed {
+            ch.draw_series(DashedLineSeries::new(pts.clone(), 12, 7, stroke))
+        } else {
+            ch.draw_series(LineSeries::new(pts.clone(), stroke))
+        };
+        drawn
             .map_err(draw_err)?
             .label(s.label.clone())
             .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+                if dashed {
+                    PathElement::new(vec![(x, y), (x + 9, y)], stroke)
+                } else {
+                    PathElement::new(vec![(x, y), (x + 24, y)], stroke)
+                }
             });
         if c.markers {
-            ch.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
+            if dashed {
+                ch.draw_series(
+                    pts.iter()
+                        .map(|&p| TriangleMarker::new(p, 7, color.filled())),
+                )
                 .map_err(draw_err)?;
+            } else {
+                ch.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))
+                    .map_err(draw_err)?;
+            }
         }
     }
     // The legend goes to the corner with the fewest points under it.
@@ -275,6 +303,15 @@ pub fn sweep_chart(
     axis: SweepAxis,
     value: &dyn Fn(&CellResult) -> Option<f64>,
 ) -> Vec<Series> {
+    let ok: Vec<&CellResult> = rows.iter().filter(|r| r.error.is_none()).collect();
+    // In window packing without a tokens-per-rank axis, each cell's tokens per rank is its
+    // window over its ranks: it follows the x axis (ranks or context) and names no line of
+    // its own. (It used to, and a chart against ranks drew one single-point line per cell.)
+    let derived_tpr = ok.iter().all(|r| {
+        r.key
+            .context
+            .is_some_and(|c| c.div_ceil(u64::from(r.key.ranks)) == r.key.tokens_per_rank)
+    });
     let fields = |k: &CellKey| -> Vec<String> {
         let scheme = if axis == SweepAxis::Block {
             scheme_sans_block(&k.scheme)
@@ -285,8 +322,7 @@ pub fn sweep_chart(
         if axis != SweepAxis::Ranks {
             f.push(format!("{} ranks", k.ranks));
         }
-        // In window packing tokens per rank follow the context: not a separate line.
-        if axis != SweepAxis::TokensPerRank && axis != SweepAxis::Context {
+        if axis != SweepAxis::TokensPerRank && !derived_tpr {
             f.push(format!(
                 "{} tok/GPU",
                 tokens_label(k.tokens_per_rank as f64)
@@ -303,7 +339,6 @@ pub fn sweep_chart(
         f.push(k.model.clone());
         f
     };
-    let ok: Vec<&CellResult> = rows.iter().filter(|r| r.error.is_none()).collect();
     let all: Vec<Vec<String>> = ok.iter().map(|r| fields(&r.key)).collect();
     // Which fields vary? Those make the legend; the scheme always does.
     let n = all.first().map_or(0, Vec::len);
@@ -330,9 +365,6 @@ pub fn sweep_chart(
             }),
         }
     }
-    for s in &mut series {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
     series
 }
 
@@ -348,6 +380,109 @@ mod tests {
             "fcp:coalesce=8"
         );
         assert_eq!(scheme_sans_block("ring"), "ring");
+    }
+
+    fn cell(scheme: &str, ranks: u32, tpr: u64, context: Option<u64>) -> CellResult {
+        let mut metrics = std::collections::BTreeMap::new();
+        let v = f64::from(ranks);
+        metrics.insert(
+            "mfu".to_string(),
+            crate::study::Agg {
+                mean: v,
+                p50: v,
+                p95: v,
+                max: v,
+            },
+        );
+        CellResult {
+            key: CellKey {
+                trace: "t".into(),
+                scheme: scheme.into(),
+                ranks,
+                tokens_per_rank: tpr,
+                block: None,
+                context,
+                hardware: "h100".into(),
+                model: "llama3-70b".into(),
+            },
+            settings: String::new(),
+            batches: 1,
+            error: None,
+            metrics,
+        }
+    }
+
+    /// Regression (bug hunt): in window packing, a chart against ranks drew one single-point
+    /// line per cell, each named by its derived tokens per rank.
+    #[test]
+    fn a_window_sweep_against_ranks_draws_one_line_per_scheme() {
+        let rows: Vec<CellResult> = ["ring", "fcp"]
+            .iter()
+            .flat_map(|s| [2, 4, 8].map(|r| cell(s, r, 32768 / u64::from(r), Some(32768))))
+            .collect();
+        let series = sweep_chart(&rows, SweepAxis::Ranks, &|r| r.mean("mfu"));
+        let labels: Vec<&str> = series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["ring", "fcp"]);
+        assert!(series.iter().all(|s| s.points.len() == 3));
+        // A tokens-per-rank axis of its own still names lines.
+        let rows: Vec<CellResult> = [4096, 8192]
+            .iter()
+            .flat_map(|&t| [2, 4].map(|r| cell("ring", r, t, Some(32768))))
+            .collect();
+        let series = sweep_chart(&rows, SweepAxis::Ranks, &|r| r.mean("mfu"));
+        assert_eq!(series.len(), 2, "{series:?}");
+    }
+
+    /// Regression (bug hunt): the DP×CP chart joined its points in the config's CP order
+    /// (`cp = [8, 1, 16, 2, 4]` zig-zagged); every line is now drawn in order of x.
+    #[test]
+    fn lines_join_their_points_in_order_of_x() {
+        let dir = tempfile::tempdir().unwrap();
+        let chart = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            x_log2: false,
+            x_tokens: false,
+            y_format: YFormat::Plain,
+            y_from_zero: false,
+            markers: false,
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![(8.0, 1.0), (1.0, 2.0), (16.0, 3.0), (2.0, 4.0), (4.0, 5.0)],
+            }],
+        };
+        let p = dir.path().join("a.svg");
+        line_chart(&p, &chart).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        let line = svg
+            .lines()
+            .find(|l| l.contains("<polyline") && l.contains("stroke-width=\"3\""))
+            .expect("the series' polyline");
+        let xs: Vec<f64> = line
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.split(',').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(xs.len(), 5, "{line}");
+        assert!(xs.windows(2).all(|w| w[0] < w[1]), "{line}");
+    }
+
+    /// Regression (bug hunt): with all twelve schemes on one chart the eleventh and twelfth
+    /// lines looked exactly like the first two.
+    #[test]
+    fn twenty_lines_are_told_apart() {
+        let styles: Vec<_> = (0..20).map(line_style).collect();
+        for (i, a) in styles.iter().enumerate() {
+            for b in &styles[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 
     #[test]
