@@ -17,6 +17,7 @@ pub mod comm;
 pub mod hardware;
 pub mod hashing;
 pub mod ilp;
+pub mod input;
 mod jsonpos;
 pub mod model;
 pub mod output;

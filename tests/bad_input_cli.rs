@@ -374,7 +374,10 @@ fn the_numeric_check_of_a_four_billion_token_document_is_refused_not_aborted() {
         .code(2)
         .stdout("")
         .stderr(predicate::str::contains("too large for the numeric check"))
-        .stderr(predicate::str::contains("document 0 (4294967296 tokens)"));
+        .stderr(predicate::str::contains("document 0 (4294967296 tokens)"))
+        // Regression (bug hunt): fewer rows cannot shrink a document's K/V; it said to try.
+        .stderr(predicate::str::contains("rely on the structural check"))
+        .stderr(predicate::str::contains("--max-rows").not());
 }
 
 /// The plan at `p` with `edit` applied to its JSON, written to `DIR/name`.
@@ -852,4 +855,62 @@ fn a_huge_regress_tolerance_is_printed_compactly() {
         .stderr(predicate::str::diff(
             "error: --tolerance must be a number ≥ 0, got -1e308\n",
         ));
+}
+
+/// Regression (bug hunt): hardware, model and kernel files, plans, measurements and study
+/// configs were read whole before parsing, so `/dev/zero` grew past 4 GB in five seconds;
+/// every user file is now refused at its first NUL byte, naming what it should have been.
+#[cfg(unix)]
+#[test]
+fn an_endless_binary_input_is_refused_at_once_wherever_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("p.json");
+    fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "2", "-o"])
+        .arg(&plan)
+        .assert()
+        .success();
+    let plan = plan.to_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["hw", "show", "--hardware", "/dev/zero"],
+            "not a TOML hardware file",
+        ),
+        (
+            vec!["hw", "show", "--hardware", "h100", "--model", "/dev/zero"],
+            "not a TOML model file",
+        ),
+        (
+            vec![
+                "hw",
+                "kernel",
+                "--hardware",
+                "h100",
+                "--profile",
+                "/dev/zero",
+                "--q-len",
+                "10",
+            ],
+            "not a CSV kernel profile",
+        ),
+        (vec!["simulate", "/dev/zero"], "not a JSON plan"),
+        (
+            vec!["validate", "--plan", &plan, "--measured", "/dev/zero"],
+            "not a JSON measurement",
+        ),
+        (
+            vec!["sweep", "/dev/zero", "-o", "never"],
+            "not a TOML config",
+        ),
+        (vec!["dpcp", "/dev/zero"], "not a TOML config"),
+    ];
+    for (args, says) in cases {
+        fcp()
+            .current_dir(dir.path())
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(30))
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(says));
+    }
 }

@@ -196,3 +196,34 @@ fn dash_o_dev_stdout_appended_to_a_log_keeps_the_log() {
     );
     assert!(temps(dir.path()).is_empty());
 }
+
+/// Regression (bug hunt): `fcp plan --all-batches` wrote `batch-00000.json`, then failed on
+/// `batch-00001.json` (a directory took the name) and left the first plan behind.
+#[test]
+fn plan_all_batches_writes_every_plan_or_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("t.csv"), "doc_len\n3000\n1000\n500\n2500\n").unwrap();
+    let run = |out: &str| {
+        fcp()
+            .current_dir(d)
+            .args([
+                "plan", "--scheme", "zigzag", "--trace", "t.csv", "--ranks", "2",
+            ])
+            .args(["--tokens-per-rank", "1000", "--all-batches", "-o", out])
+            .assert()
+    };
+    std::fs::create_dir_all(d.join("taken/batch-00001.json")).unwrap();
+    run("taken").code(2);
+    let mut left: Vec<String> = std::fs::read_dir(d.join("taken"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["batch-00001.json"], "no plan and no temporary file");
+    // (A new directory that could not be filled is removed again: `output::write_all_atomic`'s
+    // own test.)
+    run("new/plans").success();
+    assert_eq!(std::fs::read_dir(d.join("new/plans")).unwrap().count(), 3);
+}

@@ -5,9 +5,6 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use std::io::Write;
-
-use fcp::output::AtomicFile;
 use fcp::study::dpcp::{dpcp_csv, run_dpcp, DpcpConfig};
 
 /// Arguments of `fcp dpcp`.
@@ -29,19 +26,13 @@ pub fn run(a: DpcpArgs) -> Result<()> {
     let rows = run_dpcp(&cfg)?;
     let json = serde_json::to_string_pretty(&rows)? + "\n";
     if let Some(dir) = &a.output {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         // Both files are written before either appears, so a failure leaves neither behind.
-        let mut files = Vec::new();
-        for (name, bytes) in [("dpcp.csv", dpcp_csv(&rows)), ("dpcp.json", json.clone())] {
-            let path = dir.join(name);
-            let mut f =
-                AtomicFile::create(&path).with_context(|| format!("writing {}", path.display()))?;
-            f.write_all(bytes.as_bytes())?;
-            files.push(f);
-        }
-        for f in files {
-            f.commit()?;
-        }
+        fcp::output::write_all_atomic(
+            dir,
+            [("dpcp.csv", dpcp_csv(&rows)), ("dpcp.json", json.clone())]
+                .map(|(name, text)| (dir.join(name), text.into_bytes())),
+        )
+        .with_context(|| format!("writing {}", dir.display()))?;
     }
     if a.json {
         out!("{json}");

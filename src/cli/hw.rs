@@ -374,7 +374,7 @@ fn lookup_json(hw: &Hardware, q: &KernelQuery, l: &KernelLookup) -> Value {
 fn kernel(a: KernelArgs) -> anyhow::Result<()> {
     let hw = Hardware::load(&a.hardware)?;
     let profile = match &a.profile {
-        Some(p) => KernelProfile::load(p)?,
+        Some(p) => hw.check_kernel_profile(KernelProfile::load(p)?)?,
         None => hw.kernel_profile()?,
     };
     let model = a.model.as_deref().map(Model::load).transpose()?;

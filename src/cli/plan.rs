@@ -176,11 +176,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 super::common::refuse_overwriting_input(&a.output.join(name(p)), &[t])?;
             }
         }
-        std::fs::create_dir_all(&a.output)
-            .with_context(|| format!("creating directory {}", a.output.display()))?;
-        for p in &plans {
-            p.save(&a.output.join(name(p)))?;
-        }
+        // All or nothing: a plan that cannot be written leaves none of the others behind.
+        fcp::output::write_all_atomic(
+            &a.output,
+            plans
+                .iter()
+                .map(|p| (a.output.join(name(p)), p.to_json().into_bytes())),
+        )
+        .with_context(|| format!("writing plans to {}", a.output.display()))?;
         eprintln!(
             "wrote {} ({}) to {}",
             plural(plans.len(), "plan"),

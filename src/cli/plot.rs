@@ -442,7 +442,7 @@ fn run_cdf(a: CdfArgs) -> Result<()> {
 
 fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
     refuse_overwriting_input(&a.output, &[&a.results])?;
-    let text = std::fs::read_to_string(&a.results)
+    let text = fcp::input::read_text(&a.results, "a dpcp.json", false)
         .with_context(|| format!("reading {}", a.results.display()))?;
     let rows: Vec<DpcpRow> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a dpcp.json", a.results.display()))?;

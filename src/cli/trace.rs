@@ -409,7 +409,7 @@ impl<'a, W: Write> PackWriter<'a, W> {
 
 fn derive(a: DeriveArgs) -> anyhow::Result<()> {
     super::common::refuse_overwriting_input(&a.output, &[&a.input])?;
-    let text = std::fs::read_to_string(&a.input)
+    let text = fcp::input::read_text(&a.input, "a JSON file of lengths", false)
         .with_context(|| format!("cannot read {}", a.input.display()))?;
     let lens =
         trace::parse_json_lengths(&text).with_context(|| format!("in {}", a.input.display()))?;

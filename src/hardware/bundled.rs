@@ -72,6 +72,16 @@ pub fn is_path(s: &str, ext: &str) -> bool {
     s.contains('/') || s.contains('\\') || s.ends_with(ext)
 }
 
+/// What a file of `kind` should be, for the refusal of one that is not text.
+fn what(kind: &str) -> &'static str {
+    match kind {
+        "kernel profile" => "a CSV kernel profile",
+        "NCCL table" => "a CSV NCCL table",
+        "model" => "a TOML model file",
+        _ => "a TOML hardware file",
+    }
+}
+
 /// Resolve `name_or_path` against a bundled set, or read it as a file.
 pub fn resolve(
     name_or_path: &str,
@@ -81,10 +91,12 @@ pub fn resolve(
 ) -> Result<Source, HardwareError> {
     if is_path(name_or_path, ext) {
         let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path).map_err(|source| HardwareError::Io {
-            kind,
-            path: path.to_path_buf(),
-            source,
+        let text = crate::input::read_text(path, what(kind), true).map_err(|source| {
+            HardwareError::Io {
+                kind,
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         let name = path
             .file_stem()

@@ -200,24 +200,43 @@ impl KernelProfile {
         label: &str,
         text: &str,
     ) -> Result<KernelProfile, HardwareError> {
+        let (src, log) = crate::input::LineLogging::new(text.as_bytes());
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
             .comment(Some(b'#'))
-            .from_reader(text.as_bytes());
-        let mut rows = Vec::new();
-        for rec in reader.deserialize::<KernelRow>() {
-            let row = rec.map_err(|e| HardwareError::Parse {
-                file: label.to_string(),
-                message: csv_message(&e),
-            })?;
+            .from_reader(src);
+        let parse_error = |e: csv::Error, line: u64| HardwareError::Parse {
+            file: label.to_string(),
+            message: csv_message(&e, Some(line)),
+        };
+        let line_read = |reader: &csv::Reader<_>| {
+            log.borrow_mut()
+                .line_of_record_ending(reader.position().byte())
+        };
+        let headers = match reader.headers() {
+            Ok(h) => h.clone(),
+            Err(e) => return Err(parse_error(e, line_read(&reader))),
+        };
+        let (mut rows, mut lines) = (Vec::new(), Vec::new());
+        let mut record = csv::StringRecord::new();
+        loop {
+            let more = reader.read_record(&mut record);
+            let line = line_read(&reader);
+            if !more.map_err(|e| parse_error(e, line))? {
+                break;
+            }
+            let row: KernelRow = record
+                .deserialize(Some(&headers))
+                .map_err(|e| parse_error(e, line))?;
             rows.push(row);
+            lines.push(line);
         }
         let mut profile = KernelProfile {
             name: name.to_string(),
             rows,
             series: Vec::new(),
         };
-        profile.validate(label)?;
+        profile.validate(label, &lines)?;
         profile.series = index_series(&profile.rows);
         Ok(profile)
     }
@@ -227,7 +246,8 @@ impl KernelProfile {
         &self.rows
     }
 
-    fn validate(&self, label: &str) -> Result<(), HardwareError> {
+    /// Check every row; `lines`: each row's line in the file, for the messages.
+    fn validate(&self, label: &str, lines: &[u64]) -> Result<(), HardwareError> {
         let bad = |field: &str, message: String| HardwareError::Invalid {
             file: label.to_string(),
             field: field.to_string(),
@@ -237,9 +257,8 @@ impl KernelProfile {
             return Err(bad("rows", "the profile has no data rows".into()));
         }
         let mut kinds: BTreeMap<(Pass, u8, u32, bool), LenKind> = BTreeMap::new();
-        let mut seen: BTreeMap<(Pass, u8, u32, bool, u64), usize> = BTreeMap::new();
-        for (i, r) in self.rows.iter().enumerate() {
-            let line = i + 2; // header is line 1
+        let mut seen: BTreeMap<(Pass, u8, u32, bool, u64), u64> = BTreeMap::new();
+        for (r, &line) in self.rows.iter().zip(lines) {
             if r.head_dim == 0 {
                 return Err(bad("head_dim", format!("line {line}: must be >= 1")));
             }
@@ -700,7 +719,7 @@ fn series_label(k: &SeriesKey) -> String {
     )
 }
 
-fn csv_message(e: &csv::Error) -> String {
+fn csv_message(e: &csv::Error, line: Option<u64>) -> String {
     // csv words a short row as "found record with N fields, but the previous record has M
     // fields"; cutting its position off that left "fields, but the previous …".
     let what = match e.kind() {
@@ -709,8 +728,8 @@ fn csv_message(e: &csv::Error) -> String {
         } => format!("expected {expected_len} fields, found {len}"),
         _ => strip_position(&e.to_string()),
     };
-    match e.position() {
-        Some(p) => format!("line {}: {what}", p.line()),
+    match line {
+        Some(l) => format!("line {l}: {what}"),
         None => what,
     }
 }
@@ -747,6 +766,47 @@ bwd,full,64,true,total,2048,2048,40,v
             q_len: ql,
             kv_len: kl,
             varlen,
+        }
+    }
+
+    /// Regression (bug hunt): errors counted data rows, not lines: a row on line 5 below two
+    /// comments was "line 3", and a duplicate below a comment pointed at the comment.
+    #[test]
+    fn errors_name_the_files_own_lines_past_comments_and_blank_lines() {
+        let head = "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source";
+        let row =
+            |len: u32, tflops: &str| format!("fwd,causal,128,false,total,{len},{len},{tflops},x");
+        for (text, says) in [
+            (
+                format!(
+                    "# node 7\n# torch 2.5\n{head}\n{}\n{}\n",
+                    row(4096, "500"),
+                    row(8192, "0")
+                ),
+                "line 5: must be > 0",
+            ),
+            (
+                format!(
+                    "{head}\r\n{}\r\n# old\r\n\r\n{}\r\n{}\r\n",
+                    row(4096, "500"),
+                    row(8192, "500"),
+                    row(8192, "510")
+                ),
+                "line 6: same series and length as line 5",
+            ),
+            (
+                format!("{head}\n\n\n{}\n", row(4096, "abc")),
+                "line 4: field 7",
+            ),
+            (
+                format!("{head}\n\n{}\n", "fwd,causal"),
+                "line 3: expected 9 fields, found 2",
+            ),
+        ] {
+            let e = KernelProfile::from_csv_str("t", "t.csv", &text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
         }
     }
 

@@ -285,7 +285,16 @@ impl Hardware {
     /// `peak_tflops` is refused: the peak would then be wrong (a sparse or FP8 figure against a
     /// BF16 table, a typo), and every MFU and efficiency reported from it would pass 100%.
     pub fn kernel_profile(&self) -> Result<KernelProfile, HardwareError> {
-        let table = KernelProfile::load(&self.kernel_profile)?;
+        self.check_kernel_profile(KernelProfile::load(&self.kernel_profile)?)
+    }
+
+    /// `table`, if this profile's peak is at least what it measures ([`Hardware::kernel_profile`]):
+    /// for a table given apart from the profile (`fcp hw kernel --profile`), which used to
+    /// skip the check and print 140 % efficiency for the B200 table on the H100 peak.
+    pub fn check_kernel_profile(
+        &self,
+        table: KernelProfile,
+    ) -> Result<KernelProfile, HardwareError> {
         let fastest = table
             .rows()
             .iter()

@@ -524,16 +524,14 @@ impl Plan {
     pub fn load(path: &Path) -> Result<Plan, PlanError> {
         let origin = path.display().to_string();
         let text = if origin == "-" {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).map_err(|source| {
+            crate::input::read_all(std::io::stdin(), "a JSON plan", false).map_err(|source| {
                 PlanError::Io {
                     path: origin.clone(),
                     source,
                 }
-            })?;
-            s
+            })?
         } else {
-            std::fs::read_to_string(path).map_err(|source| PlanError::Io {
+            crate::input::read_text(path, "a JSON plan", false).map_err(|source| PlanError::Io {
                 path: origin.clone(),
                 source,
             })?

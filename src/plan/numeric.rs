@@ -65,15 +65,31 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// tensors in f64 on the CPU. (Regression: a 2³²-token document asked for 128 GiB of K/V and
 /// the process aborted.)
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error(
-    "the plan is too large for the numeric check: {reason}; lower --max-rows (now {max_rows}) for \
-     fewer scores, or rely on the structural check (without --numeric), which is exact at any size"
-)]
+#[error("the plan is too large for the numeric check: {reason}; {}", self.advice())]
 pub struct NumericTooLarge {
     /// What is over its limit.
     pub reason: String,
     /// The row cap the check ran with.
     pub max_rows: usize,
+    /// Whether fewer checked rows would bring it under (the scores are; a document's K/V,
+    /// drawn whole, is not).
+    pub rows_help: bool,
+}
+
+impl NumericTooLarge {
+    /// What to do instead. Regression (bug hunt): a document too long for its K/V was told to
+    /// lower `--max-rows`, which cannot help, even at 1.
+    fn advice(&self) -> String {
+        let structural = "the structural check (without --numeric), which is exact at any size";
+        if self.rows_help {
+            format!(
+                "lower --max-rows (now {}) for fewer scores, or rely on {structural}",
+                self.max_rows
+            )
+        } else {
+            format!("rely on {structural}")
+        }
+    }
 }
 
 /// Partial attention of one query row: output normalised by its own softmax and the log-sum-exp.
@@ -215,9 +231,10 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> Result<NumericReport
             sample_rows(len, &bounds, opts.max_rows_per_doc)
         })
         .collect();
-    let too_large = |reason: String| NumericTooLarge {
+    let too_large = |reason: String, rows_help: bool| NumericTooLarge {
         reason,
         max_rows: opts.max_rows_per_doc,
+        rows_help,
     };
     let mut pairs = 0u64;
     for (doc, rows) in rows.iter().enumerate() {
@@ -228,16 +245,19 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> Result<NumericReport
                 "document {doc} ({len} tokens) needs {:.1} GiB of random K/V, more than the {} GiB allowed",
                 bytes as f64 / GIB,
                 NUMERIC_MAX_DOC_BYTES as f64 / GIB
-            )));
+            ), false));
         }
         for &row in rows {
             pairs = pairs.saturating_add(plan.mask.kv_limit(row, len));
         }
     }
     if pairs > NUMERIC_MAX_PAIRS {
-        return Err(too_large(format!(
+        return Err(too_large(
+            format!(
             "its checked rows see {pairs} keys in all, more than the {NUMERIC_MAX_PAIRS} allowed"
-        )));
+        ),
+            true,
+        ));
     }
     let parts: Vec<NumericReport> = by_doc
         .par_iter()

@@ -219,9 +219,11 @@ impl Measured {
     /// Read a measurement file.
     pub fn load(path: &std::path::Path) -> Result<Measured, ValidateError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ValidateError::Measured {
-            origin: origin.clone(),
-            message: e.to_string(),
+        let text = crate::input::read_text(path, "a JSON measurement", false).map_err(|e| {
+            ValidateError::Measured {
+                origin: origin.clone(),
+                message: e.to_string(),
+            }
         })?;
         Measured::from_json(&text, &origin)
     }

@@ -161,7 +161,8 @@ pub(crate) fn repeated<T: PartialEq>(list: &[T]) -> Option<&T> {
 impl SweepConfig {
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<SweepConfig, StudyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        let text = crate::input::read_text(path, "a TOML config", false)
+            .map_err(|e| StudyError::io(path, e))?;
         Self::parse(&text).map_err(|e| match e {
             StudyError::Config(m) => StudyError::Config(format!("{}: {m}", path.display())),
             other => other,

@@ -138,7 +138,8 @@ pub struct DpcpRow {
 impl DpcpConfig {
     /// Read and validate.
     pub fn load(path: &std::path::Path) -> Result<DpcpConfig, StudyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        let text = crate::input::read_text(path, "a TOML config", false)
+            .map_err(|e| StudyError::io(path, e))?;
         let cfg: DpcpConfig = toml::from_str(&text).map_err(|e| {
             StudyError::Config(format!(
                 "{}: {}",

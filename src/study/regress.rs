@@ -147,7 +147,8 @@ pub struct RegressReport {
 impl Baseline {
     /// Read a baseline file.
     pub fn load(path: &Path) -> Result<Baseline, StudyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+        let text = crate::input::read_text(path, "a JSON baseline", false)
+            .map_err(|e| StudyError::io(path, e))?;
         let b: Baseline = serde_json::from_str(&text).map_err(|e| StudyError::Parse {
             path: path.display().to_string(),
             message: format!(

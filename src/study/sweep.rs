@@ -521,7 +521,8 @@ pub fn results_csv(rows: &[CellResult]) -> String {
 
 /// Read a `results.json` written by a sweep.
 pub fn load_results(path: &Path) -> Result<Vec<CellResult>, StudyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| StudyError::io(path, e))?;
+    let text = crate::input::read_text(path, "a JSON results file", false)
+        .map_err(|e| StudyError::io(path, e))?;
     serde_json::from_str(&text).map_err(|e| StudyError::Parse {
         path: path.display().to_string(),
         message: format!("not a sweep results.json: {e}"),

@@ -8,7 +8,14 @@ use std::io::{BufRead, Read};
 use std::path::Path;
 
 use super::{Trace, TraceDoc, TraceError, MAX_DOC_LEN};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::input::{LineLog, LineLogging, TextOnly};
 use crate::jsonpos::{value_as_written, Seg};
+
+/// What a trace file is, for [`TextOnly`]'s refusals.
+const TRACE: &str = "a CSV or JSONL trace";
 
 /// Input formats a trace can come in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +97,9 @@ pub struct DocReader<R: BufRead> {
 
 enum Inner<R: BufRead> {
     Csv {
-        rdr: csv::Reader<R>,
+        rdr: csv::Reader<LineLogging<R>>,
+        /// Where the lines are, for errors naming them ([`LineLogging`]).
+        lines: Rc<RefCell<LineLog>>,
         len_col: usize,
         batch_col: Option<usize>,
         record: csv::StringRecord,
@@ -132,7 +141,7 @@ impl DocReader<Box<dyn BufRead>> {
                 }
             }
             let format = Format::sniff(&String::from_utf8_lossy(strip_bom(&head)));
-            let text = TextOnly::new(std::io::Cursor::new(head).chain(stdin));
+            let text = TextOnly::new(std::io::Cursor::new(head).chain(stdin), TRACE);
             (
                 Box::new(std::io::BufReader::with_capacity(1 << 16, text)),
                 format,
@@ -140,7 +149,10 @@ impl DocReader<Box<dyn BufRead>> {
         } else {
             let f = std::fs::File::open(path).map_err(io_err)?;
             (
-                Box::new(std::io::BufReader::with_capacity(1 << 16, TextOnly::new(f))),
+                Box::new(std::io::BufReader::with_capacity(
+                    1 << 16,
+                    TextOnly::new(f, TRACE),
+                )),
                 Format::from_path(path),
             )
         };
@@ -163,12 +175,21 @@ impl<R: BufRead> DocReader<R> {
     pub fn csv(mut src: R) -> Result<Self, TraceError> {
         // A UTF-8 byte-order mark (Excel) would otherwise glue itself to the first header.
         skip_bom(&mut src);
+        let (src, lines) = LineLogging::new(src);
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .comment(Some(b'#'))
             .trim(csv::Trim::All)
             .from_reader(src);
-        let headers = rdr.headers().map_err(csv_error)?.clone();
+        let headers = match rdr.headers() {
+            Ok(h) => h.clone(),
+            Err(e) => {
+                let line = lines
+                    .borrow_mut()
+                    .line_of_record_ending(rdr.position().byte());
+                return Err(csv_error(e, line));
+            }
+        };
         if headers.is_empty() || (headers.len() == 1 && headers[0].is_empty()) {
             return Err(TraceError::Empty);
         }
@@ -191,6 +212,7 @@ impl<R: BufRead> DocReader<R> {
         Ok(DocReader {
             inner: Inner::Csv {
                 rdr,
+                lines,
                 len_col,
                 batch_col,
                 record: csv::StringRecord::new(),
@@ -282,14 +304,18 @@ impl<R: BufRead> DocReader<R> {
         match &mut self.inner {
             Inner::Csv {
                 rdr,
+                lines,
                 len_col,
                 batch_col,
                 record,
             } => {
-                if !rdr.read_record(record).map_err(csv_error)? {
+                let more = rdr.read_record(record);
+                let line = lines
+                    .borrow_mut()
+                    .line_of_record_ending(rdr.position().byte());
+                if !more.map_err(|e| csv_error(e, line))? {
                     return Ok(None);
                 }
-                let line = record.position().map_or(0, |p| p.line());
                 let value = record.get(*len_col).unwrap_or("");
                 let len = parse_len(value).ok_or_else(|| TraceError::BadLength {
                     line,
@@ -374,106 +400,6 @@ fn skip_bom<R: BufRead>(src: &mut R) {
 /// `head` without a leading byte-order mark.
 fn strip_bom(head: &[u8]) -> &[u8] {
     head.strip_prefix(BOM).unwrap_or(head)
-}
-
-/// The longest line a trace may have: a CSV row holds one document, a JSONL line one batch's
-/// lengths (ten million of them fit). A line that runs on past it is not a trace.
-pub const MAX_LINE_BYTES: u64 = 64 << 20;
-
-/// A reader that stops with an error at the first NUL byte, or at a line longer than
-/// [`MAX_LINE_BYTES`]. No CSV or JSONL trace holds either, while every compressed or binary
-/// file has a NUL within its first bytes; without the NUL check `fcp trace stats /dev/zero`
-/// read forever (a CSV field never ends), and a gzipped trace was reported as a bad header.
-/// Without the line limit, text that never ends a line (`yes 1 | tr -d '\n'`) was gathered into
-/// memory until the machine ran out. The error says what the file looks like.
-struct TextOnly<R> {
-    inner: R,
-    offset: u64,
-    /// Where the line being read started.
-    line_start: u64,
-    max_line: u64,
-    /// The refusal, repeated on every later read: a caller that drops the first error (a
-    /// peek for a byte-order mark) must not read on past the bytes that were refused.
-    refused: Option<String>,
-}
-
-impl<R> TextOnly<R> {
-    fn new(inner: R) -> Self {
-        TextOnly::with_line_limit(inner, MAX_LINE_BYTES)
-    }
-
-    fn with_line_limit(inner: R, max_line: u64) -> Self {
-        TextOnly {
-            inner,
-            offset: 0,
-            line_start: 0,
-            max_line,
-            refused: None,
-        }
-    }
-
-    /// Why the `got` bytes just read refuse the input, if they do.
-    fn check(&mut self, got: &[u8]) -> Option<String> {
-        let why = refusal(got, self.offset);
-        if let Some(i) = got.iter().rposition(|&b| b == b'\n') {
-            self.line_start = self.offset + i as u64 + 1;
-        }
-        self.offset += got.len() as u64;
-        why.or_else(|| {
-            (self.offset - self.line_start > self.max_line).then(|| {
-                format!(
-                    "the line starting at byte {} runs on for more than {} MiB without ending: \
-                     this is not a CSV or JSONL trace (a line holds one document, or one batch)",
-                    self.line_start,
-                    self.max_line >> 20
-                )
-            })
-        })
-    }
-}
-
-impl<R: Read> Read for TextOnly<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.refused.is_none() {
-            let n = self.inner.read(buf)?;
-            self.refused = self.check(&buf[..n]);
-            if self.refused.is_none() {
-                return Ok(n);
-            }
-        }
-        let message = self.refused.clone().unwrap_or_default();
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            message,
-        ))
-    }
-}
-
-/// Why `got`, read at byte `offset` of a trace, cannot be one: a compressed file's magic
-/// number at the start, or a NUL byte anywhere.
-fn refusal(got: &[u8], offset: u64) -> Option<String> {
-    if offset == 0 {
-        let kind = if got.starts_with(&[0x1f, 0x8b]) {
-            Some("gzip-compressed")
-        } else if got.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            Some("zstd-compressed")
-        } else if got.starts_with(b"PAR1") {
-            Some("a Parquet file")
-        } else {
-            None
-        };
-        if let Some(kind) = kind {
-            return Some(format!(
-                "this is {kind}, not a CSV or JSONL trace; convert or decompress it and pass \
-                 the text (`-` reads stdin)"
-            ));
-        }
-    }
-    let i = got.iter().position(|&b| b == 0)?;
-    Some(format!(
-        "byte {} is NUL: this is a binary file, not a CSV or JSONL trace",
-        offset + i as u64
-    ))
 }
 
 fn jsonl_io(line: u64, e: std::io::Error) -> TraceError {
@@ -609,8 +535,8 @@ fn quote(value: &str) -> String {
     }
 }
 
-fn csv_error(e: csv::Error) -> TraceError {
-    let line = e.position().map_or(0, |p| p.line());
+/// A csv error on `line` (csv's own count is wrong past blank lines and `\r\n` endings).
+fn csv_error(e: csv::Error, line: u64) -> TraceError {
     let message = match e.kind() {
         csv::ErrorKind::UnequalLengths {
             expected_len, len, ..
@@ -658,6 +584,11 @@ mod tests {
             ("doc_len\n5\n2.5\n", 3),
             ("doc_len\nabc\n", 2),
             ("doc_len\n\"\"\n", 2),
+            // Regression (bug hunt): csv's own count missed `\r\n` endings and skipped
+            // blank lines (line 4 for 5, line 3 for 11).
+            ("doc_len\r\n1\r\n2\r\n3\r\nabc\r\n", 5),
+            ("doc_len\n1\n\n\n\n\n\n\n\n\nabc\n", 11),
+            ("# a comment\ndoc_len\n# another\n\n1\nabc", 6),
         ] {
             match Trace::from_csv_str(text) {
                 Err(TraceError::BadLength { line: l, .. }) => assert_eq!(l, line, "{text:?}"),
@@ -666,6 +597,10 @@ mod tests {
         }
         match Trace::from_csv_str("doc_len,x\n5,1\n6\n") {
             Err(e @ TraceError::Csv { line: 3, .. }) => assert!(e.to_string().contains("line 3")),
+            other => panic!("{other:?}"),
+        }
+        match Trace::from_csv_str("doc_len,x\r\n5,1\r\n# c\r\n\r\n6\r\n") {
+            Err(TraceError::Csv { line: 5, .. }) => {}
             other => panic!("{other:?}"),
         }
         match Trace::from_csv_str("doc_len,batch\n5,x\n") {
@@ -692,7 +627,11 @@ mod tests {
         use std::io::BufReader;
         let text = |body: &str| -> Vec<u8> { body.as_bytes().to_vec() };
         let read = |bytes: Vec<u8>, jsonl: bool| {
-            let src = BufReader::new(TextOnly::with_line_limit(std::io::Cursor::new(bytes), 40));
+            let src = BufReader::new(TextOnly::with_line_limit(
+                std::io::Cursor::new(bytes),
+                TRACE,
+                40,
+            ));
             let r = if jsonl {
                 DocReader::jsonl(src)
             } else {

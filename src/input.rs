@@ -1,0 +1,247 @@
+//! Reading users' text files so that what is not text fails at once.
+//!
+//! Every file `fcp` reads from a user — traces, hardware and model TOML, kernel and NCCL
+//! tables, plans, measurements, study configs, sweep results — is text. A binary or compressed
+//! file, or a device that never ends (`/dev/zero`), is refused at its first bytes with an error
+//! that says what it looks like, instead of being read into memory until the machine runs out:
+//! `fcp hw show --hardware /dev/zero` and `fcp simulate /dev/zero` once grew past 4 GB in five
+//! seconds before anything was parsed.
+
+use std::io::Read;
+use std::path::Path;
+
+/// The longest line a line-oriented file (a trace, a TOML or CSV table) may have: a CSV row
+/// holds one document, a JSONL line one batch's lengths (ten million of them fit). A line that
+/// runs on past it is not such a file. Plans and other JSON documents are one line and have no
+/// such limit.
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// A reader that stops with an error at the first NUL byte, or at a line longer than its
+/// limit ([`MAX_LINE_BYTES`] unless given). No text file holds either, while every compressed
+/// or binary file has a NUL within its first bytes; without the NUL check `fcp trace stats
+/// /dev/zero` read forever (a CSV field never ends), and a gzipped trace was reported as a bad
+/// header. Without the line limit, text that never ends a line (`yes 1 | tr -d '\n'`) was
+/// gathered into memory until the machine ran out. The error says what the file looks like.
+pub struct TextOnly<R> {
+    inner: R,
+    /// What the file should be ("a CSV or JSONL trace"), for the refusal.
+    what: &'static str,
+    offset: u64,
+    /// Where the line being read started.
+    line_start: u64,
+    max_line: u64,
+    /// The refusal, repeated on every later read: a caller that drops the first error (a
+    /// peek for a byte-order mark) must not read on past the bytes that were refused.
+    refused: Option<String>,
+}
+
+impl<R> TextOnly<R> {
+    /// Read `inner`, which should be `what`, with lines of at most [`MAX_LINE_BYTES`].
+    pub fn new(inner: R, what: &'static str) -> Self {
+        TextOnly::with_line_limit(inner, what, MAX_LINE_BYTES)
+    }
+
+    /// Read `inner`, which should be `what`, with lines of at most `max_line` bytes.
+    pub fn with_line_limit(inner: R, what: &'static str, max_line: u64) -> Self {
+        TextOnly {
+            inner,
+            what,
+            offset: 0,
+            line_start: 0,
+            max_line,
+            refused: None,
+        }
+    }
+
+    /// Why the `got` bytes just read refuse the input, if they do.
+    fn check(&mut self, got: &[u8]) -> Option<String> {
+        let why = refusal(got, self.offset, self.what);
+        if let Some(i) = got.iter().rposition(|&b| b == b'\n') {
+            self.line_start = self.offset + i as u64 + 1;
+        }
+        self.offset += got.len() as u64;
+        why.or_else(|| {
+            (self.offset - self.line_start > self.max_line).then(|| {
+                format!(
+                    "the line starting at byte {} runs on for more than {} MiB without ending: \
+                     this is not {}",
+                    self.line_start,
+                    self.max_line >> 20,
+                    self.what
+                )
+            })
+        })
+    }
+}
+
+impl<R: Read> Read for TextOnly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.refused.is_none() {
+            let n = self.inner.read(buf)?;
+            self.refused = self.check(&buf[..n]);
+            if self.refused.is_none() {
+                return Ok(n);
+            }
+        }
+        let message = self.refused.clone().unwrap_or_default();
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            message,
+        ))
+    }
+}
+
+/// Why `got`, read at byte `offset` of a file that should be `what`, cannot be one: a
+/// compressed file's magic number at the start, or a NUL byte anywhere.
+fn refusal(got: &[u8], offset: u64, what: &str) -> Option<String> {
+    if offset == 0 {
+        let kind = if got.starts_with(&[0x1f, 0x8b]) {
+            Some("gzip-compressed")
+        } else if got.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Some("zstd-compressed")
+        } else if got.starts_with(b"PAR1") {
+            Some("a Parquet file")
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            return Some(format!(
+                "this is {kind}, not {what}; convert or decompress it and pass the text"
+            ));
+        }
+    }
+    let i = got.iter().position(|&b| b == 0)?;
+    Some(format!(
+        "byte {} is NUL: this is a binary file, not {what}",
+        offset + i as u64
+    ))
+}
+
+/// Read the whole of `path`, which should be `what`, as text ([`TextOnly`]); `line_limit`:
+/// whether lines are held to [`MAX_LINE_BYTES`] (not for one-line JSON documents).
+pub fn read_text(path: &Path, what: &'static str, line_limit: bool) -> std::io::Result<String> {
+    read_all(std::fs::File::open(path)?, what, line_limit)
+}
+
+/// [`read_text`] of any reader (standard input).
+pub fn read_all(src: impl Read, what: &'static str, line_limit: bool) -> std::io::Result<String> {
+    let max = if line_limit { MAX_LINE_BYTES } else { u64::MAX };
+    let mut text = String::new();
+    TextOnly::with_line_limit(src, what, max).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The newlines a [`LineLogging`] reader has passed and its consumer has not yet asked about:
+/// what turns a record's byte offset into the line it is on.
+#[derive(Debug, Default)]
+pub struct LineLog {
+    /// Offsets of newlines read ahead of the last question, in order.
+    pending: std::collections::VecDeque<u64>,
+    /// Newlines before the last byte asked about.
+    before: u64,
+}
+
+impl LineLog {
+    /// The 1-based line holding byte `byte`. Questions must come in increasing order of
+    /// bytes (a parser's records do); the log then holds only the newlines read ahead.
+    pub fn line_at(&mut self, byte: u64) -> u64 {
+        while self.pending.front().is_some_and(|&n| n < byte) {
+            self.pending.pop_front();
+            self.before += 1;
+        }
+        self.before + 1
+    }
+
+    /// The line of a CSV record the csv reader has just read, given the reader's position
+    /// after it (`csv::Reader::position`). The record's own position cannot serve: it is where
+    /// the reader began looking for it, before any blank or comment lines it skipped, and with
+    /// `\r\n` endings the `\n` of the line before.
+    pub fn line_of_record_ending(&mut self, reader_byte: u64) -> u64 {
+        self.line_at(reader_byte.saturating_sub(1))
+    }
+}
+
+/// A reader that logs where its newlines are ([`LineLog`]). The csv crate's own line count
+/// skips blank and comment lines and miscounts `\r\n` endings, so an error in an Excel trace
+/// or a commented kernel table named the wrong line; its byte offsets are right, and this
+/// turns them into lines.
+pub struct LineLogging<R> {
+    inner: R,
+    offset: u64,
+    log: std::rc::Rc<std::cell::RefCell<LineLog>>,
+}
+
+impl<R> LineLogging<R> {
+    /// Log `inner`'s newlines; the log answers for the bytes this reader passes on.
+    pub fn new(inner: R) -> (Self, std::rc::Rc<std::cell::RefCell<LineLog>>) {
+        let log = std::rc::Rc::new(std::cell::RefCell::new(LineLog::default()));
+        (
+            LineLogging {
+                inner,
+                offset: 0,
+                log: log.clone(),
+            },
+            log,
+        )
+    }
+}
+
+impl<R: Read> Read for LineLogging<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut log = self.log.borrow_mut();
+        for (i, _) in buf[..n].iter().enumerate().filter(|(_, &b)| b == b'\n') {
+            log.pending.push_back(self.offset + i as u64);
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_counted_from_bytes_whatever_the_endings() {
+        let text = "h\r\n\r\n# c\r\n1\r\n\n\nabc\n";
+        let (mut r, log) = LineLogging::new(text.as_bytes());
+        let mut s = String::new();
+        r.read_to_string(&mut s).unwrap();
+        let at = |needle: &str| text.find(needle).unwrap() as u64;
+        assert_eq!(log.borrow_mut().line_at(0), 1);
+        assert_eq!(log.borrow_mut().line_at(at("# c")), 3);
+        assert_eq!(log.borrow_mut().line_at(at("1")), 4);
+        assert_eq!(log.borrow_mut().line_at(at("abc")), 7);
+    }
+
+    #[test]
+    fn an_endless_device_is_refused_at_its_first_bytes() {
+        let e = read_text(Path::new("/dev/zero"), "a TOML file", true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string()
+                .contains("byte 0 is NUL: this is a binary file, not a TOML file"),
+            "{e}"
+        );
+        let gz = read_all(&[0x1f, 0x8b, 8, 0][..], "a plan", false).unwrap_err();
+        assert!(
+            gz.to_string().contains("gzip-compressed, not a plan"),
+            "{gz}"
+        );
+    }
+
+    #[test]
+    fn json_documents_have_no_line_limit_and_text_reads_whole() {
+        let long = "x".repeat(1000);
+        let r = |limit| {
+            let mut s = String::new();
+            TextOnly::with_line_limit(long.as_bytes(), "a plan", limit)
+                .read_to_string(&mut s)
+                .map(|_| s)
+        };
+        assert!(r(100).is_err());
+        assert_eq!(r(u64::MAX).unwrap(), long);
+        assert_eq!(read_all(long.as_bytes(), "a plan", false).unwrap(), long);
+    }
+}
