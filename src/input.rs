@@ -198,6 +198,64 @@ impl<R: Read> Read for LineLogging<R> {
     }
 }
 
+/// The rows of a CSV table held in memory (`#` comments, fields trimmed), each with the line
+/// it is on; or the first error, as `line N: what is wrong`. For the kernel and NCCL tables,
+/// whose errors name the line to fix.
+pub fn csv_rows<T: serde::de::DeserializeOwned>(text: &str) -> Result<Vec<(T, u64)>, String> {
+    let (src, log) = LineLogging::new(text.as_bytes());
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .comment(Some(b'#'))
+        .from_reader(src);
+    let line_read = |reader: &csv::Reader<_>| {
+        log.borrow_mut()
+            .line_of_record_ending(reader.position().byte())
+    };
+    let headers = match reader.headers() {
+        Ok(h) => h.clone(),
+        Err(e) => return Err(csv_message(&e, line_read(&reader))),
+    };
+    let mut rows = Vec::new();
+    let mut record = csv::StringRecord::new();
+    loop {
+        let more = reader.read_record(&mut record);
+        let line = line_read(&reader);
+        match more {
+            Ok(false) => return Ok(rows),
+            Ok(true) => match record.deserialize(Some(&headers)) {
+                Ok(row) => rows.push((row, line)),
+                Err(e) => return Err(csv_message(&e, line)),
+            },
+            Err(e) => return Err(csv_message(&e, line)),
+        }
+    }
+}
+
+/// `line N: what is wrong` for a csv error on line N.
+fn csv_message(e: &csv::Error, line: u64) -> String {
+    format!("line {line}: {}", csv_what(e))
+}
+
+/// What a csv error says is wrong, without csv's own position (wrong past blank lines and
+/// `\r\n` endings: [`LineLogging`] gives the line).
+pub fn csv_what(e: &csv::Error) -> String {
+    // csv words a short row as "found record with N fields, but the previous record has M
+    // fields"; cutting its position off that left "fields, but the previous …".
+    match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("expected {expected_len} fields, found {len}"),
+        csv::ErrorKind::Utf8 { err, .. } => {
+            format!(
+                "invalid UTF-8 in field {} (the file must be UTF-8 text)",
+                err.field()
+            )
+        }
+        csv::ErrorKind::Deserialize { err, .. } => err.to_string(),
+        _ => e.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

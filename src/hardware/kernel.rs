@@ -200,37 +200,13 @@ impl KernelProfile {
         label: &str,
         text: &str,
     ) -> Result<KernelProfile, HardwareError> {
-        let (src, log) = crate::input::LineLogging::new(text.as_bytes());
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .comment(Some(b'#'))
-            .from_reader(src);
-        let parse_error = |e: csv::Error, line: u64| HardwareError::Parse {
-            file: label.to_string(),
-            message: csv_message(&e, Some(line)),
-        };
-        let line_read = |reader: &csv::Reader<_>| {
-            log.borrow_mut()
-                .line_of_record_ending(reader.position().byte())
-        };
-        let headers = match reader.headers() {
-            Ok(h) => h.clone(),
-            Err(e) => return Err(parse_error(e, line_read(&reader))),
-        };
-        let (mut rows, mut lines) = (Vec::new(), Vec::new());
-        let mut record = csv::StringRecord::new();
-        loop {
-            let more = reader.read_record(&mut record);
-            let line = line_read(&reader);
-            if !more.map_err(|e| parse_error(e, line))? {
-                break;
-            }
-            let row: KernelRow = record
-                .deserialize(Some(&headers))
-                .map_err(|e| parse_error(e, line))?;
-            rows.push(row);
-            lines.push(line);
-        }
+        let (rows, lines): (Vec<KernelRow>, Vec<u64>) = crate::input::csv_rows(text)
+            .map_err(|message| HardwareError::Parse {
+                file: label.to_string(),
+                message,
+            })?
+            .into_iter()
+            .unzip();
         let mut profile = KernelProfile {
             name: name.to_string(),
             rows,
@@ -717,29 +693,6 @@ fn series_label(k: &SeriesKey) -> String {
         k.2,
         if k.3 { " varlen" } else { "" }
     )
-}
-
-fn csv_message(e: &csv::Error, line: Option<u64>) -> String {
-    // csv words a short row as "found record with N fields, but the previous record has M
-    // fields"; cutting its position off that left "fields, but the previous …".
-    let what = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!("expected {expected_len} fields, found {len}"),
-        _ => strip_position(&e.to_string()),
-    };
-    match line {
-        Some(l) => format!("line {l}: {what}"),
-        None => what,
-    }
-}
-
-/// csv's messages repeat the position; keep the part that says what is wrong.
-fn strip_position(s: &str) -> String {
-    match s.find("field") {
-        Some(i) => s[i..].to_string(),
-        None => s.to_string(),
-    }
 }
 
 #[cfg(test)]

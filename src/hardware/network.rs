@@ -101,16 +101,13 @@ impl NcclTable {
 
     /// Parse and validate CSV text; `label` names it in errors.
     pub fn from_csv_str(name: &str, label: &str, text: &str) -> Result<NcclTable, HardwareError> {
-        let mut reader = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .comment(Some(b'#'))
-            .from_reader(text.as_bytes());
-        let mut rows = Vec::new();
-        for rec in reader.deserialize::<NcclRow>() {
-            let row: NcclRow = rec.map_err(|e| HardwareError::Parse {
+        let parsed =
+            crate::input::csv_rows::<NcclRow>(text).map_err(|message| HardwareError::Parse {
                 file: label.to_string(),
-                message: e.to_string(),
+                message,
             })?;
+        let mut rows = Vec::new();
+        for (row, line) in parsed {
             if row.size_bytes == 0
                 || row.ngpu < 2
                 || !(row.busbw_gbs.is_finite() && row.busbw_gbs > 0.0)
@@ -119,7 +116,7 @@ impl NcclTable {
                     file: label.to_string(),
                     field: "size_bytes/ngpu/busbw_gbs".into(),
                     message: format!(
-                        "row {} {} GPUs {} B: need size >= 1, ngpu >= 2, busbw > 0",
+                        "line {line}: {} {} GPUs {} B: need size >= 1, ngpu >= 2, busbw > 0",
                         row.op, row.ngpu, row.size_bytes
                     ),
                 });
@@ -222,6 +219,21 @@ impl NcclTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (bug hunt, kernel tables): errors name the file's own line, past comments.
+    #[test]
+    fn nccl_table_errors_name_the_line() {
+        let head = "op,ngpu,size_bytes,busbw_gbs,source";
+        let text = format!("# measured\n{head}\n\nall_gather,8,1024,0,x\n");
+        let e = NcclTable::from_csv_str("t", "t.csv", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4: all_gather 8 GPUs 1024 B"), "{e}");
+        let e = NcclTable::from_csv_str("t", "t.csv", &format!("{head}\n# c\nall_gather,8\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3: expected 5 fields, found 2"), "{e}");
+    }
 
     const MIB: u64 = 1 << 20;
 

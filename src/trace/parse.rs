@@ -537,12 +537,7 @@ fn quote(value: &str) -> String {
 
 /// A csv error on `line` (csv's own count is wrong past blank lines and `\r\n` endings).
 fn csv_error(e: csv::Error, line: u64) -> TraceError {
-    let message = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => format!("expected {expected_len} fields, found {len}"),
-        _ => e.to_string(),
-    };
+    let message = crate::input::csv_what(&e);
     match e.into_kind() {
         // The reader names the path (see `DocReader::next`).
         csv::ErrorKind::Io(source) => TraceError::Io {
