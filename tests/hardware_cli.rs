@@ -194,34 +194,17 @@ fn kernel_lengths_outside_the_document_limit_exit_2() {
 /// hardware file's own table gets, and printed "efficiency 140.5% of 989.4 TFLOP/s peak".
 #[test]
 fn a_kernel_table_faster_than_the_peak_is_refused_with_profile_too() {
-    fcp()
-        .args([
-            "hw",
-            "kernel",
-            "--hardware",
-            "h100",
-            "--profile",
-            "b200-fa4",
-        ])
-        .args(["--q-len", "32768"])
-        .assert()
+    let kernel = |hw: &str, table: &str| {
+        let line = format!("hw kernel --hardware {hw} --profile {table} --q-len 32768");
+        fcp().args(line.split(' ')).assert()
+    };
+    kernel("h100", "b200-fa4")
         .code(2)
         .stdout("")
         .stderr(predicate::str::contains(
             "is below the 1390 TFLOP/s that kernel profile b200-fa4 measures",
         ));
-    fcp()
-        .args([
-            "hw",
-            "kernel",
-            "--hardware",
-            "b200",
-            "--profile",
-            "h100-fa3",
-        ])
-        .args(["--q-len", "32768"])
-        .assert()
-        .success();
+    kernel("b200", "h100-fa3").success();
 }
 
 #[test]
