@@ -216,8 +216,13 @@ fn metric_meta(metric: &str) -> (String, YFormat, bool) {
         "vs_lower_bound" => ("attention time / lower bound".into(), YFormat::Times, false),
         "attention_time_ms" => ("attention time (ms)".into(), YFormat::Plain, true),
         "lower_bound_ms" => ("lower bound (ms)".into(), YFormat::Plain, true),
-        "comm_bytes_total" => ("bytes moved".into(), YFormat::Plain, true),
-        "mem_max_bytes" => ("peak attention memory (bytes)".into(), YFormat::Plain, true),
+        "comm_bytes_total" => ("bytes moved".into(), YFormat::Bytes, true),
+        "mem_max_bytes" => ("peak attention memory".into(), YFormat::Bytes, true),
+        "act_max_bytes" => (
+            "activations one layer keeps, fullest rank".into(),
+            YFormat::Bytes,
+            true,
+        ),
         other => (other.to_string(), YFormat::Plain, false),
     }
 }

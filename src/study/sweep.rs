@@ -59,6 +59,7 @@ pub const LAYER_METRICS: &[(&str, LayerMetricFn)] = &[
     ("layer_lower_bound_ms", |l| l.layer_lower_bound_ms),
     ("layer_vs_lower_bound", |l| l.layer_vs_lower_bound),
     ("layer_mfu", |l| l.layer_mfu),
+    ("act_max_bytes", |l| l.act_max_bytes as f64),
 ];
 
 /// Whether `name` is a metric a sweep can report ([`METRICS`] or [`LAYER_METRICS`]).

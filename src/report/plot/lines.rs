@@ -18,6 +18,8 @@ pub enum YFormat {
     Percent,
     /// A multiple (`1.5×`).
     Times,
+    /// Bytes, in binary units (`1.50 GiB`).
+    Bytes,
 }
 
 /// One line.
@@ -152,6 +154,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
         YFormat::Plain => trim_num(*v),
         YFormat::Percent => format!("{:.0}%", v * 100.0),
         YFormat::Times => format!("{}×", trim_num(*v)),
+        YFormat::Bytes => crate::report::human_bytes(v.max(0.0).round() as u64),
     };
     let mut mesh = ch.configure_mesh();
     mesh.x_desc(&c.x_label)
