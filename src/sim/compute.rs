@@ -235,6 +235,48 @@ impl<'a> ComputeModel<'a> {
         })
     }
 
+    /// What the lower bound charges for a whole document. Causal: [`Self::whole_document`]
+    /// (within the tables' reading, cutting does not pay; see cost-model.md § Not modelled).
+    /// Full mask: its FLOPs at the best rate of any square tile no longer than the document
+    /// (the measured full-mask rows up to its length, and its own length): where a table's
+    /// full-mask rate falls with length (B200 forward: 1,380 TFLOP/s at 4K, 1,300 at 32K), a
+    /// document cut into shorter tiles runs faster than whole. (Regression, bug hunt: ring on
+    /// one 32K full-mask document over 8 B200 ranks read 0.954× its "lower bound".)
+    pub fn bound_document(
+        &mut self,
+        mask: Mask,
+        len: u64,
+        pass: Pass,
+    ) -> Result<TileCost, HardwareError> {
+        let whole = self.whole_document(mask, len, pass)?;
+        if mask == Mask::Causal {
+            return Ok(whole);
+        }
+        let head_dim = self.model.head_dim;
+        let shorter: Vec<u64> = self
+            .profile
+            .rows()
+            .iter()
+            .filter(|r| {
+                r.pass == pass
+                    && r.mask == Mask::Full
+                    && r.head_dim == head_dim
+                    && !r.varlen
+                    && r.q_len == r.kv_len
+                    && r.q_len < len
+            })
+            .map(|r| r.q_len)
+            .collect();
+        let mut best = self.tflops(pass, mask, len, len)?;
+        for l in shorter {
+            best = best.max(self.tflops(pass, mask, l, l)?);
+        }
+        Ok(TileCost {
+            flops: whole.flops,
+            seconds: whole.flops / (best * 1e12),
+        })
+    }
+
     /// Launch overhead of one kernel, seconds.
     pub fn launch_overhead_s(&self) -> f64 {
         self.hw.launch_overhead_s()

@@ -189,7 +189,8 @@ pub struct LayerMetrics {
     /// layer_time_ms / layer_lower_bound_ms.
     pub layer_vs_lower_bound: f64,
     /// Model FLOPs of the layer (attention as the simulator counts it, plus the projections
-    /// and MLP) / (layer time × ranks × dense peak).
+    /// and MLP of the real tokens; padding is not the model's work) / (layer time × ranks ×
+    /// dense peak).
     pub layer_mfu: f64,
     /// The rank with the most tokens: the bytes one layer keeps on it for the backward pass
     /// (its tokens × [`LayerCost::saved_bytes_per_token`]). A GPU holds this once per layer
@@ -230,11 +231,13 @@ pub fn metrics(
     let passes_run: Vec<Pass> = passes.iter().map(|p| p.pass).collect();
     let per_token = cost.flops_per_token(&passes_run);
     let real: u64 = documents.iter().sum();
-    let all: u64 = tokens.iter().sum();
     let layer_lower_bound_ms =
         attention_lower_bound_ms + real as f64 * per_token / cost.flops_per_s * 1e3 / ranks;
     let token_f: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
-    let layer_flops = attention_flops + all as f64 * per_token;
+    // Model FLOPs: real tokens only, as `mfu` counts attention. Padding rows run (and are in
+    // the time) but are not the model's work. (Regression, bug hunt: a magi plan of 1,807 real
+    // tokens padded to 16,384 read 77 % layer MFU against 5 % attention MFU.)
+    let layer_flops = attention_flops + real as f64 * per_token;
     LayerMetrics {
         layer_time_ms,
         linear_mean_ms: linear.iter().sum::<f64>() / ranks,
@@ -326,6 +329,30 @@ mod tests {
             attention_only.layer_time_ms(&plan, PassSel::Both).unwrap(),
             None
         );
+    }
+
+    /// Regression (bug hunt): `layer_mfu` counted padding rows as model work, so a magi plan
+    /// of 1,807 real tokens padded to 16,384 read 77 % against an attention MFU of 5 %.
+    #[test]
+    fn layer_mfu_counts_the_real_tokens_as_mfu_does() {
+        use crate::planners::Magi;
+        let batch = Batch::new(0, vec![300, 7, 1500]);
+        let plan = with_ctx(8, Mask::Full, |ctx| Magi::default().plan(&batch, ctx)).unwrap();
+        assert!(plan.pad_tokens() > 0 || plan.tokens_per_rank().iter().sum::<u64>() > 1807);
+        let r = sim("llama3-70b")
+            .unwrap()
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let l = r.metrics.layer.as_ref().unwrap();
+        let attention: f64 = r.ranks.iter().map(|x| x.flops).sum();
+        let cost = LayerCost::new(
+            &Hardware::load("h100").unwrap(),
+            &Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        let model_flops = attention + 1807.0 * cost.flops_per_token(&[Pass::Fwd, Pass::Bwd]);
+        let peak = 989.4e12 * 8.0 * l.layer_time_ms * 1e-3;
+        assert!((l.layer_mfu - model_flops / peak).abs() < 1e-9, "{l:?}");
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub fn lower_bound_ms(
     let mut seconds = 0.0;
     for &pass in passes.passes() {
         for d in &plan.documents {
-            seconds += cm.whole_document(plan.mask, d.len, pass)?.seconds;
+            seconds += cm.bound_document(plan.mask, d.len, pass)?.seconds;
         }
     }
     Ok(seconds * 1e3 / plan.num_ranks.max(1) as f64)
