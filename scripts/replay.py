@@ -294,29 +294,28 @@ def main(argv=None):
     a = parse_args(argv)
     try:
         plans = [Plan.load(p) for p in a.plans]
-        if len(set(a.plans)) != len(a.plans):
-            raise PlanError("a plan is named twice")
+        outputs = output_paths(a.plans, a.output)
         device = settings(a, plans[0])[0]
         ctx = None
         if not a.single_device:
-            world = int(os.environ.get("WORLD_SIZE", "1"))
-            bad = [p for p, pl in zip(a.plans, plans) if pl.num_ranks != world]
+            world = int(os.environ.get("WORLD_SIZE", "0"))
+            bad = [(p, pl.num_ranks) for p, pl in zip(a.plans, plans) if pl.num_ranks != world]
             if bad:
-                raise PlanError(f"{bad[0]} has {plans[a.plans.index(bad[0])].num_ranks} ranks but {world} processes "
-                                f"were started; run `torchrun --nproc_per_node N ...` or use --single-device")
+                path, n = bad[0]
+                started = f"{world} processes were started" if world else "it was not started by torchrun"
+                raise PlanError(f"{path} has {n} ranks but {started}; run `torchrun --nproc_per_node {n} "
+                                f"scripts/replay.py ...`, or use --single-device")
             ctx, device = init_distributed(device, a.timeout)
         if len(plans) > 1:
             os.makedirs(a.output, exist_ok=True)
         code = 0
-        for path, plan in zip(a.plans, plans):
-            out = a.output if len(plans) == 1 else os.path.join(
-                a.output, os.path.splitext(os.path.basename(path))[0] + ".measured.json")
+        for path, plan, out in zip(a.plans, plans, outputs):
             code = max(code, replay_one(a, path, plan, ctx, device, out))
         if ctx is not None:
             import torch.distributed as dist
             dist.destroy_process_group()
         return code
-    except PlanError as e:
+    except (PlanError, OSError) as e:
         log(f"error: {e}")
         return 2
     except ExecError as e:
@@ -324,6 +323,44 @@ def main(argv=None):
         # Other ranks may be blocked on this one; torchrun stops them once this process exits.
         sys.stderr.flush()
         os._exit(1)
+
+
+def output_paths(plans, output):
+    """Where each plan's measurement goes, checked before anything runs (a bad path used to
+    fail with a traceback after the whole replay; two plans named alike, ``a/p.json`` and
+    ``b/p.json``, silently wrote one file)."""
+    real = [os.path.realpath(p) for p in plans]
+    if len(set(real)) != len(real):
+        raise PlanError("a plan is named twice")
+    if len(plans) == 1:
+        outs = [output]
+        parent = os.path.dirname(output) or "."
+        if os.path.isdir(output):
+            raise PlanError(f"-o {output} is a directory; with one plan -o names the measured.json file")
+        if not os.path.isdir(parent):
+            raise PlanError(f"-o {output}: the folder {parent} does not exist")
+    else:
+        if os.path.exists(output) and not os.path.isdir(output):
+            raise PlanError(f"-o {output} is a file; with several plans -o names a folder for their measured.json files")
+        outs = [os.path.join(output, os.path.splitext(os.path.basename(p))[0] + ".measured.json") for p in plans]
+        names = [os.path.basename(o) for o in outs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise PlanError(f"two plans would both write {output}/{twice[0]}: give the plan files different names")
+    for out in outs:
+        if os.path.realpath(out) in real:
+            raise PlanError(f"the measurement would overwrite the plan {out}")
+    return outs
+
+
+def attention_time_ms(ranks):
+    """The simulator's attention time: for each pass, when its slowest rank ended, summed over
+    the passes (``src/sim/metrics.rs``). The largest per-rank sum read low whenever different
+    ranks were slowest forward and backward. None without per-rank ends (single-device)."""
+    ends = [[p["end_ms"] for p in r["passes"]] for r in ranks]
+    if any(e is None for per_rank in ends for e in per_rank):
+        return None
+    return sum(max(per_rank[i] for per_rank in ends) for i in range(len(ends[0])))
 
 
 def replay_one(a, path, plan, ctx, device, output):
@@ -336,7 +373,6 @@ def replay_one(a, path, plan, ctx, device, output):
     if me != 0:
         return 0 if worst is None or worst <= tol else 1
     single = a.single_device
-    ends = [r["end_ms"] for r in ranks]
     measured = {
         "format": "fcp-measured",
         "version": 1,
@@ -352,12 +388,15 @@ def replay_one(a, path, plan, ctx, device, output):
         "torch": torch.__version__,
         "warmup": warmup,
         "iters": iters,
-        "attention_time_ms": None if single or any(e is None for e in ends) else max(ends),
-        "check": {"ran": worst is not None, "max_rel_error": worst, "tolerance": tol,
-                  "passed": None if worst is None else worst <= tol},
+        "attention_time_ms": None if single else attention_time_ms(ranks),
+        # A row with no output at all reads as an infinite error: null here (JSON has no
+        # infinity; `Infinity` made the file unreadable to `fcp validate`), failed all the same.
+        "check": {"ran": worst is not None,
+                  "max_rel_error": worst if worst is None or math.isfinite(worst) else None,
+                  "tolerance": tol, "passed": None if worst is None else worst <= tol},
         "ranks": ranks,
     }
-    write_text(output, json.dumps(measured, indent=1) + "\n")
+    write_text(output, json.dumps(measured, indent=1, allow_nan=False) + "\n")
     total = sum(r["compute_ms"] for r in ranks)
     summary = f"{plan.scheme}: {plan.num_ranks} ranks, {measured['mode']}, {backend.name} {measured['dtype']} " \
               f"on {measured['device']}: compute {total:.2f} ms over all ranks"

@@ -115,6 +115,31 @@ else
     bad "fcp validate on a replayed measured.json"
 fi
 
+# attention_time_ms is the simulator's: per pass the slowest rank's end, summed over passes
+# (it was the largest per-rank sum, low whenever different ranks were slowest fwd and bwd).
+if "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); r=m["ranks"]; n=len(r[0]["passes"]); want=sum(max(x["passes"][i]["end_ms"] for x in r) for i in range(n)); sys.exit(0 if abs(m["attention_time_ms"]-want)<=1e-9*max(1,want) else 1)' \
+    "$work/measured/fcp.measured.json"; then
+    ok "measured attention_time_ms = Σ over passes of the slowest rank's end"
+else
+    bad "measured attention_time_ms is not Σ over passes of the slowest rank's end"
+fi
+# A measurement of another plan is refused, not compared (same rank count, other scheme).
+if ! "$FCP" validate --plan "$work/zigzag.json" --measured "$work/measured/fcp.measured.json" \
+    --model "$MODEL" >/dev/null 2>"$work/other-plan.log" &&
+    grep -q "it measured .*fcp on 4 ranks), not this plan (zigzag" "$work/other-plan.log"; then
+    ok "fcp validate refuses a measurement of another plan"
+else
+    bad "fcp validate compared a measurement of another plan"
+fi
+# Output paths are checked before anything runs: exit 2 and a message, not a traceback.
+if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 \
+    -o "$work/no/such/dir/m.json" >"$work/bad-out.log" 2>&1; then rc=0; else rc=$?; fi
+if [[ $rc -eq 2 ]] && grep -q "does not exist" "$work/bad-out.log" && ! grep -q Traceback "$work/bad-out.log"; then
+    ok "replay refuses a missing output folder up front (exit 2)"
+else
+    bad "replay with a missing output folder exited $rc"; cat "$work/bad-out.log"
+fi
+
 # Single-device mode: one process runs each rank's compute in turn.
 if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 -o "$work/fcp-single.json" \
     >"$work/single.log" 2>&1 && "$FCP" validate --plan "$work/fcp.json" \

@@ -85,6 +85,9 @@ pub struct Measured {
     pub format: String,
     /// [`MEASURED_VERSION`].
     pub version: u32,
+    /// The plan replayed, as the replay read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<MeasuredPlan>,
     /// `distributed` or `single-device`.
     pub mode: String,
     /// `fwd`, `bwd` or `both`.
@@ -108,6 +111,20 @@ pub struct Measured {
     /// The replay's check of its outputs against dense attention, when it ran one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<MeasuredCheck>,
+}
+
+/// `plan` of a measured.json: which plan was replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredPlan {
+    /// The plan file's path as given to the replay.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Its scheme.
+    #[serde(default)]
+    pub scheme: Option<String>,
+    /// Its CP group size.
+    #[serde(default)]
+    pub num_ranks: Option<u32>,
 }
 
 /// `check` of a measured.json: whether the replay's outputs matched dense attention. Timings
@@ -366,6 +383,22 @@ pub fn validate(
         message,
     };
     let passes = pass_sel(&measured.pass).ok_or_else(|| bad("unknown pass".into()))?;
+    // Regression (bug hunt): an fcp measurement was compared with a zigzag plan of the same
+    // step count without a word; the replay records which plan it ran.
+    if let Some(mp) = &measured.plan {
+        let scheme_differs = mp.scheme.as_ref().is_some_and(|s| *s != plan.scheme.name);
+        let ranks_differ = mp.num_ranks.is_some_and(|n| n != plan.num_ranks);
+        if scheme_differs || ranks_differ {
+            return Err(bad(format!(
+                "it measured {} ({} on {} ranks), not this plan ({} on {} ranks)",
+                mp.path.as_deref().unwrap_or("another plan"),
+                mp.scheme.as_deref().unwrap_or("?"),
+                mp.num_ranks.map_or("?".to_string(), |n| n.to_string()),
+                plan.scheme.name,
+                plan.num_ranks
+            )));
+        }
+    }
     if measured.ranks.len() != plan.ranks.len() {
         return Err(bad(format!(
             "measured {} ranks but the plan has {}; was it replayed from this plan?",
@@ -540,6 +573,11 @@ mod tests {
         Measured {
             format: MEASURED_FORMAT.into(),
             version: 1,
+            plan: Some(MeasuredPlan {
+                path: Some("p.json".into()),
+                scheme: Some(plan.scheme.name.clone()),
+                num_ranks: Some(plan.num_ranks),
+            }),
             mode: "distributed".into(),
             pass: pass.into(),
             time_unit: "ms".into(),
@@ -550,6 +588,17 @@ mod tests {
             ranks,
             check: None,
         }
+    }
+
+    #[test]
+    fn a_measurement_of_another_plan_is_refused() {
+        let (plan, sim) = setup();
+        let mut m = scaled(&plan, &sim, 1.0, "both");
+        m.plan.as_mut().unwrap().scheme = Some("fcp".into());
+        let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
+        assert!(e.contains("it measured p.json (fcp on"), "{e}");
+        m.plan = None;
+        assert!(validate(&plan, &sim, &m, "m.json").is_ok(), "older files lack the block");
     }
 
     #[test]
