@@ -52,15 +52,28 @@ def parse_args(argv):
     ap.add_argument("--masks", default="causal,full")
     ap.add_argument("--passes", default="fwd,bwd")
     ap.add_argument("--varlen-docs", default="4",
-                    help="comma list of document counts for varlen rows (0 or empty: none)")
+                    help="document count of the varlen rows: one count (a profile keys varlen rows by "
+                         "length alone); 0 or empty: none")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=0.0, help="stop the grid after this long (0: no limit)")
     return ap.parse_args(argv)
 
 
-def ints(s):
-    return [int(x) for x in s.split(",") if x.strip() and int(x) > 0]
+def ints(s, flag):
+    """The positive integers of a comma list; anything else is an error naming the flag."""
+    out = []
+    for x in s.split(","):
+        x = x.strip()
+        if not x:
+            continue
+        try:
+            v = int(x)
+        except ValueError:
+            raise SystemExit(f"error: {flag}: {x!r} is not a whole number")
+        if v > 0:
+            out.append(v)
+    return out
 
 
 def pairs(mask, q, kv):
@@ -139,6 +152,13 @@ def main(argv=None):
         raise SystemExit("error: --q-heads must be a positive multiple of --kv-heads")
     if a.kv_ratio <= 0:
         raise SystemExit("error: --kv-ratio must be positive")
+    if a.iters < 1 or a.warmup < 0:
+        raise SystemExit("error: --iters must be at least 1 and --warmup at least 0")
+    # Checked before the grid runs: a bad path used to fail after the whole (GPU) calibration.
+    folder = os.path.dirname(a.output) or "."
+    if os.path.isdir(a.output) or not os.path.isdir(folder):
+        raise SystemExit(f"error: -o {a.output}: " + ("is a directory" if os.path.isdir(a.output)
+                                                      else f"the folder {folder} does not exist"))
     dtype = getattr(torch, a.dtype)
     backend = choose_backend(a.backend, device, dtype, lambda m: print(m, file=sys.stderr))
     timer = Timer(device)
@@ -147,10 +167,15 @@ def main(argv=None):
     if device.type == "cuda":
         versions += f" cuda {torch.version.cuda}"
     today = datetime.date.today().isoformat()
-    lens, dims = ints(a.lens), ints(a.head_dims)
+    lens, dims = ints(a.lens, "--lens"), ints(a.head_dims, "--head-dims")
     if not lens or not dims:
         raise SystemExit("error: --lens and --head-dims need at least one positive value")
-    vdocs = ints(a.varlen_docs) if a.varlen_docs else []
+    vdocs = ints(a.varlen_docs, "--varlen-docs") if a.varlen_docs else []
+    if len(vdocs) > 1:
+        # Two counts give two rows of one (pass, mask, head_dim, varlen, length): a profile fcp
+        # refuses ("same series and length"). Calibrate each count into its own file.
+        raise SystemExit("error: --varlen-docs takes one document count per profile (fcp keys varlen rows "
+                         "by length alone); run once per count with its own -o")
     rows, start = [], time.monotonic()
     for d in dims:
         for pas in [p for p in a.passes.split(",") if p]:

@@ -15,6 +15,15 @@ class PlanError(Exception):
     """The file is not a plan this executor can run (exit 2)."""
 
 
+def _heads(x, what):
+    """A head range [h0, h1) as read; checked against the plan's heads once they are known."""
+    if x is None:
+        return None
+    if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) and v >= 0 for v in x)):
+        raise PlanError(f"{what}: heads must be [h0, h1], got {x!r}")
+    return tuple(x)
+
+
 def _range(x, what):
     if not (isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v >= 0 for v in x)):
         raise PlanError(f"{what}: a range must be [doc, start, end], got {x!r}")
@@ -39,7 +48,7 @@ class Transfer:
         if not (0 <= self.src < plan.num_ranks and 0 <= self.dst < plan.num_ranks):
             raise PlanError(f"transfer {index}: rank out of range")
         self.ranges = [_range(r, f"transfer {index}") for r in t["ranges"]]
-        self.heads = tuple(t["heads"]) if t.get("heads") is not None else None
+        self.heads = _heads(t.get("heads"), f"transfer {index}")
         self.issue_at, self.arrive_by = int(t["issue_at"]), int(t["arrive_by"])
 
     def call_key(self):
@@ -87,7 +96,7 @@ class Plan:
                 for s in rp["steps"]:
                     tasks = []
                     for t in s["tasks"]:
-                        h = tuple(t["heads"]) if t.get("heads") is not None else None
+                        h = _heads(t.get("heads"), f"rank {i} task")
                         tasks.append((_range(t["q"], f"rank {i} task"), _range(t["kv"], f"rank {i} task"), h))
                     steps.append(tasks)
                 self.steps.append(steps)
@@ -102,12 +111,22 @@ class Plan:
             raise PlanError(f"{origin}: not a valid fcp plan: {type(e).__name__}: {e}") from None
         if self.mask not in ("causal", "full"):
             raise PlanError(f"{origin}: unknown mask {self.mask!r}")
-        if self.kv_heads < 1 or self.q_heads % self.kv_heads:
-            raise PlanError(f"{origin}: q_heads {self.q_heads} is not a multiple of kv_heads {self.kv_heads}")
-        for rank_ranges in list(self.owned) + list(self.initial):
-            for (d, s, e) in rank_ranges:
-                if d >= len(self.extent) or e > self.extent[d] or s >= e:
-                    raise PlanError(f"{origin}: range {[d, s, e]} lies outside its document")
+        if self.kv_heads < 1 or self.q_heads < 1 or self.q_heads % self.kv_heads:
+            raise PlanError(f"{origin}: q_heads {self.q_heads} is not a positive multiple of kv_heads {self.kv_heads}")
+        # Every range and head range the replay will index, checked here (exit 2) rather than
+        # met as an IndexError inside a rank (bug hunt: a transfer naming document 7 of 2
+        # crashed the distributed replay and passed the single-device one).
+        task_ranges = [r for steps in self.steps for tasks in steps for (q, kv, _) in tasks for r in (q, kv)]
+        all_ranges = [r for rs in list(self.owned) + list(self.initial) for r in rs]
+        all_ranges += task_ranges + [r for t in self.transfers for r in t.ranges]
+        for (d, s, e) in all_ranges:
+            if d >= len(self.extent) or e > self.extent[d] or s >= e:
+                raise PlanError(f"{origin}: range {[d, s, e]} lies outside its document")
+        heads = [h for steps in self.steps for tasks in steps for (_, _, h) in tasks if h is not None]
+        heads += [t.heads for t in self.transfers if t.heads is not None]
+        for (h0, h1) in heads:
+            if not h0 < h1 <= self.q_heads:
+                raise PlanError(f"{origin}: heads {[h0, h1]} are not a range of the plan's {self.q_heads} query heads")
         self.nsteps = max((len(s) for s in self.steps), default=0)
 
     @staticmethod
