@@ -598,7 +598,10 @@ mod tests {
         let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
         assert!(e.contains("it measured p.json (fcp on"), "{e}");
         m.plan = None;
-        assert!(validate(&plan, &sim, &m, "m.json").is_ok(), "older files lack the block");
+        assert!(
+            validate(&plan, &sim, &m, "m.json").is_ok(),
+            "older files lack the block"
+        );
     }
 
     #[test]
