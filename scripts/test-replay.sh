@@ -171,6 +171,10 @@ if what == "drop-transfer":
     p["transfers"].pop(len(p["transfers"]) // 2)
 elif what == "drop-receiver":
     next(t for t in p["transfers"] if t.get("also_to"))["also_to"].pop()
+elif what == "doc-out-of-range":
+    p["transfers"][0]["ranges"][0][0] = len(p["documents"]) + 5
+elif what == "heads-out-of-range":
+    next(t for r in p["ranks"] for s in r["steps"] for t in s["tasks"])["heads"] = [0, p["q_heads"] + 1]
 else:
     steps = [s for r in p["ranks"] for s in r["steps"] if s["tasks"]]
     step = steps[len(steps) // 2]
@@ -188,6 +192,18 @@ for case in "ring drop-transfer" "llama3 drop-receiver" "zigzag drop-task" "flas
         bad "corrupted plan ($1, $2) replayed without error"
     else
         ok "corrupted plan ($1, $2) fails: $(grep -m1 -E '^error|FAIL' "$work/bad-$1-$2-measured.json.log" || true)"
+    fi
+done
+# A range or head range outside the plan is refused before any rank runs (exit 2, no
+# traceback; it used to be an IndexError mid-replay, or a PASS on one device).
+for what in doc-out-of-range heads-out-of-range; do
+    corrupt "$work/ring.json" "$work/bad-ring-$what.json" "$what"
+    if "$PY" scripts/replay.py "$work/bad-ring-$what.json" --single-device --head-dim 8 \
+        -o "$work/bad-ring-$what-m.json" >"$work/bad-ring-$what.log" 2>&1; then rc=0; else rc=$?; fi
+    if [[ $rc -eq 2 ]] && ! grep -q Traceback "$work/bad-ring-$what.log"; then
+        ok "plan with a $what refused up front: $(head -n 1 "$work/bad-ring-$what.log")"
+    else
+        bad "plan with a $what: exit $rc"; cat "$work/bad-ring-$what.log"
     fi
 done
 corrupt "$work/zigzag.json" "$work/bad-single.json" drop-task
@@ -219,6 +235,19 @@ else
     kill "$reader" 2>/dev/null || true
     bad "calibrate.py -o <named pipe>"; cat "$work/calibrate-pipe.log" || true
 fi
+
+# Bad calibration inputs are refused before the grid runs, not with a traceback after it (a
+# missing output folder once cost a whole GPU calibration).
+tiny="--device cpu --dtype float32 --q-heads 2 --kv-heads 1 --head-dims 16 --lens 64 --passes fwd --masks full --warmup 0 --iters 1"
+for args in "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv"; do
+    # shellcheck disable=SC2086
+    if "$PY" scripts/calibrate.py $tiny $args >"$work/calibrate-bad.log" 2>&1 ||
+        ! grep -q '^error: ' "$work/calibrate-bad.log" || grep -q Traceback "$work/calibrate-bad.log"; then
+        bad "calibrate.py $args"; cat "$work/calibrate-bad.log"
+    else
+        ok "calibrate.py refuses $args up front: $(grep -m1 '^error: ' "$work/calibrate-bad.log")"
+    fi
+done
 
 t2=$(date +%s)
 echo "replay tests: install/check $((t1 - t0)) s, tests $((t2 - t1)) s"
