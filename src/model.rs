@@ -262,6 +262,16 @@ impl Model {
         let f: ModelFile = toml::from_str(text).ok()?;
         f.source
     }
+
+    /// The `source` a model file cites, for a preset name or a user file's path (what
+    /// [`Model::load`] takes). A user file's own citation, not the preset's its `name` may
+    /// repeat (bug hunt: `hw show --model my.toml` printed nothing of the file's `source`, or
+    /// the bundled model's when the file reused its name).
+    pub fn source_of(name_or_path: &str) -> Option<String> {
+        let src = bundled::resolve(name_or_path, bundled::MODELS, "model", ".toml").ok()?;
+        let f: ModelFile = toml::from_str(&src.text).ok()?;
+        f.source
+    }
 }
 
 #[cfg(test)]
@@ -275,6 +285,7 @@ mod tests {
             assert_eq!(m.name, name);
             assert_eq!(m.dtype_bytes, 2);
             assert!(Model::bundled_source(name).is_some());
+            assert_eq!(Model::source_of(name), Model::bundled_source(name));
         }
         let m = Model::load("llama3-70b").unwrap();
         assert_eq!((m.q_heads, m.kv_heads, m.head_dim), (64, 8, 128));

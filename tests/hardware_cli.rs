@@ -373,3 +373,23 @@ fn a_table_a_profile_names_is_checked_when_the_profile_is_loaded() {
             "invalid `kernel_profile`: unknown kernel profile `h100-fa9`",
         ));
 }
+
+/// Regression (docs audit): a user model file's `source` was never shown, and a file reusing
+/// a preset's `name` was shown with the preset's citation.
+#[test]
+fn hw_show_cites_the_model_file_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("mine.toml");
+    std::fs::write(
+        &m,
+        "name = \"llama3-70b\"\nq_heads = 8\nkv_heads = 8\nhead_dim = 64\ndtype_bytes = 2\nsource = \"my lab config\"\n",
+    )
+    .unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware", "h100", "--model"])
+        .arg(&m)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("my lab config"))
+        .stdout(predicate::str::contains("Meta-Llama-3-70B").not());
+}

@@ -233,9 +233,10 @@ fn str_of(v: &Value) -> &str {
 /// The lengths `hw show` samples the kernel profile at.
 const SAMPLE_LENS: &[u64] = &[1024, 4096, 16384, 65536];
 
-fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
+fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
     let hw = Hardware::load(hardware)?;
-    let model = Model::load(model)?;
+    let model = Model::load(model_arg)?;
+    let model_source = Model::source_of(model_arg);
     let profile = hw
         .kernel_profile()
         .context("loading the hardware's kernel profile")?;
@@ -267,7 +268,7 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
             "hardware": hw,
             "effective_peak_tflops": hw.effective_peak_tflops(),
             "model": model,
-            "model_source": Model::bundled_source(&model.name),
+            "model_source": model_source,
             "kernel_profile": profile.name,
             "lookups": lk,
         });
@@ -319,7 +320,7 @@ fn show(hardware: &str, model: &str, as_json: bool) -> anyhow::Result<()> {
         model.kv_heads,
         model.head_dim,
         model.dtype_bytes,
-        Model::bundled_source(&model.name).unwrap_or_default()
+        model_source.unwrap_or_default()
     );
     outln!(
         "kernel lookups ({}, head_dim {}, non-varlen, q_len = kv_len):",

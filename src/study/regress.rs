@@ -23,7 +23,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::output::write_atomic;
+use crate::output::{write_all_atomic, write_atomic};
 
 use super::config::{CellKey, SweepConfig};
 use super::sweep::{run_cells, CellResult, Progress};
@@ -201,14 +201,20 @@ impl Baseline {
         }
     }
 
-    /// Write atomically as pretty JSON.
+    /// Write atomically as pretty JSON, creating its folder if need be (`--update` of
+    /// `ci/cp-gate.json` in a fresh checkout: docs audit, it failed on the missing `ci/`).
     pub fn save(&self, path: &Path) -> Result<(), StudyError> {
         let mut text = serde_json::to_string_pretty(self).map_err(|e| StudyError::Parse {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         text.push('\n');
-        write_atomic(path, text.as_bytes()).map_err(|e| StudyError::io(path, e))
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        match dir {
+            Some(d) => write_all_atomic(d, [(path.to_path_buf(), text.into_bytes())]),
+            None => write_atomic(path, text.as_bytes()),
+        }
+        .map_err(|e| StudyError::io(path, e))
     }
 }
 
@@ -377,6 +383,17 @@ mod tests {
         failing[0].error = Some("boom".into());
         let r = check(&base, &failing, DEFAULT_TOLERANCE);
         assert_eq!(r.regressions[0].metric, "error");
+    }
+
+    /// Regression (docs audit): `fcp regress --baseline ci/cp-gate.json --update`, which the
+    /// docs say creates the file, failed in a fresh checkout on the missing `ci/`.
+    #[test]
+    fn saving_a_baseline_creates_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ci").join("gate.json");
+        let base = Baseline::from_results(grid(), DEFAULT_TOLERANCE, &[]);
+        base.save(&path).unwrap();
+        assert_eq!(Baseline::load(&path).unwrap(), base);
     }
 
     /// With `layer = true` the whole layer is gated too: a plan that piles tokens on a rank
