@@ -171,6 +171,13 @@ if what == "drop-transfer":
     p["transfers"].pop(len(p["transfers"]) // 2)
 elif what == "drop-receiver":
     next(t for t in p["transfers"] if t.get("also_to"))["also_to"].pop()
+elif what == "drop-rows":
+    # Rank 1 computes nothing for the rows of its first task's query range: those rows get no
+    # output at all (an infinite error).
+    r = p["ranks"][1]
+    q0 = next(t for s in r["steps"] for t in s["tasks"])["q"]
+    for s in r["steps"]:
+        s["tasks"] = [t for t in s["tasks"] if t["q"] != q0]
 elif what == "doc-out-of-range":
     p["transfers"][0]["ranges"][0][0] = len(p["documents"]) + 5
 elif what == "heads-out-of-range":
@@ -206,6 +213,21 @@ for what in doc-out-of-range heads-out-of-range; do
         bad "plan with a $what: exit $rc"; cat "$work/bad-ring-$what.log"
     fi
 done
+# Rows left without any output read as an infinite error: the measurement is still JSON
+# (`null`, failed; it used to be `Infinity`, which fcp validate could not read) and validate
+# compares it with a warning.
+corrupt "$work/ring.json" "$work/bad-ring-rows.json" drop-rows
+"$PY" scripts/replay.py "$work/bad-ring-rows.json" --single-device --head-dim 8 --pass fwd \
+    -o "$work/bad-ring-rows-m.json" >"$work/bad-ring-rows.log" 2>&1 || true
+if "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]))["check"]; sys.exit(0 if c["passed"] is False and c["max_rel_error"] is None else 1)' \
+    "$work/bad-ring-rows-m.json" 2>/dev/null &&
+    "$FCP" validate --plan "$work/ring.json" --measured "$work/bad-ring-rows-m.json" --model "$MODEL" \
+        >/dev/null 2>"$work/bad-ring-rows-validate.log" &&
+    grep -q "failed the dense check" "$work/bad-ring-rows-validate.log"; then
+    ok "rows with no output: measured.json stays JSON (null, failed) and validate warns"
+else
+    bad "rows with no output"; cat "$work/bad-ring-rows.log" "$work/bad-ring-rows-validate.log" 2>/dev/null || true
+fi
 corrupt "$work/zigzag.json" "$work/bad-single.json" drop-task
 if "$PY" scripts/replay.py "$work/bad-single.json" --single-device --head-dim 8 -o "$work/bad-single-m.json" \
     >"$work/bad-single.log" 2>&1; then
