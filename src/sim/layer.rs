@@ -106,6 +106,13 @@ impl LayerCost {
     pub fn ns(&self, tokens: u64, flops_per_token: f64) -> u64 {
         (tokens as f64 * flops_per_token / self.flops_per_s * 1e9).round() as u64
     }
+
+    /// Bytes one layer keeps for the backward pass on a rank holding `tokens` (padding
+    /// included: it is stored as if it were data). Saturating: a hand-made plan's 2⁶⁰ tokens
+    /// read as "more than any GPU has".
+    pub fn saved_bytes(&self, tokens: u64) -> u64 {
+        tokens.saturating_mul(self.saved_bytes_per_token)
+    }
 }
 
 /// One pass of the whole layer; it ends at `outcome.end_ns` ([`LayerPass::end_ns`]).
@@ -197,15 +204,6 @@ pub struct LayerMetrics {
     /// it runs, unless it recomputes activations: the figure that says whether a placement
     /// fits, where `mem_max_bytes` counts attention's working buffers only.
     pub act_max_bytes: u64,
-}
-
-impl LayerCost {
-    /// Bytes one layer keeps for the backward pass on a rank holding `tokens` (padding
-    /// included: it is stored as if it were data). Saturating: a hand-made plan's 2⁶⁰ tokens
-    /// read as "more than any GPU has".
-    pub fn saved_bytes(&self, tokens: u64) -> u64 {
-        tokens.saturating_mul(self.saved_bytes_per_token)
-    }
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::output::{write_all_atomic, write_atomic};
+use crate::output::write_all_atomic;
 
 use super::config::{CellKey, SweepConfig};
 use super::sweep::{run_cells, CellResult, Progress};
@@ -209,12 +209,9 @@ impl Baseline {
             message: e.to_string(),
         })?;
         text.push('\n');
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        match dir {
-            Some(d) => write_all_atomic(d, [(path.to_path_buf(), text.into_bytes())]),
-            None => write_atomic(path, text.as_bytes()),
-        }
-        .map_err(|e| StudyError::io(path, e))
+        let dir = path.parent().unwrap_or(Path::new(""));
+        write_all_atomic(dir, [(path.to_path_buf(), text.into_bytes())])
+            .map_err(|e| StudyError::io(path, e))
     }
 }
 
