@@ -55,16 +55,80 @@ pub struct LinearFlops {
     pub after: f64,
 }
 
+/// What the backward pass recomputes instead of keeping it from the forward pass: the memory
+/// a layer holds per token against the FLOPs it reruns. The granularities are Megatron-Core's
+/// (`recompute_granularity` = `selective` with `recompute_modules = ["mlp"]`, or `full`; see
+/// the NeMo Megatron-Bridge guide "Activation Recomputation"). Its `core_attn` module is left
+/// out: with FlashAttention the attention core keeps no score matrix to drop, so recomputing
+/// it frees next to nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    /// Keep everything the backward pass reads ([`Model::saved_bytes_per_token`]).
+    #[default]
+    None,
+    /// Drop the MLP's `ffn_hidden`-wide tensors and rerun the MLP's forward GEMMs at the
+    /// start of the backward pass (its input, the second norm's output, is kept).
+    Mlp,
+    /// Keep only each layer's input; the backward pass reruns the whole layer's forward pass
+    /// (attention and its communication included) before its own work.
+    Full,
+}
+
+impl Recompute {
+    /// Every granularity, as written on the command line and in reports.
+    pub const NAMES: [&'static str; 3] = ["none", "mlp", "full"];
+
+    /// Name as written on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Mlp => "mlp",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl std::str::FromStr for Recompute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Recompute, String> {
+        match s {
+            "none" => Ok(Recompute::None),
+            "mlp" => Ok(Recompute::Mlp),
+            "full" => Ok(Recompute::Full),
+            _ => Err(format!(
+                "unknown recompute `{s}`: one of {}",
+                Recompute::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// Forward FLOPs per token of the token-linear work's three parts.
+struct LinearParts {
+    qkv: f64,
+    out: f64,
+    mlp: f64,
+}
+
 impl Model {
+    /// Forward FLOPs per token of the Q/K/V projection, the output projection and the MLP: 2
+    /// FLOPs per multiply-add of each weight matrix.
+    fn linear_parts(&self) -> Option<LinearParts> {
+        let l = self.linear?;
+        let (h, hd) = (l.hidden as f64, self.head_dim as f64);
+        Some(LinearParts {
+            qkv: 2.0 * h * (self.q_heads as f64 + 2.0 * self.kv_heads as f64) * hd,
+            out: 2.0 * self.q_heads as f64 * hd * h,
+            mlp: 2.0 * l.ffn_matrices as f64 * h * l.ffn_hidden as f64,
+        })
+    }
+
     /// FLOPs per token of the layer's token-linear work in `pass`, split at attention: 2 FLOPs
     /// per multiply-add of each weight matrix forward, twice that backward (the input and the
     /// weight gradients). `None` when the model file gives no [`LinearShape`].
     pub fn linear_flops_per_token(&self, pass: crate::hardware::Pass) -> Option<LinearFlops> {
-        let l = self.linear?;
-        let (h, hd) = (l.hidden as f64, self.head_dim as f64);
-        let qkv = 2.0 * h * (self.q_heads as f64 + 2.0 * self.kv_heads as f64) * hd;
-        let out = 2.0 * self.q_heads as f64 * hd * h;
-        let mlp = 2.0 * l.ffn_matrices as f64 * h * l.ffn_hidden as f64;
+        let LinearParts { qkv, out, mlp } = self.linear_parts()?;
         Some(match pass {
             crate::hardware::Pass::Fwd => LinearFlops {
                 before: qkv,
@@ -74,6 +138,18 @@ impl Model {
                 before: 2.0 * (out + mlp),
                 after: 2.0 * qkv,
             },
+        })
+    }
+
+    /// Forward FLOPs per token the backward pass reruns at its start under `recompute`: the
+    /// MLP's under [`Recompute::Mlp`], none otherwise ([`Recompute::Full`] reruns the whole
+    /// forward pass, attention included, which the simulator runs as a pass of its own).
+    /// `None` when the model file gives no [`LinearShape`].
+    pub fn rerun_flops_per_token(&self, recompute: Recompute) -> Option<f64> {
+        let parts = self.linear_parts()?;
+        Some(match recompute {
+            Recompute::Mlp => parts.mlp,
+            Recompute::None | Recompute::Full => 0.0,
         })
     }
 }
@@ -89,13 +165,17 @@ impl Model {
         self.q_heads as u64 * self.head_dim as u64 * self.dtype_bytes as u64
     }
 
-    /// Bytes one layer keeps per token from its forward pass for its backward pass, without
-    /// recomputation: what decides whether a rank's share of a batch fits, since it is held
-    /// for every layer the GPU runs until the backward pass reaches it. `None` when the model
-    /// file gives no [`LinearShape`].
+    /// Bytes one layer keeps per token from its forward pass for its backward pass under
+    /// `recompute`: what decides whether a rank's share of a batch fits, since it is held for
+    /// every layer the GPU runs until the backward pass reaches it. `None` when the model file
+    /// gives no [`LinearShape`].
     ///
-    /// Counted, in the activation dtype unless noted, for a pre-norm layer without dropout
-    /// (Llama):
+    /// [`Recompute::Mlp`] drops the MLP's `ffn_hidden`-wide tensors from the list below;
+    /// [`Recompute::Full`] keeps the layer's input alone, `hidden` wide (the layer being
+    /// recomputed holds its whole set for a moment, once per GPU, not once per layer).
+    ///
+    /// Counted without recomputation, in the activation dtype unless noted, for a pre-norm
+    /// layer without dropout (Llama):
     /// - the two norms' inputs (the residual stream) and outputs (the inputs of the Q/K/V
     ///   projection and of the MLP): 4 × `hidden`;
     /// - attention's Q, K, V and output O (O is also the output projection's input);
@@ -109,14 +189,19 @@ impl Model {
     /// bytes at 16 bits plus the statistics; Korthikanti et al. 2022 (arXiv:2205.05198, §4.1,
     /// Eq. 1) count 34 × `hidden` with FlashAttention-style attention, the other 2 being the
     /// two dropout masks a Llama layer does not have.
-    pub fn saved_bytes_per_token(&self) -> Option<u64> {
+    pub fn saved_bytes_per_token(&self, recompute: Recompute) -> Option<u64> {
         let l = self.linear?;
-        let wide = 4 * u64::from(l.hidden) + u64::from(l.ffn_matrices) * u64::from(l.ffn_hidden);
+        let dtype = u64::from(self.dtype_bytes);
+        let mlp = match recompute {
+            Recompute::None => u64::from(l.ffn_matrices) * u64::from(l.ffn_hidden),
+            Recompute::Mlp => 0,
+            Recompute::Full => return Some(u64::from(l.hidden) * dtype),
+        };
         let stats = 4 * u64::from(self.q_heads) + 2 * 4;
         Some(
             2 * self.q_bytes_per_token()
                 + self.kv_bytes_per_token()
-                + wide * u64::from(self.dtype_bytes)
+                + (4 * u64::from(l.hidden) + mlp) * dtype
                 + stats,
         )
     }
@@ -305,12 +390,47 @@ mod tests {
         )
         .unwrap();
         let stats = 4 * 32 + 8;
-        assert_eq!(gpt.saved_bytes_per_token(), Some(32 * 4096 + stats));
+        assert_eq!(
+            gpt.saved_bytes_per_token(Recompute::None),
+            Some(32 * 4096 + stats)
+        );
         // Llama 3 70B: Q and O 2 × 8192, K and V 2 × 1024, norms 4 × 8192, SwiGLU 3 × 28672.
         let m = Model::load("llama3-70b").unwrap();
         let wide = 2 * 8192 + 2 * 1024 + 4 * 8192 + 3 * 28672;
-        assert_eq!(m.saved_bytes_per_token(), Some(2 * wide + 4 * 64 + 8));
-        assert_eq!(Model::load("mha-16").unwrap().saved_bytes_per_token(), None);
+        assert_eq!(
+            m.saved_bytes_per_token(Recompute::None),
+            Some(2 * wide + 4 * 64 + 8)
+        );
+        assert_eq!(
+            Model::load("mha-16")
+                .unwrap()
+                .saved_bytes_per_token(Recompute::None),
+            None
+        );
+    }
+
+    #[test]
+    fn recomputing_keeps_less_and_reruns_what_it_dropped() {
+        let m = Model::load("llama3-70b").unwrap();
+        let none = m.saved_bytes_per_token(Recompute::None).unwrap();
+        // The MLP's three 28,672-wide tensors go; its input (a norm output) stays.
+        let mlp = m.saved_bytes_per_token(Recompute::Mlp).unwrap();
+        assert_eq!(none - mlp, 3 * 28672 * 2);
+        // Full: the layer's input alone, 8,192 wide at 16 bits.
+        assert_eq!(m.saved_bytes_per_token(Recompute::Full), Some(8192 * 2));
+        // What is rerun: the MLP's forward GEMMs under `mlp`, nothing extra per token under
+        // `full` (its rerun is a whole forward pass) or `none`.
+        assert_eq!(
+            m.rerun_flops_per_token(Recompute::Mlp),
+            Some(2.0 * 3.0 * 8192.0 * 28672.0)
+        );
+        assert_eq!(m.rerun_flops_per_token(Recompute::Full), Some(0.0));
+        assert_eq!(m.rerun_flops_per_token(Recompute::None), Some(0.0));
+        for name in Recompute::NAMES {
+            assert_eq!(name.parse::<Recompute>().unwrap().name(), name);
+        }
+        let err = "selective".parse::<Recompute>().unwrap_err();
+        assert!(err.contains("none, mlp, full"), "{err}");
     }
 
     #[test]

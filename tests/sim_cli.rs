@@ -607,6 +607,78 @@ fn the_whole_layer_is_simulated_on_request_and_adds_the_projections_and_mlp() {
 }
 
 #[test]
+fn recomputation_trades_the_activations_kept_for_the_layers_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 4);
+    let run = |recompute: &str| {
+        json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--recompute", recompute])
+                .arg(&p),
+        )
+    };
+    let (none, mlp, full) = (run("none"), run("mlp"), run("full"));
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    // Less kept, more time, attention untouched.
+    assert!(f(&none, "act_max_bytes") > f(&mlp, "act_max_bytes"));
+    assert!(f(&mlp, "act_max_bytes") > f(&full, "act_max_bytes"));
+    assert!(f(&none, "layer_time_ms") < f(&mlp, "layer_time_ms"));
+    assert!(f(&mlp, "layer_time_ms") < f(&full, "layer_time_ms"));
+    assert_eq!(none["attention_time_ms"], full["attention_time_ms"]);
+    // Full recomputation keeps each layer's input: 8,192 × 2 bytes a token for Llama-3-70B.
+    for r in full["ranks"].as_array().unwrap() {
+        assert_eq!(
+            r["act_bytes"].as_u64().unwrap(),
+            r["tokens"].as_u64().unwrap() * 16384
+        );
+    }
+    // The key says what was recomputed, and is absent when nothing was (outputs unchanged).
+    assert_eq!(full["recompute"], "full");
+    assert!(none.get("recompute").is_none());
+    // Without the layer there is nothing to recompute: exit 2, naming the flag it needs.
+    fcp()
+        .args(["simulate", "--recompute", "full"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--layer"));
+    // compare and the layer's Gantt chart take it too; the chart draws the rerun pass.
+    let out = fcp()
+        .args([
+            "compare",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--batches",
+            "1",
+        ])
+        .args([
+            "--schemes",
+            "ring",
+            "--json",
+            "--layer",
+            "--recompute",
+            "mlp",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(rows[0]["recompute"], "mlp", "{rows}");
+    let png = dir.path().join("g.png");
+    fcp()
+        .args(["plot", "gantt", "--layer", "--recompute", "full", "-o"])
+        .arg(&png)
+        .arg(&p)
+        .assert()
+        .success();
+    assert!(std::fs::metadata(&png).unwrap().len() > 0);
+}
+
+#[test]
 fn compare_with_the_layer_adds_its_columns_after_the_others() {
     let run = |layer: bool| {
         let mut c = fcp();
@@ -655,4 +727,124 @@ fn compare_with_the_layer_adds_its_columns_after_the_others() {
     let zz = &v[1];
     assert!(zz["layer_speedup"].as_f64().unwrap() > 1.0);
     assert!(zz["layer_time_ms"].as_f64().unwrap() > zz["attention_time_ms"].as_f64().unwrap());
+}
+
+/// Regression (bug hunt): window packing planned FCP under the 32K default cap where each
+/// rank's share of a 64K window over 8 ranks is 8K, so `compare` disagreed with the same cell
+/// of `fcp sweep`, and its header said "8 ranks × 32768 tokens".
+#[test]
+fn window_packing_caps_each_rank_at_its_share_of_the_window_as_sweep_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let window = ["--ranks", "8", "--pack", "window", "--context", "65536"];
+    let plan_with = |extra: &[&str], name: &str| {
+        let out = dir.path().join(name);
+        fcp()
+            .args(["plan", "--scheme", "fcp"])
+            .args(window)
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .assert()
+            .success();
+        std::fs::read(out).unwrap()
+    };
+    assert_eq!(
+        plan_with(&[], "derived.json"),
+        plan_with(&["--tokens-per-rank", "8192"], "given.json"),
+        "the default is the window's even share"
+    );
+    assert_ne!(
+        plan_with(&[], "derived.json"),
+        plan_with(&["--tokens-per-rank", "32768"], "wide.json"),
+        "an explicit cap still holds"
+    );
+    let out = fcp()
+        .args(["compare", "--schemes", "fcp", "--batches", "1", "--json"])
+        .args(window)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: Value = serde_json::from_slice(&out).unwrap();
+    fcp()
+        .args(["compare", "--schemes", "fcp", "--batches", "1"])
+        .args(window)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("8 ranks × 8192 tokens"));
+    // The same cell as a sweep: the same number.
+    let cfg = dir.path().join("w.toml");
+    std::fs::write(
+        &cfg,
+        "batches = 1\npack = \"window\"\n[grid]\ntraces = [\"default\"]\nschemes = [\"fcp\"]\nranks = [8]\ncontext = [65536]\n",
+    )
+    .unwrap();
+    let sweep = dir.path().join("sweep");
+    fcp()
+        .args(["sweep", "-q"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&sweep)
+        .assert()
+        .success();
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(sweep.join("results.json")).unwrap()).unwrap();
+    let cell = &results[0];
+    assert_eq!(cell["tokens_per_rank"], 8192, "{cell}");
+    let (c, s) = (
+        rows[0]["attention_time_ms"].as_f64().unwrap(),
+        cell["metrics"]["attention_time_ms"]["mean"]
+            .as_f64()
+            .unwrap(),
+    );
+    assert!((c - s).abs() < 1e-9, "compare {c} vs sweep {s}");
+}
+
+/// Regression (bug hunt): `compare`, `demo` and `ablation` cut documents to fit a batch
+/// without a word, and `plan` counted the whole trace's cuts, not its batch's.
+#[test]
+fn commands_say_how_many_documents_of_their_batches_packing_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    // One rank of 1,000 tokens: batch 0 holds the 100, batch 1 the 5,000 cut to 1,000.
+    std::fs::write(&trace, "doc_len\n100\n5000\n").unwrap();
+    let base = |cmd: &str| {
+        let mut c = fcp();
+        c.arg(cmd)
+            .arg("--trace")
+            .arg(&trace)
+            .args(["--ranks", "1", "--tokens-per-rank", "1000"]);
+        c
+    };
+    let out = dir.path().join("p.json");
+    base("plan")
+        .args(["--scheme", "ring", "--batch", "0", "-o"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("packing cut").not());
+    base("plan")
+        .args(["--scheme", "ring", "--batch", "1", "-o"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("packing cut 1 document(s)"));
+    base("compare")
+        .args(["--schemes", "ring", "--batches", "2"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("packing cut 1 document(s)"));
+    base("compare")
+        .args(["--schemes", "ring", "--batches", "1"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("packing cut").not());
+    // Out of range names how many batches the whole trace packs into.
+    base("plan")
+        .args(["--scheme", "ring", "--batch", "5", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("packs into 2 batches"));
 }

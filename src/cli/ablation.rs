@@ -37,8 +37,9 @@ pub fn run(a: AblationArgs) -> Result<()> {
         );
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load()?;
-    let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
+    let packed = a.batch.load(a.batches)?;
+    packed.note_cuts(0..a.batches);
+    let batches = packed.batches;
     let sim = Simulator::new(hw.clone(), model.clone())?;
     let ctx = a.batch.ctx(&hw, &model);
     let rows = ablation(&batches, &ctx, &sim, &a.scheme).map_err(anyhow::Error::msg)?;
@@ -49,7 +50,7 @@ pub fn run(a: AblationArgs) -> Result<()> {
             "{} batch(es) · {} ranks × {} tokens · {} / {} · {}",
             batches.len(),
             a.batch.ranks,
-            a.batch.tokens_per_rank,
+            a.batch.tokens_per_rank(),
             hw.name,
             model.name,
             a.batch.mask_name()

@@ -7,7 +7,7 @@ use clap::Args;
 
 use fcp::hardware::Hardware;
 use fcp::plan::Mask;
-use fcp::trace::{pack, Batch, Trace};
+use fcp::trace::{pack_first, Batch, Trace};
 use fcp::Model;
 
 use super::trace::PackArgs;
@@ -22,10 +22,12 @@ pub struct BatchArgs {
     /// CP group size N.
     #[arg(long)]
     pub ranks: u32,
-    /// Tokens per rank; a batch holds ranks × tokens-per-rank tokens (32K is the FCP paper's
-    /// setting, §6.1).
-    #[arg(long, default_value_t = 32768)]
-    pub tokens_per_rank: u64,
+    /// Tokens per rank. Budget and carry packing: a batch holds ranks × this many tokens
+    /// (default 32768, the FCP paper's setting, §6.1). Window packing: the per-rank token cap
+    /// memory-capped schemes (fcp, hybrid) plan under (default: the window split evenly over
+    /// the ranks, as `fcp sweep` derives it).
+    #[arg(long)]
+    pub tokens_per_rank: Option<u64>,
     #[command(flatten)]
     pub pack: PackArgs,
     /// Mask inside each document.
@@ -198,6 +200,40 @@ impl From<PassArg> for fcp::sim::PassSel {
     }
 }
 
+/// Activation recomputation as a command-line value (`--recompute`, with `--layer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecomputeArg {
+    /// Keep every activation the backward pass reads.
+    None,
+    /// Drop the MLP's wide tensors; the backward pass reruns the MLP's forward GEMMs.
+    Mlp,
+    /// Keep each layer's input alone; the backward pass reruns the layer's forward pass.
+    Full,
+}
+
+impl From<RecomputeArg> for fcp::model::Recompute {
+    fn from(r: RecomputeArg) -> Self {
+        match r {
+            RecomputeArg::None => fcp::model::Recompute::None,
+            RecomputeArg::Mlp => fcp::model::Recompute::Mlp,
+            RecomputeArg::Full => fcp::model::Recompute::Full,
+        }
+    }
+}
+
+/// `sim` with the whole layer on when `layer` says so, its backward pass recomputing as
+/// `recompute` says (nothing when not given).
+pub fn layer_sim(
+    sim: fcp::sim::Simulator,
+    layer: bool,
+    recompute: Option<RecomputeArg>,
+) -> Result<fcp::sim::Simulator> {
+    if !layer {
+        return Ok(sim);
+    }
+    Ok(sim.with_recompute(recompute.map_or(fcp::model::Recompute::None, Into::into))?)
+}
+
 /// Mask as a command-line value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MaskArg {
@@ -236,10 +272,13 @@ impl ProfileArgs {
     }
 }
 
-/// Packed batches and how many documents packing truncated.
+/// Packed batches (the first ones asked for) and what packing cut.
 pub struct Batches {
     pub batches: Vec<Batch>,
-    pub truncated: usize,
+    /// Per batch kept: documents packing cut in it.
+    pub cuts: Vec<usize>,
+    /// Batches the whole trace packs into.
+    pub total: usize,
 }
 
 impl Batches {
@@ -248,18 +287,47 @@ impl Batches {
         self.batches.get(index).with_context(|| {
             format!(
                 "--batch {index} is out of range: the trace packs into {} batches",
-                self.batches.len()
+                self.total
             )
         })
+    }
+
+    /// Say on stderr how many documents of `used` (batch indices) packing cut, when any: a
+    /// result for a batch whose long documents were cut describes less than the trace holds.
+    /// (Regression, bug hunt: `compare`, `demo` and `ablation` cut documents without a word,
+    /// and `plan` counted the whole trace's cuts, not its batch's.)
+    pub fn note_cuts(&self, used: impl IntoIterator<Item = usize>) {
+        let (mut cut, mut batches) = (0, 0);
+        for i in used {
+            let c = self.cuts.get(i).copied().unwrap_or(0);
+            cut += c;
+            batches += usize::from(c > 0);
+        }
+        if cut > 0 {
+            eprintln!(
+                "note: packing cut {cut} document(s) in {batches} of the batches used (window packing cuts the document crossing each window's end and drops its rest; budget packing cuts documents longer than a batch); their cut-off tokens are in no batch"
+            );
+        }
     }
 }
 
 impl BatchArgs {
+    /// Tokens per rank: `--tokens-per-rank`, else the packing mode's default
+    /// ([`fcp::trace::PackMode::default_tokens_per_rank`]). (Regression, bug hunt: window
+    /// packing planned FCP under a 32K cap where each rank's share of a 128K window over 8
+    /// ranks is 16K, and `compare` disagreed with the same cell of `fcp sweep`.)
+    pub fn tokens_per_rank(&self) -> u64 {
+        self.tokens_per_rank.unwrap_or_else(|| {
+            fcp::trace::PackMode::from(self.pack.pack)
+                .default_tokens_per_rank(self.ranks, self.pack.context())
+        })
+    }
+
     /// The planning context these arguments describe, for `hw` and `model`.
     pub fn ctx<'a>(&self, hw: &'a Hardware, model: &'a Model) -> fcp::planners::PlanContext<'a> {
         fcp::planners::PlanContext {
             ranks: self.ranks,
-            tokens_per_rank: self.tokens_per_rank,
+            tokens_per_rank: self.tokens_per_rank(),
             mask: self.mask.into(),
             model,
             hardware: hw,
@@ -274,8 +342,9 @@ impl BatchArgs {
         }
     }
 
-    /// Validate the shape and pack the trace.
-    pub fn load(&self) -> Result<Batches> {
+    /// Validate the shape and pack the trace, keeping its first `keep` batches
+    /// ([`fcp::trace::pack_first`]).
+    pub fn load(&self, keep: usize) -> Result<Batches> {
         self.pack.check_context()?;
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
@@ -287,21 +356,26 @@ impl BatchArgs {
                 fcp::planners::MAX_RANKS
             );
         }
-        if self.tokens_per_rank == 0 {
+        if self.tokens_per_rank == Some(0) {
             bail!("--tokens-per-rank must be at least 1");
         }
         let trace = match &self.trace {
             Some(p) => Trace::load(p)?,
             None => fcp::trace::default_trace(),
         };
-        let packed = pack(&trace, &self.pack.options(self.ranks, self.tokens_per_rank))
-            .context("packing the trace")?;
+        let packed = pack_first(
+            &trace,
+            &self.pack.options(self.ranks, self.tokens_per_rank()),
+            keep,
+        )
+        .context("packing the trace")?;
         if packed.batches.is_empty() {
             bail!("the trace packs into no batch");
         }
         Ok(Batches {
             batches: packed.batches,
-            truncated: packed.truncated,
+            cuts: packed.cuts,
+            total: packed.total_batches,
         })
     }
 }

@@ -6,7 +6,7 @@ use clap::Args;
 use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
 use fcp::sim::Simulator;
 
-use super::common::{BatchArgs, PassArg, ProfileArgs};
+use super::common::{layer_sim, BatchArgs, PassArg, ProfileArgs, RecomputeArg};
 
 /// Arguments of `fcp compare`.
 #[derive(Debug, Args)]
@@ -38,6 +38,10 @@ pub struct CompareArgs {
     /// `fcp simulate --layer`): adds its time, speedup and token imbalance.
     #[arg(long)]
     layer: bool,
+    /// With `--layer`: what the backward pass recomputes (none, mlp, full; as
+    /// `fcp simulate --recompute`).
+    #[arg(long, value_enum, requires = "layer")]
+    recompute: Option<RecomputeArg>,
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
@@ -57,12 +61,14 @@ pub fn run(a: CompareArgs) -> Result<()> {
         bail!("--batches must be at least 1");
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load()?;
-    let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
-    let mut sim = Simulator::new(hw.clone(), model.clone())?;
-    if a.layer {
-        sim = sim.with_layer()?;
-    }
+    let packed = a.batch.load(a.batches)?;
+    packed.note_cuts(0..a.batches);
+    let batches = packed.batches;
+    let sim = layer_sim(
+        Simulator::new(hw.clone(), model.clone())?,
+        a.layer,
+        a.recompute,
+    )?;
     let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
         schemes: schemes.clone(),
@@ -80,7 +86,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
             "{} batch(es) · {} ranks × {} tokens · {} / {} · {} · pass {}",
             batches.len(),
             a.batch.ranks,
-            a.batch.tokens_per_rank,
+            a.batch.tokens_per_rank(),
             hw.name,
             model.name,
             a.batch.mask_name(),

@@ -24,9 +24,10 @@ pub struct DemoArgs {
     /// CP group size N.
     #[arg(long, default_value_t = 16)]
     ranks: u32,
-    /// Tokens per rank.
-    #[arg(long, default_value_t = 32768)]
-    tokens_per_rank: u64,
+    /// Tokens per rank (as `fcp plan --tokens-per-rank`: default 32768, or in window packing
+    /// the window split evenly over the ranks).
+    #[arg(long)]
+    tokens_per_rank: Option<u64>,
     /// Number of batches to plan.
     #[arg(long, default_value_t = 4)]
     batches: usize,
@@ -63,8 +64,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.batches == 0 {
         bail!("--batches must be at least 1");
     }
-    let packed = batch_args.load()?;
-    let batches: Vec<_> = packed.batches.into_iter().take(a.batches).collect();
+    let packed = batch_args.load(a.batches)?;
+    packed.note_cuts(0..a.batches);
+    let batches = packed.batches;
     let (hw, model) = a.profile.load()?;
     let ctx = batch_args.ctx(&hw, &model);
     // The whole layer wherever the model and hardware give its cost: that is what a training
@@ -95,7 +97,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             .as_ref()
             .map_or("the bundled trace".to_string(), |p| p.display().to_string()),
         a.ranks,
-        a.tokens_per_rank,
+        batch_args.tokens_per_rank(),
         match a.pack.pack {
             PackModeArg::Budget => String::new(),
             PackModeArg::Window => format!(" · {}-token windows", a.pack.context()),
@@ -170,8 +172,8 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     if let Some(t) = &a.trace {
         plan += &format!(" --trace {}", shell_word(&t.display().to_string()));
     }
-    if a.tokens_per_rank != 32768 {
-        plan += &format!(" --tokens-per-rank {}", a.tokens_per_rank);
+    if let Some(t) = a.tokens_per_rank {
+        plan += &format!(" --tokens-per-rank {t}");
     }
     match a.pack.pack {
         PackModeArg::Budget => {}

@@ -82,8 +82,9 @@ pub fn run(a: IlpArgs) -> Result<()> {
         super::common::refuse_overwriting_input(out, &[t])?;
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load()?;
+    let packed = a.batch.load(a.batch_index.saturating_add(1))?;
     let batch = packed.pick(a.batch_index)?;
+    packed.note_cuts([a.batch_index]);
     let ctx = a.batch.ctx(&hw, &model);
     let opts = Options {
         granularity: a.granularity,

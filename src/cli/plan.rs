@@ -143,7 +143,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let scheme = a.switches.apply(&a.scheme)?;
     let planner = planner_for(&scheme)?;
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load()?;
+    let keep = if a.all_batches {
+        usize::MAX
+    } else {
+        a.batch_index.saturating_add(1)
+    };
+    let packed = a.batch.load(keep)?;
     let ctx = a.batch.ctx(&hw, &model);
     let chosen: Vec<_> = if a.all_batches {
         packed.batches.iter().collect()
@@ -161,12 +166,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             Ok(p)
         })
         .collect::<Result<_>>()?;
-    if packed.truncated > 0 {
-        eprintln!(
-            "note: packing truncated {} document(s) (window mode cuts the document crossing each window's end; budget mode cuts documents longer than a batch)",
-            packed.truncated
-        );
-    }
+    packed.note_cuts(chosen.iter().map(|b| b.index));
     if a.all_batches {
         let name = |p: &Plan| format!("batch-{:05}.json", p.batch_index.unwrap_or(0));
         // Every path checked before any is written. Regression: a trace named like a plan

@@ -13,7 +13,9 @@ use fcp::study::dpcp::DpcpRow;
 use fcp::study::traces::TraceSpec;
 use fcp::study::{load_results, CellResult};
 
-use super::common::{load_verified_plan, refuse_overwriting_input, PassArg, PlanProfileArgs};
+use super::common::{
+    layer_sim, load_verified_plan, refuse_overwriting_input, PassArg, PlanProfileArgs, RecomputeArg,
+};
 
 /// Arguments of `fcp plot`.
 #[derive(Debug, Args)]
@@ -59,6 +61,11 @@ struct GanttArgs {
     /// (as `fcp simulate --layer`).
     #[arg(long)]
     layer: bool,
+    /// With `--layer`: what the backward pass recomputes (none, mlp, full; as
+    /// `fcp simulate --recompute`); under `full` the rerun forward pass is drawn between
+    /// the forward and the backward.
+    #[arg(long, value_enum, requires = "layer")]
+    recompute: Option<RecomputeArg>,
 }
 
 #[derive(Debug, Args)]
@@ -167,13 +174,24 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
     // A broken plan would be drawn as if it ran (`simulate` refuses it too).
     let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load(&plan)?;
-    let mut sim = Simulator::new(hw.clone(), model.clone())?;
+    let sim = layer_sim(
+        Simulator::new(hw.clone(), model.clone())?,
+        a.layer,
+        a.recompute,
+    )?;
     let pass: fcp::sim::PassSel = a.pass.into();
-    let (report, outcomes) = if a.layer {
-        sim = sim.with_layer()?;
-        sim.simulate_layer_traced(&plan, pass)?
+    let (report, outcomes, pass_names) = if a.layer {
+        let (report, layers) = sim.simulate_layer_traced(&plan, pass)?;
+        let names = layers.iter().map(|l| l.label()).collect();
+        (
+            report,
+            layers.into_iter().map(|l| l.outcome).collect(),
+            names,
+        )
     } else {
-        sim.simulate_traced(&plan, pass)?
+        let (report, outcomes) = sim.simulate_traced(&plan, pass)?;
+        let names = pass.passes().iter().map(|p| p.to_string()).collect();
+        (report, outcomes, names)
     };
     let title = a.title.unwrap_or_else(|| {
         let layer = report.metrics.layer.as_ref().map_or(String::new(), |l| {
@@ -189,10 +207,7 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
             report.metrics.attention_time_ms
         )
     });
-    let opts = GanttOptions {
-        title,
-        pass_names: pass.passes().iter().map(|p| p.to_string()).collect(),
-    };
+    let opts = GanttOptions { title, pass_names };
     gantt(&a.output, &outcomes, &opts)?;
     outln!("wrote {}", a.output.display());
     Ok(())

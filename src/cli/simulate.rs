@@ -7,7 +7,7 @@ use clap::Args;
 
 use fcp::sim::{SimReport, Simulator};
 
-use super::common::{bytes, load_verified_plan, PassArg, PlanProfileArgs};
+use super::common::{bytes, layer_sim, load_verified_plan, PassArg, PlanProfileArgs, RecomputeArg};
 
 /// Arguments of `fcp simulate`.
 #[derive(Debug, Args)]
@@ -29,16 +29,19 @@ pub struct SimulateArgs {
     /// `layer_end_ms` and `act_bytes`.
     #[arg(long)]
     layer: bool,
+    /// With `--layer`: what the backward pass recomputes. `mlp` drops the MLP's wide tensors
+    /// and reruns its forward GEMMs; `full` keeps each layer's input alone and reruns the
+    /// layer's forward pass, attention and its communication included. Changes the
+    /// activations kept and the layer's time (not attention's).
+    #[arg(long, value_enum, requires = "layer")]
+    recompute: Option<RecomputeArg>,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load(&plan)?;
-    let mut sim = Simulator::new(hw, model)?;
-    if a.layer {
-        sim = sim.with_layer()?;
-    }
+    let sim = layer_sim(Simulator::new(hw, model)?, a.layer, a.recompute)?;
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

@@ -18,14 +18,20 @@
 //!   receives (K/V, partial outputs, gradients) has landed;
 //! - the pass ends when the last rank's does.
 //!
+//! Activation recomputation ([`Recompute`], `--recompute`): under `mlp` the backward pass
+//! first reruns the MLP's forward GEMMs (more work before attention); under `full` it first
+//! reruns the layer's whole forward pass, attention and its communication included, which is
+//! simulated as a pass of its own ([`LayerPass::recomputed`]) between the forward and the
+//! backward.
+//!
 //! Not modelled: element-wise and normalisation kernels, the GEMMs' dependence on shape (all
-//! run at the hardware's measured large-GEMM rate), activation recomputation, and tensor-,
-//! pipeline- or data-parallel communication.
+//! run at the hardware's measured large-GEMM rate), and tensor-, pipeline- or data-parallel
+//! communication.
 
 use serde::Serialize;
 
 use crate::hardware::{Hardware, Pass};
-use crate::model::{LinearFlops, Model};
+use crate::model::{LinearFlops, Model, Recompute};
 
 use super::engine::{self, PassOutcome};
 use super::network::{CollectiveModel, Network};
@@ -41,14 +47,29 @@ pub struct LayerCost {
     pub fwd: LinearFlops,
     /// Backward FLOPs per token, before and after attention.
     pub bwd: LinearFlops,
-    /// Bytes the layer keeps per token for its backward pass ([`Model::saved_bytes_per_token`]).
+    /// Bytes the layer keeps per token for its backward pass under `recompute`
+    /// ([`Model::saved_bytes_per_token`]).
     pub saved_bytes_per_token: u64,
+    /// What the backward pass recomputes.
+    pub recompute: Recompute,
+    /// Forward FLOPs per token the backward pass reruns before its own work
+    /// ([`Model::rerun_flops_per_token`]).
+    pub rerun_before: f64,
 }
 
 impl LayerCost {
-    /// The layer cost of `model` on `hw`, or an error naming what is missing: the model's
-    /// `hidden` and `ffn_hidden`, the hardware's `gemm_tflops`.
+    /// The layer cost of `model` on `hw` without recomputation, or an error naming what is
+    /// missing: the model's `hidden` and `ffn_hidden`, the hardware's `gemm_tflops`.
     pub fn new(hw: &Hardware, model: &Model) -> Result<LayerCost, SimError> {
+        Self::with_recompute(hw, model, Recompute::None)
+    }
+
+    /// [`LayerCost::new`] for a backward pass that recomputes as `recompute` says.
+    pub fn with_recompute(
+        hw: &Hardware,
+        model: &Model,
+        recompute: Recompute,
+    ) -> Result<LayerCost, SimError> {
         let mut missing = Vec::new();
         if model.linear.is_none() {
             missing.push(format!(
@@ -65,17 +86,24 @@ impl LayerCost {
         match (
             model.linear_flops_per_token(Pass::Fwd),
             model.linear_flops_per_token(Pass::Bwd),
-            model.saved_bytes_per_token(),
+            model.saved_bytes_per_token(recompute),
+            model.rerun_flops_per_token(recompute),
             hw.gemm_flops_per_s(),
         ) {
-            (Some(fwd), Some(bwd), Some(saved_bytes_per_token), Some(flops_per_s)) => {
-                Ok(LayerCost {
-                    flops_per_s,
-                    fwd,
-                    bwd,
-                    saved_bytes_per_token,
-                })
-            }
+            (
+                Some(fwd),
+                Some(bwd),
+                Some(saved_bytes_per_token),
+                Some(rerun_before),
+                Some(flops_per_s),
+            ) => Ok(LayerCost {
+                flops_per_s,
+                fwd,
+                bwd,
+                saved_bytes_per_token,
+                recompute,
+                rerun_before,
+            }),
             _ => Err(SimError::Mismatch(format!(
                 "the whole-layer simulation needs the layer's shape and a GEMM rate: {}",
                 missing.join("; ")
@@ -83,7 +111,7 @@ impl LayerCost {
         }
     }
 
-    /// FLOPs per token in `pass`, split at attention.
+    /// The model's FLOPs per token in `pass`, split at attention (what MFU counts).
     pub fn flops(&self, pass: Pass) -> LinearFlops {
         match pass {
             Pass::Fwd => self.fwd,
@@ -91,7 +119,7 @@ impl LayerCost {
         }
     }
 
-    /// FLOPs per token over `passes`, before and after attention together.
+    /// The model's FLOPs per token over `passes`, before and after attention together.
     pub fn flops_per_token(&self, passes: &[Pass]) -> f64 {
         passes
             .iter()
@@ -100,6 +128,23 @@ impl LayerCost {
                 f.before + f.after
             })
             .sum()
+    }
+
+    /// FLOPs per token `pass` runs, split at attention: the model's, and before the backward
+    /// pass's own work what it recomputes ([`LayerCost::rerun_before`]).
+    pub fn run_flops(&self, pass: Pass) -> LinearFlops {
+        match pass {
+            Pass::Fwd => self.fwd,
+            Pass::Bwd => LinearFlops {
+                before: self.bwd.before + self.rerun_before,
+                ..self.bwd
+            },
+        }
+    }
+
+    /// Whether the backward pass reruns the whole forward pass first ([`Recompute::Full`]).
+    pub fn reruns_forward(&self) -> bool {
+        self.recompute == Recompute::Full
     }
 
     /// Nanoseconds of `flops_per_token` work on `tokens` tokens.
@@ -120,6 +165,9 @@ impl LayerCost {
 pub struct LayerPass {
     /// The pass.
     pub pass: Pass,
+    /// A forward pass the backward pass reruns ([`Recompute::Full`]): its work is time, not
+    /// model FLOPs.
+    pub recomputed: bool,
     /// Per rank: when it finished the work after attention.
     pub rank_end_ns: Vec<u64>,
     /// Per rank: nanoseconds of token-linear work (before plus after attention).
@@ -139,7 +187,7 @@ pub fn run(
     net: &Network,
     coll: &CollectiveModel<'_>,
 ) -> Result<LayerPass, SimError> {
-    let f = cost.flops(attention.pass);
+    let f = cost.run_flops(attention.pass);
     let before: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.before)).collect();
     let after: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.after)).collect();
     let mut outcome = engine::run(attention, &before, net, coll)?;
@@ -165,6 +213,7 @@ pub fn run(
         .max(rank_end_ns.iter().copied().max().unwrap_or(0));
     Ok(LayerPass {
         pass: attention.pass,
+        recomputed: false,
         rank_end_ns,
         linear_ns: before.iter().zip(&after).map(|(b, a)| b + a).collect(),
         outcome,
@@ -175,6 +224,23 @@ impl LayerPass {
     /// When the last rank finished the work after attention.
     pub fn end_ns(&self) -> u64 {
         self.outcome.end_ns
+    }
+
+    /// This forward pass, as the backward pass reruns it under [`Recompute::Full`].
+    pub fn rerun(&self) -> LayerPass {
+        LayerPass {
+            recomputed: true,
+            ..self.clone()
+        }
+    }
+
+    /// Name as a Gantt chart captions it: `fwd`, `bwd`, or `recompute` for a rerun forward.
+    pub fn label(&self) -> String {
+        if self.recomputed {
+            "recompute".to_string()
+        } else {
+            self.pass.to_string()
+        }
     }
 }
 
@@ -204,12 +270,20 @@ pub struct LayerMetrics {
     /// it runs, unless it recomputes activations: the figure that says whether a placement
     /// fits, where `mem_max_bytes` counts attention's working buffers only.
     pub act_max_bytes: u64,
+    /// What the backward pass recomputes (`--recompute`); absent when nothing is.
+    #[serde(skip_serializing_if = "is_none")]
+    pub recompute: Recompute,
+}
+
+fn is_none(r: &Recompute) -> bool {
+    *r == Recompute::None
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
 /// included: it is computed as if it were data); `documents`: the real document lengths;
 /// `attention_flops`: what attention computed, all ranks and passes;
-/// `attention_lower_bound_ms`: [`super::lower_bound_ms`] for the same passes.
+/// `attention_lower_bound_ms`: [`super::lower_bound_ms`] for the same passes, the rerun
+/// forward pass included.
 pub fn metrics(
     cost: &LayerCost,
     passes: &[LayerPass],
@@ -225,17 +299,37 @@ pub fn metrics(
     let linear: Vec<f64> = (0..tokens.len())
         .map(|r| passes.iter().map(|p| p.linear_ns[r] as f64 * MS).sum())
         .collect();
-    // FLOPs per token over the passes, for the bound (real tokens) and the MFU (all tokens).
-    let passes_run: Vec<Pass> = passes.iter().map(|p| p.pass).collect();
-    let per_token = cost.flops_per_token(&passes_run);
+    // FLOPs per token over the passes: what ran, recomputation included, for the bound; the
+    // model's alone for the MFU (recomputed work is time spent, not model FLOPs: Korthikanti
+    // et al. 2022 §6, model vs hardware FLOPs utilisation). Both over real tokens.
+    let sum = |f: &dyn Fn(&LayerPass) -> LinearFlops| -> f64 {
+        passes
+            .iter()
+            .map(|p| {
+                let f = f(p);
+                f.before + f.after
+            })
+            .sum()
+    };
+    let run_per_token = sum(&|p| cost.run_flops(p.pass));
+    let model_per_token = sum(&|p| {
+        if p.recomputed {
+            LinearFlops {
+                before: 0.0,
+                after: 0.0,
+            }
+        } else {
+            cost.flops(p.pass)
+        }
+    });
     let real: u64 = documents.iter().sum();
     let layer_lower_bound_ms =
-        attention_lower_bound_ms + real as f64 * per_token / cost.flops_per_s * 1e3 / ranks;
+        attention_lower_bound_ms + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks;
     let token_f: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
     // Model FLOPs: real tokens only, as `mfu` counts attention. Padding rows run (and are in
     // the time) but are not the model's work. (Regression, bug hunt: a magi plan of 1,807 real
     // tokens padded to 16,384 read 77 % layer MFU against 5 % attention MFU.)
-    let layer_flops = attention_flops + real as f64 * per_token;
+    let layer_flops = attention_flops + real as f64 * model_per_token;
     LayerMetrics {
         layer_time_ms,
         linear_mean_ms: linear.iter().sum::<f64>() / ranks,
@@ -253,6 +347,7 @@ pub fn metrics(
             0.0
         },
         act_max_bytes: cost.saved_bytes(tokens.iter().copied().max().unwrap_or(0)),
+        recompute: cost.recompute,
     }
 }
 
@@ -267,6 +362,121 @@ mod tests {
 
     fn sim(model: &str) -> Result<Simulator, SimError> {
         Simulator::new(Hardware::load("h100").unwrap(), Model::load(model).unwrap())?.with_layer()
+    }
+
+    fn recomputing(recompute: Recompute) -> Simulator {
+        Simulator::new(
+            Hardware::load("h100").unwrap(),
+            Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap()
+        .with_recompute(recompute)
+        .unwrap()
+    }
+
+    fn zigzag_plan() -> crate::plan::Plan {
+        use crate::planners::Zigzag;
+        let batch = Batch::new(0, vec![9000, 3000, 700, 300]);
+        with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap()
+    }
+
+    #[test]
+    fn full_recomputation_reruns_the_forward_pass_and_keeps_the_inputs_alone() {
+        let plan = zigzag_plan();
+        let keep = recomputing(Recompute::None)
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let full = recomputing(Recompute::Full)
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let fwd = recomputing(Recompute::None)
+            .simulate(&plan, PassSel::Fwd)
+            .unwrap();
+        let (k, f, fw) = (
+            keep.metrics.layer.as_ref().unwrap(),
+            full.metrics.layer.as_ref().unwrap(),
+            fwd.metrics.layer.as_ref().unwrap(),
+        );
+        // The backward pass pays the forward pass once more, attention and all.
+        assert!(
+            (f.layer_time_ms - (k.layer_time_ms + fw.layer_time_ms)).abs() < 1e-9,
+            "{f:?}"
+        );
+        assert!((f.linear_mean_ms - (k.linear_mean_ms + fw.linear_mean_ms)).abs() < 1e-9);
+        // Attention as planned is unchanged: the rerun is the layer's.
+        assert_eq!(
+            full.metrics.attention_time_ms,
+            keep.metrics.attention_time_ms
+        );
+        // The same model FLOPs over a longer time: MFU falls by the time's ratio.
+        assert!(
+            (f.layer_mfu * f.layer_time_ms - k.layer_mfu * k.layer_time_ms).abs() < 1e-9,
+            "{f:?} {k:?}"
+        );
+        // The bound covers the rerun too: the forward's bound added.
+        assert!(
+            (f.layer_lower_bound_ms - (k.layer_lower_bound_ms + fw.layer_lower_bound_ms)).abs()
+                < 1e-9
+        );
+        assert!(f.layer_vs_lower_bound >= 1.0);
+        // Kept: each token's layer input, 8,192 wide at 16 bits.
+        let most = plan.tokens_per_rank().into_iter().max().unwrap();
+        assert_eq!(f.act_max_bytes, most * 8192 * 2);
+        assert_eq!(f.recompute, Recompute::Full);
+        // The backward pass alone reruns the forward too, simulated on its own.
+        let bwd = recomputing(Recompute::Full)
+            .simulate(&plan, PassSel::Bwd)
+            .unwrap();
+        let keep_bwd = recomputing(Recompute::None)
+            .simulate(&plan, PassSel::Bwd)
+            .unwrap();
+        let (b, kb) = (
+            bwd.metrics.layer.unwrap().layer_time_ms,
+            keep_bwd.metrics.layer.unwrap().layer_time_ms,
+        );
+        assert!((b - (kb + fw.layer_time_ms)).abs() < 1e-9, "{b} {kb}");
+        // Forward alone (inference) recomputes nothing.
+        let f_only = recomputing(Recompute::Full)
+            .simulate(&plan, PassSel::Fwd)
+            .unwrap();
+        assert_eq!(
+            f_only.metrics.layer.unwrap().layer_time_ms,
+            fw.layer_time_ms
+        );
+    }
+
+    #[test]
+    fn mlp_recomputation_reruns_the_mlp_before_the_backward_pass() {
+        let plan = zigzag_plan();
+        let keep = recomputing(Recompute::None)
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let mlp = recomputing(Recompute::Mlp)
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let (k, m) = (
+            keep.metrics.layer.as_ref().unwrap(),
+            mlp.metrics.layer.as_ref().unwrap(),
+        );
+        // Every rank's token-linear work grows by its tokens × the MLP's forward FLOPs.
+        let rerun = 2.0 * 3.0 * 8192.0 * 28672.0;
+        for (r, (a, b)) in mlp.ranks.iter().zip(&keep.ranks).enumerate() {
+            let want = b.linear_ms.unwrap() + a.tokens as f64 * rerun / 794.5e12 * 1e3;
+            assert!(
+                (a.linear_ms.unwrap() - want).abs() < 1e-5,
+                "rank {r}: {a:?}"
+            );
+            assert_eq!(
+                b.act_bytes.unwrap() - a.act_bytes.unwrap(),
+                a.tokens * 3 * 28672 * 2
+            );
+        }
+        assert!(m.layer_time_ms > k.layer_time_ms);
+        assert!(
+            (m.layer_mfu * m.layer_time_ms - k.layer_mfu * k.layer_time_ms).abs() < 1e-9,
+            "the same model FLOPs"
+        );
+        assert!(m.layer_vs_lower_bound >= 1.0);
     }
 
     #[test]
@@ -293,7 +503,7 @@ mod tests {
         // What the layer keeps for the backward pass: every token's saved activations.
         let saved = Model::load("llama3-70b")
             .unwrap()
-            .saved_bytes_per_token()
+            .saved_bytes_per_token(Recompute::None)
             .unwrap();
         assert_eq!(l.act_max_bytes, 8000 * saved);
         assert_eq!(r.ranks[0].act_bytes, Some(8000 * saved));
@@ -310,13 +520,16 @@ mod tests {
         use crate::planners::Zigzag;
         let batch = Batch::new(0, vec![9000, 3000, 700, 300]);
         let plan = with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap();
-        let s = sim("llama3-70b").unwrap();
-        for pass in [PassSel::Fwd, PassSel::Both] {
-            let full = s.simulate(&plan, pass).unwrap().metrics.layer.unwrap();
-            assert_eq!(
-                s.layer_time_ms(&plan, pass).unwrap(),
-                Some(full.layer_time_ms)
-            );
+        for recompute in [Recompute::None, Recompute::Mlp, Recompute::Full] {
+            let s = recomputing(recompute);
+            for pass in [PassSel::Fwd, PassSel::Bwd, PassSel::Both] {
+                let full = s.simulate(&plan, pass).unwrap().metrics.layer.unwrap();
+                assert_eq!(
+                    s.layer_time_ms(&plan, pass).unwrap(),
+                    Some(full.layer_time_ms),
+                    "{recompute:?} {pass:?}"
+                );
+            }
         }
         let attention_only = Simulator::new(
             Hardware::load("h100").unwrap(),

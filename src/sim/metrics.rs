@@ -137,7 +137,8 @@ pub(super) fn report(
     passes: PassSel,
     outcomes: &[PassOutcome],
     lower_bound_ms: f64,
-    layers: Option<(&LayerCost, &[LayerPass])>,
+    // The layer cost, its passes, and the attention bound of every pass they ran.
+    layers: Option<(&LayerCost, &[LayerPass], f64)>,
 ) -> SimReport {
     let mem = peak_bytes(plan, idx, model, passes.passes());
     let attention_ns: u64 = outcomes.iter().map(|o| o.end_ns).sum();
@@ -160,10 +161,10 @@ pub(super) fn report(
                 tokens: rp.owned.iter().map(TokenRange::len).sum(),
                 mem_bytes: mem[r],
                 linear_ms: layers
-                    .map(|(_, ps)| ps.iter().map(|p| p.linear_ns[r] as f64 * MS).sum()),
+                    .map(|(_, ps, _)| ps.iter().map(|p| p.linear_ns[r] as f64 * MS).sum()),
                 layer_end_ms: layers
-                    .map(|(_, ps)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
-                act_bytes: layers.map(|(cost, _)| cost.saved_bytes(tokens[r])),
+                    .map(|(_, ps, _)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
+                act_bytes: layers.map(|(cost, _, _)| cost.saved_bytes(tokens[r])),
             };
             for o in outcomes {
                 let x = &o.ranks[r];
@@ -216,9 +217,17 @@ pub(super) fn report(
             pad_tokens: plan.pad_tokens(),
             mean_compute_ms: compute.iter().sum::<f64>() / compute.len().max(1) as f64,
             max_compute_ms: compute.iter().copied().fold(0.0, f64::max),
-            layer: layers.map(|(cost, ps)| {
+            layer: layers.map(|(cost, ps, layer_attention_bound_ms)| {
                 let docs: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
-                layer::metrics(cost, ps, &tokens, &docs, total_flops, lower_bound_ms, peak)
+                layer::metrics(
+                    cost,
+                    ps,
+                    &tokens,
+                    &docs,
+                    total_flops,
+                    layer_attention_bound_ms,
+                    peak,
+                )
             }),
         },
         ranks,

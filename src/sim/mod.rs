@@ -24,7 +24,7 @@ pub use network::{max_min_rates, CollectiveModel, Network};
 pub use program::{grad_bytes, CollectiveKind, CollectiveOp, Flow, Program, StepCost};
 
 use crate::hardware::{Hardware, HardwareError, KernelProfile, NcclTable, Pass};
-use crate::model::Model;
+use crate::model::{Model, Recompute};
 use crate::plan::Plan;
 
 /// Errors simulating a plan.
@@ -107,6 +107,13 @@ impl Simulator {
         Ok(self)
     }
 
+    /// [`Simulator::with_layer`] with a backward pass that recomputes as `recompute` says: the
+    /// activations kept and the layer's time follow it.
+    pub fn with_recompute(mut self, recompute: Recompute) -> Result<Simulator, SimError> {
+        self.layer = Some(LayerCost::with_recompute(&self.hw, &self.model, recompute)?);
+        Ok(self)
+    }
+
     /// The layer cost, when [`Simulator::with_layer`] turned the whole layer on.
     pub fn layer_cost(&self) -> Option<&LayerCost> {
         self.layer.as_ref()
@@ -161,34 +168,41 @@ impl Simulator {
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
         let idx = index::PlanIndex::new(plan);
         let tokens = plan.tokens_per_rank();
-        let mut ms = 0.0;
+        let mut layers = Vec::new();
         for &pass in passes.passes() {
-            let program = match pass {
-                Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
-                Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
-            };
-            // Summed as `LayerMetrics::layer_time_ms` is, to the last bit.
-            ms += layer::run(&program, &tokens, cost, &self.net, &coll)?.end_ns() as f64 * 1e-6;
+            let program = self.program(plan, &idx, pass, &mut cm)?;
+            self.push_layer_pass(
+                cost,
+                plan,
+                &idx,
+                &mut cm,
+                &coll,
+                &tokens,
+                &program,
+                &mut layers,
+            )?;
         }
-        Ok(Some(ms))
+        // Summed as `LayerMetrics::layer_time_ms` is, to the last bit.
+        Ok(Some(layers.iter().map(|l| l.end_ns() as f64 * 1e-6).sum()))
     }
 
     /// [`Simulator::simulate`] with the whole layer on, returning each pass's whole-layer
-    /// outcome: per-rank timelines with the token-linear work ([`RankTimeline::linear`]) and the
-    /// pass ending where the layer does (what `fcp plot gantt --layer` draws). An error
-    /// unless [`Simulator::with_layer`].
+    /// pass: per-rank timelines with the token-linear work ([`RankTimeline::linear`]) and the
+    /// pass ending where the layer does (what `fcp plot gantt --layer` draws), the forward pass
+    /// rerun under full recomputation among them ([`LayerPass::label`]). An error unless
+    /// [`Simulator::with_layer`].
     pub fn simulate_layer_traced(
         &self,
         plan: &Plan,
         passes: PassSel,
-    ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
+    ) -> Result<(SimReport, Vec<LayerPass>), SimError> {
         if self.layer.is_none() {
             return Err(SimError::Mismatch(
                 "the whole layer is not on (Simulator::with_layer)".into(),
             ));
         }
         let (report, _, layers) = self.run(plan, passes)?;
-        Ok((report, layers.into_iter().map(|l| l.outcome).collect()))
+        Ok((report, layers))
     }
 
     /// [`Simulator::simulate`], also returning each pass's outcome with its per-rank timeline
@@ -199,6 +213,49 @@ impl Simulator {
         passes: PassSel,
     ) -> Result<(SimReport, Vec<PassOutcome>), SimError> {
         self.run(plan, passes).map(|(r, o, _)| (r, o))
+    }
+
+    /// The program of one pass: the plan's forward, or the backward derived from it.
+    fn program(
+        &self,
+        plan: &Plan,
+        idx: &index::PlanIndex,
+        pass: Pass,
+        cm: &mut ComputeModel<'_>,
+    ) -> Result<Program, SimError> {
+        Ok(match pass {
+            Pass::Fwd => Program::forward(plan, idx, &self.model, cm)?,
+            Pass::Bwd => Program::backward(plan, idx, &self.model, cm)?,
+        })
+    }
+
+    /// Push the whole-layer pass of `program` onto `layers`: under full recomputation a
+    /// backward pass comes after the forward pass it reruns (the same work on the same
+    /// engine, so the forward's own outcome when it was simulated).
+    #[allow(clippy::too_many_arguments)]
+    fn push_layer_pass(
+        &self,
+        cost: &LayerCost,
+        plan: &Plan,
+        idx: &index::PlanIndex,
+        cm: &mut ComputeModel<'_>,
+        coll: &CollectiveModel<'_>,
+        tokens: &[u64],
+        program: &Program,
+        layers: &mut Vec<LayerPass>,
+    ) -> Result<(), SimError> {
+        if program.pass == Pass::Bwd && cost.reruns_forward() {
+            let rerun = match layers.iter().find(|l| l.pass == Pass::Fwd && !l.recomputed) {
+                Some(fwd) => fwd.rerun(),
+                None => {
+                    let fwd = self.program(plan, idx, Pass::Fwd, cm)?;
+                    layer::run(&fwd, tokens, cost, &self.net, coll)?.rerun()
+                }
+            };
+            layers.push(rerun);
+        }
+        layers.push(layer::run(program, tokens, cost, &self.net, coll)?);
+        Ok(())
     }
 
     /// Every pass on the engine (and, with the layer on, its whole layer too), and the report.
@@ -215,17 +272,32 @@ impl Simulator {
         let mut layers = Vec::new();
         let tokens = plan.tokens_per_rank();
         for &pass in passes.passes() {
-            let program = match pass {
-                Pass::Fwd => Program::forward(plan, &idx, &self.model, &mut cm)?,
-                Pass::Bwd => Program::backward(plan, &idx, &self.model, &mut cm)?,
-            };
+            let program = self.program(plan, &idx, pass, &mut cm)?;
             outcomes.push(engine::run(&program, &[], &self.net, &coll)?);
             if let Some(cost) = &self.layer {
-                layers.push(layer::run(&program, &tokens, cost, &self.net, &coll)?);
+                self.push_layer_pass(
+                    cost,
+                    plan,
+                    &idx,
+                    &mut cm,
+                    &coll,
+                    &tokens,
+                    &program,
+                    &mut layers,
+                )?;
             }
         }
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
-        let layer = self.layer.as_ref().map(|c| (c, layers.as_slice()));
+        // The layer's bound covers the work it runs: the rerun forward pass's attention too.
+        let rerun_lower = if layers.iter().any(|l| l.recomputed) {
+            lower_bound_ms(plan, &mut cm, PassSel::Fwd)?
+        } else {
+            0.0
+        };
+        let layer = self
+            .layer
+            .as_ref()
+            .map(|c| (c, layers.as_slice(), lower + rerun_lower));
         let report = metrics::report(
             plan,
             &idx,

@@ -7,6 +7,7 @@
 //! mask = "causal"          # causal | full
 //! pack = "budget"          # budget | window | carry
 //! layer = false            # true: also the whole layer (projections and MLP), `layer_*` metrics
+//! recompute = "none"       # with layer: none | mlp | full (what the backward pass recomputes)
 //!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
@@ -25,6 +26,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Recompute;
 use crate::plan::Mask;
 use crate::planners::planner_for;
 use crate::sim::PassSel;
@@ -49,6 +51,10 @@ fn default_hardware() -> Vec<String> {
 }
 fn default_model() -> Vec<String> {
     vec!["llama3-70b".into()]
+}
+
+fn is_no_recompute(r: &Recompute) -> bool {
+    *r == Recompute::None
 }
 
 /// The most batches a study cell may run.
@@ -81,6 +87,9 @@ pub struct SweepConfig {
     /// give the layer's cost.
     #[serde(default)]
     pub layer: bool,
+    /// With `layer`: what the backward pass recomputes ([`Recompute`]).
+    #[serde(default, skip_serializing_if = "is_no_recompute")]
+    pub recompute: Recompute,
     /// The axes.
     pub grid: Grid,
 }
@@ -192,6 +201,12 @@ impl SweepConfig {
         }
         self.pass_sel()?;
         self.mask_kind()?;
+        if self.recompute != Recompute::None && !self.layer {
+            return bad(format!(
+                "recompute = \"{}\" prices the whole layer: it needs layer = true",
+                self.recompute.name()
+            ));
+        }
         let mode = self.pack_mode()?;
         let g = &self.grid;
         for (name, empty) in [
@@ -296,8 +311,12 @@ impl SweepConfig {
             self.mask,
             self.pack,
             // Only when on, so that the cells of every earlier sweep keep their names.
-            if self.layer { ";layer=true" } else { "" }
-        )
+            if self.layer { ";layer=true" } else { "" },
+        ) + &if is_no_recompute(&self.recompute) {
+            String::new()
+        } else {
+            format!(";recompute={}", self.recompute.name())
+        }
     }
 
     /// Every cell, in grid order (traces outermost, models innermost).
@@ -321,8 +340,10 @@ impl SweepConfig {
                     for &context in &contexts {
                         let tprs: Vec<u64> = match (g.tokens_per_rank.is_empty(), context) {
                             (false, _) => g.tokens_per_rank.clone(),
-                            (true, Some(c)) => vec![c.div_ceil(u64::from(ranks))],
-                            (true, None) => vec![32768],
+                            (true, Some(c)) => {
+                                vec![PackMode::Window.default_tokens_per_rank(ranks, c)]
+                            }
+                            (true, None) => vec![crate::trace::DEFAULT_TOKENS_PER_RANK],
                         };
                         for &tokens_per_rank in &tprs {
                             for &block in &blocks {
@@ -402,6 +423,25 @@ mod tests {
             ]
         );
         assert!(cells.iter().all(|c| c.tokens_per_rank == 32768));
+    }
+
+    #[test]
+    fn recomputation_needs_the_layer_and_names_its_cells() {
+        let grid = "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\n";
+        let e = SweepConfig::parse(&format!("recompute = \"full\"\n{grid}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs layer = true"), "{e}");
+        let e = SweepConfig::parse(&format!("layer = true\nrecompute = \"some\"\n{grid}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none") && e.contains("full"), "{e}");
+        let cfg =
+            SweepConfig::parse(&format!("layer = true\nrecompute = \"mlp\"\n{grid}")).unwrap();
+        assert!(cfg.settings_tag().ends_with(";layer=true;recompute=mlp"));
+        // Without it, the tag (and every earlier sweep's cell names) is unchanged.
+        let cfg = SweepConfig::parse(&format!("layer = true\n{grid}")).unwrap();
+        assert!(cfg.settings_tag().ends_with(";layer=true"));
     }
 
     #[test]

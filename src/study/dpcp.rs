@@ -38,7 +38,7 @@ use crate::model::Model;
 use crate::planners::{planner_for, PlanContext};
 use crate::report::mean;
 use crate::sim::{PassSel, Simulator};
-use crate::trace::{pack, Batch, PackMode, PackOptions};
+use crate::trace::{pack_first, Batch, PackMode, PackOptions};
 
 use super::traces::TraceSpec;
 use super::StudyError;
@@ -320,7 +320,8 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     jobs.par_iter()
         .map(|(cp, balance)| -> Result<DpcpRow, StudyError> {
             let groups = cfg.gpus / cp;
-            let packed = pack(
+            let need = groups as usize * cfg.steps;
+            let packed = pack_first(
                 &trace,
                 &PackOptions {
                     mode: PackMode::Carry,
@@ -328,8 +329,8 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
                     tokens_per_rank: s,
                     context: None,
                 },
+                need,
             )?;
-            let need = groups as usize * cfg.steps;
             if packed.batches.len() < need {
                 return Err(StudyError::Config(format!(
                     "trace `{}` packs into {} batches of CP {cp}; {need} are needed",

@@ -22,7 +22,7 @@ use crate::output::write_atomic;
 use crate::planners::{planner_for, PlanContext};
 use crate::report::{mean, percentile};
 use crate::sim::{LayerMetrics, PlanMetrics, Simulator};
-use crate::trace::{pack, PackOptions, Trace};
+use crate::trace::{pack_first, PackOptions, Trace};
 
 use super::config::{CellKey, SweepConfig};
 use super::traces::TraceSpec;
@@ -226,7 +226,7 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
             let model = Model::load(&c.model)?;
             let mut sim = Simulator::new(hw.clone(), model.clone())?;
             if cfg.layer {
-                sim = sim.with_layer()?;
+                sim = sim.with_recompute(cfg.recompute)?;
             }
             e.insert(Arc::new((sim, hw, model)));
         }
@@ -271,11 +271,11 @@ fn run_cell(
         tokens_per_rank: key.tokens_per_rank,
         context: key.context,
     };
-    let packed = match pack(trace, &opts) {
+    let packed = match pack_first(trace, &opts, cfg.batches) {
         Ok(p) => p,
         Err(e) => return fail(e.to_string()),
     };
-    let batches: Vec<_> = packed.batches.into_iter().take(cfg.batches).collect();
+    let batches = packed.batches;
     // A cell that cannot fill K batches still counts them as done for the progress bar.
     (batches.len()..cfg.batches).for_each(|_| tick());
     let ctx = PlanContext {

@@ -18,7 +18,7 @@ pub use derive::{
 };
 pub use error::TraceError;
 pub use generate::{generate, sample_histogram, Generator, Lognormal, Source, MIXTURE_CAP};
-pub use pack::{pack, PackMode, PackOptions, Packed, Packer};
+pub use pack::{pack, pack_first, PackMode, PackOptions, Packed, Packer, DEFAULT_TOKENS_PER_RANK};
 pub use parse::{DocReader, Format};
 pub use stats::{percentile_sorted, stats, AboveShare, StatsAccumulator, TraceStats, THRESHOLDS};
 pub use tables::{

@@ -55,7 +55,21 @@ impl PackMode {
         }
         Ok(())
     }
+
+    /// Tokens per rank when the user gives none: in window packing each rank's even share of
+    /// the window (`context` split over `ranks`, rounded up), which is also the cap a
+    /// memory-capped scheme plans under; otherwise 32K, the FCP paper's setting (§6.1). Every
+    /// front end (command line, sweep) derives it here, so one cell reads the same in each.
+    pub fn default_tokens_per_rank(self, ranks: u32, context: u64) -> u64 {
+        match self {
+            PackMode::Window => context.div_ceil(u64::from(ranks.max(1))),
+            PackMode::Budget | PackMode::Carry => DEFAULT_TOKENS_PER_RANK,
+        }
+    }
 }
+
+/// Tokens per rank in budget and carry packing when none is given (FCP paper §6.1).
+pub const DEFAULT_TOKENS_PER_RANK: u64 = 32768;
 
 /// Parameters of [`pack`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,10 +113,16 @@ impl PackOptions {
 /// The outcome of [`pack`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Packed {
-    /// Batches in order, indices 0, 1, ...
+    /// Batches in order, indices 0, 1, ... (the first ones only under [`pack_first`]).
     pub batches: Vec<Batch>,
-    /// Documents that were cut (their cut-off tokens are not in any batch).
+    /// Documents that were cut, over the whole trace (their cut-off tokens are not in any
+    /// batch).
     pub truncated: usize,
+    /// Per batch kept: how many of its documents were cut. A command planning some batches
+    /// says how many of *theirs* were cut, not the trace's.
+    pub cuts: Vec<usize>,
+    /// Batches the whole trace packs into, kept or not.
+    pub total_batches: usize,
 }
 
 impl Packed {
@@ -115,17 +135,38 @@ impl Packed {
 /// Pack `trace` into batches according to `opts`. Errors on zero ranks, tokens per rank or
 /// context (and a missing context in window mode).
 pub fn pack(trace: &Trace, opts: &PackOptions) -> Result<Packed, TraceError> {
+    pack_first(trace, opts, usize::MAX)
+}
+
+/// [`pack`], keeping the first `keep` batches only (the rest are counted, not held). A
+/// command that plans the first K batches needs no more in memory. (Regression, bug hunt: a
+/// two-line trace holding a 2³²-token document, carry-packed one token a batch, built four
+/// billion batches before the first was taken, and ran out of memory.)
+pub fn pack_first(trace: &Trace, opts: &PackOptions, keep: usize) -> Result<Packed, TraceError> {
     let limit = opts.batch_limit()?;
     if trace.is_pinned() {
-        return Ok(pack_pinned(trace, limit));
+        return Ok(pack_pinned(trace, limit, keep));
     }
     let mut packer = Packer::new(opts)?;
+    packer.keep = keep;
     let mut batches = Vec::new();
+    let mut total_batches = 0;
+    let mut emit = |b: Batch| {
+        if batches.len() < keep {
+            batches.push(b);
+        }
+        total_batches += 1;
+    };
     for d in &trace.docs {
-        packer.push(d.len, &mut |b| batches.push(b));
+        packer.push(d.len, &mut emit);
     }
-    let truncated = packer.finish(&mut |b| batches.push(b));
-    Ok(Packed { batches, truncated })
+    packer.close(&mut emit);
+    Ok(Packed {
+        batches,
+        truncated: packer.truncated,
+        cuts: packer.cuts,
+        total_batches,
+    })
 }
 
 /// Packing one document at a time (unpinned documents): each batch is handed to `emit` as soon
@@ -139,6 +180,11 @@ pub struct Packer {
     fill: u64,
     index: usize,
     truncated: usize,
+    /// Documents cut in the batch being filled.
+    cut_here: usize,
+    /// Per closed batch below `keep`: documents cut in it.
+    cuts: Vec<usize>,
+    keep: usize,
 }
 
 impl Packer {
@@ -151,6 +197,9 @@ impl Packer {
             fill: 0,
             index: 0,
             truncated: 0,
+            cut_here: 0,
+            cuts: Vec::new(),
+            keep: 0,
         })
     }
 
@@ -158,16 +207,16 @@ impl Packer {
     pub fn push(&mut self, len: u64, emit: &mut impl FnMut(Batch)) {
         let limit = self.limit;
         match self.mode {
-            // Budget: whole documents; one longer than the budget is cut to it.
+            // Budget: whole documents; one longer than the budget is cut to it, and opens a
+            // batch of its own.
             PackMode::Budget => {
-                let len = if len > limit {
-                    self.truncated += 1;
-                    limit
-                } else {
-                    len
-                };
+                let cut = len > limit;
+                let len = len.min(limit);
                 if self.fill + len > limit {
                     self.close(emit);
+                }
+                if cut {
+                    self.cut();
                 }
                 self.add(len);
             }
@@ -175,7 +224,7 @@ impl Packer {
             PackMode::Window => {
                 let space = limit - self.fill;
                 if len > space {
-                    self.truncated += 1;
+                    self.cut();
                     self.add(space);
                 } else {
                     self.add(len);
@@ -210,8 +259,17 @@ impl Packer {
         self.fill += len;
     }
 
+    fn cut(&mut self) {
+        self.truncated += 1;
+        self.cut_here += 1;
+    }
+
     fn close(&mut self, emit: &mut impl FnMut(Batch)) {
         if !self.current.is_empty() {
+            if self.index < self.keep {
+                self.cuts.push(self.cut_here);
+            }
+            self.cut_here = 0;
             emit(Batch::new(self.index, std::mem::take(&mut self.current)));
             self.index += 1;
             self.fill = 0;
@@ -219,32 +277,38 @@ impl Packer {
     }
 }
 
-fn pack_pinned(trace: &Trace, limit: u64) -> Packed {
+fn pack_pinned(trace: &Trace, limit: u64, keep: usize) -> Packed {
     let mut order: Vec<u64> = Vec::new();
-    let mut groups: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut groups: HashMap<u64, (Vec<u64>, usize)> = HashMap::new();
     let mut truncated = 0;
     for doc in &trace.docs {
         let id = doc.batch.unwrap_or(u64::MAX);
-        let len = if doc.len > limit {
+        let group = groups.entry(id).or_insert_with(|| {
+            order.push(id);
+            (Vec::new(), 0)
+        });
+        if doc.len > limit {
             truncated += 1;
-            limit
-        } else {
-            doc.len
-        };
-        groups
-            .entry(id)
-            .or_insert_with(|| {
-                order.push(id);
-                Vec::new()
-            })
-            .push(len);
+            group.1 += 1;
+        }
+        group.0.push(doc.len.min(limit));
     }
-    let batches = order
+    let total_batches = order.len();
+    let (batches, cuts) = order
         .iter()
+        .take(keep)
         .enumerate()
-        .map(|(i, id)| Batch::new(i, groups.remove(id).unwrap_or_default()))
-        .collect();
-    Packed { batches, truncated }
+        .map(|(i, id)| {
+            let (lens, cut) = groups.remove(id).unwrap_or_default();
+            (Batch::new(i, lens), cut)
+        })
+        .unzip();
+    Packed {
+        batches,
+        truncated,
+        cuts,
+        total_batches,
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +335,42 @@ mod tests {
         assert_eq!(lens(&p), vec![vec![3, 4, 2], vec![10], vec![1, 9]]);
         assert_eq!(p.truncated, 1);
         assert!(p.batches.iter().enumerate().all(|(i, b)| b.index == i));
+    }
+
+    #[test]
+    fn each_batch_counts_the_documents_cut_in_it() {
+        // Budget: the giant is cut and opens a batch of its own.
+        let t = Trace::from_lens(&[3, 4, 2, 25, 1, 9]);
+        let p = pack(&t, &opts(PackMode::Budget, 2, 5, None)).unwrap();
+        assert_eq!(p.cuts, vec![0, 1, 0]);
+        assert_eq!(p.total_batches, 3);
+        // Window: the crossing document is in the window it fills.
+        let t = Trace::from_lens(&[3, 4, 5, 10, 1, 25]);
+        let p = pack(&t, &opts(PackMode::Window, 1, 1, Some(10))).unwrap();
+        assert_eq!(p.cuts.iter().sum::<usize>(), p.truncated);
+        assert_eq!(p.cuts.len(), p.batches.len());
+        assert_eq!(p.cuts[0], 1, "{:?}", lens(&p));
+    }
+
+    /// Regression (bug hunt): a two-line trace with a 2³²-token document, carry-packed one
+    /// token a batch, built every batch before the first was taken and ran out of memory.
+    #[test]
+    fn packing_the_first_batches_holds_no_more_than_them() {
+        let t = Trace::from_lens(&[3_000_000, 1]);
+        let p = pack_first(&t, &opts(PackMode::Carry, 1, 1, None), 2).unwrap();
+        assert_eq!(lens(&p), vec![vec![1], vec![1]]);
+        assert_eq!(p.cuts, vec![0, 0]);
+        assert_eq!(p.total_batches, 3_000_001);
+        // The same batches as packing everything, and the same counts.
+        let t = Trace::from_lens(&[3, 4, 2, 25, 1, 9]);
+        let all = pack(&t, &opts(PackMode::Budget, 2, 5, None)).unwrap();
+        let first = pack_first(&t, &opts(PackMode::Budget, 2, 5, None), 2).unwrap();
+        assert_eq!(first.batches, all.batches[..2]);
+        assert_eq!(first.cuts, all.cuts[..2]);
+        assert_eq!(
+            (first.truncated, first.total_batches),
+            (all.truncated, all.total_batches)
+        );
     }
 
     #[test]
