@@ -16,6 +16,37 @@ use std::path::Path;
 /// such limit.
 pub const MAX_LINE_BYTES: u64 = 64 << 20;
 
+/// Which bytes end a line: the line limit of [`TextOnly`] and the line numbers of
+/// [`LineLogging`] must count lines as the reader behind them splits them, or a file with
+/// old-Mac `\r` endings is one "line" to the limit (a 70 MB trace the csv reader reads fine
+/// was refused) and every error in it is on "line 1".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineEnds {
+    /// `\n` alone (so `\r\n` too): TOML and JSON Lines, whose readers split on `\n`. A lone
+    /// `\r` must not end a line here, or text with no `\n` in it would pass the limit and be
+    /// gathered into memory by a reader that is still waiting for one.
+    Lf,
+    /// As the csv crate reads: a lone `\r`, a `\n`, or `\r\n` each end one line.
+    Csv,
+}
+
+impl LineEnds {
+    /// Whether a line ends at byte `b`, given whether the byte before it was `\r`. For
+    /// [`LineEnds::Csv`] a `\r\n` is one line end, placed at its `\r` (where the csv reader
+    /// ends the record), so the `\n` after a `\r` does not end another line.
+    fn ends_at(self, b: u8, prev_cr: bool) -> bool {
+        match self {
+            LineEnds::Lf => b == b'\n',
+            LineEnds::Csv => b == b'\r' || (b == b'\n' && !prev_cr),
+        }
+    }
+
+    /// Whether `b` is any byte of a line end (where the next line may start after).
+    fn is_end_byte(self, b: u8) -> bool {
+        b == b'\n' || (self == LineEnds::Csv && b == b'\r')
+    }
+}
+
 /// A reader that stops with an error at the first NUL byte, or at a line longer than its
 /// limit ([`MAX_LINE_BYTES`] unless given). No text file holds either, while every compressed
 /// or binary file has a NUL within its first bytes; without the NUL check `fcp trace stats
@@ -30,18 +61,31 @@ pub struct TextOnly<R> {
     /// Where the line being read started.
     line_start: u64,
     max_line: u64,
+    /// What ends a line for the limit.
+    ends: LineEnds,
     /// The refusal, repeated on every later read: a caller that drops the first error (a
     /// peek for a byte-order mark) must not read on past the bytes that were refused.
     refused: Option<String>,
 }
 
 impl<R> TextOnly<R> {
-    /// Read `inner`, which should be `what`, with lines of at most [`MAX_LINE_BYTES`].
+    /// Read `inner`, which should be `what`, with lines (ended by `\n`) of at most
+    /// [`MAX_LINE_BYTES`].
     pub fn new(inner: R, what: &'static str) -> Self {
         TextOnly::with_line_limit(inner, what, MAX_LINE_BYTES)
     }
 
-    /// Read `inner`, which should be `what`, with lines of at most `max_line` bytes.
+    /// Read `inner`, which should be `what`, with lines ended as `ends` says of at most
+    /// [`MAX_LINE_BYTES`].
+    pub fn with_line_ends(inner: R, what: &'static str, ends: LineEnds) -> Self {
+        TextOnly {
+            ends,
+            ..TextOnly::new(inner, what)
+        }
+    }
+
+    /// Read `inner`, which should be `what`, with lines (ended by `\n`) of at most `max_line`
+    /// bytes.
     pub fn with_line_limit(inner: R, what: &'static str, max_line: u64) -> Self {
         TextOnly {
             inner,
@@ -49,6 +93,7 @@ impl<R> TextOnly<R> {
             offset: 0,
             line_start: 0,
             max_line,
+            ends: LineEnds::Lf,
             refused: None,
         }
     }
@@ -56,7 +101,7 @@ impl<R> TextOnly<R> {
     /// Why the `got` bytes just read refuse the input, if they do.
     fn check(&mut self, got: &[u8]) -> Option<String> {
         let why = refusal(got, self.offset, self.what);
-        if let Some(i) = got.iter().rposition(|&b| b == b'\n') {
+        if let Some(i) = got.iter().rposition(|&b| self.ends.is_end_byte(b)) {
             self.line_start = self.offset + i as u64 + 1;
         }
         self.offset += got.len() as u64;
@@ -118,26 +163,43 @@ fn refusal(got: &[u8], offset: u64, what: &str) -> Option<String> {
 }
 
 /// Read the whole of `path`, which should be `what`, as text ([`TextOnly`]); `line_limit`:
-/// whether lines are held to [`MAX_LINE_BYTES`] (not for one-line JSON documents).
+/// whether lines (ended by `\n`) are held to [`MAX_LINE_BYTES`] (not for one-line JSON
+/// documents).
 pub fn read_text(path: &Path, what: &'static str, line_limit: bool) -> std::io::Result<String> {
     read_all(std::fs::File::open(path)?, what, line_limit)
+}
+
+/// [`read_text`] with lines ended as `ends` says held to [`MAX_LINE_BYTES`]: a CSV table is
+/// read by the csv crate, for which a lone `\r` ends a line too.
+pub fn read_lines_text(path: &Path, what: &'static str, ends: LineEnds) -> std::io::Result<String> {
+    read_to_string(TextOnly::with_line_ends(
+        std::fs::File::open(path)?,
+        what,
+        ends,
+    ))
 }
 
 /// [`read_text`] of any reader (standard input).
 pub fn read_all(src: impl Read, what: &'static str, line_limit: bool) -> std::io::Result<String> {
     let max = if line_limit { MAX_LINE_BYTES } else { u64::MAX };
+    read_to_string(TextOnly::with_line_limit(src, what, max))
+}
+
+/// All of `src` as a string.
+fn read_to_string(mut src: impl Read) -> std::io::Result<String> {
     let mut text = String::new();
-    TextOnly::with_line_limit(src, what, max).read_to_string(&mut text)?;
+    src.read_to_string(&mut text)?;
     Ok(text)
 }
 
-/// The newlines a [`LineLogging`] reader has passed and its consumer has not yet asked about:
+/// The line ends a [`LineLogging`] reader has passed and its consumer has not yet asked about:
 /// what turns a record's byte offset into the line it is on.
 #[derive(Debug, Default)]
 pub struct LineLog {
-    /// Offsets of newlines read ahead of the last question, in order.
+    /// Offsets of line ends read ahead of the last question, in order (a `\r\n` is logged at
+    /// its `\r`, where the csv reader ends the record).
     pending: std::collections::VecDeque<u64>,
-    /// Newlines before the last byte asked about.
+    /// Line ends before the last byte asked about.
     before: u64,
 }
 
@@ -161,13 +223,16 @@ impl LineLog {
     }
 }
 
-/// A reader that logs where its newlines are ([`LineLog`]). The csv crate's own line count
+/// A reader that logs where its line ends are ([`LineLog`]), counted as the csv crate splits
+/// lines ([`LineEnds::Csv`]: a lone `\r`, `\n` or `\r\n`). The csv crate's own line count
 /// skips blank and comment lines and miscounts `\r\n` endings, so an error in an Excel trace
 /// or a commented kernel table named the wrong line; its byte offsets are right, and this
 /// turns them into lines.
 pub struct LineLogging<R> {
     inner: R,
     offset: u64,
+    /// Whether the last byte passed on was `\r` (a `\r\n` may straddle two reads).
+    prev_cr: bool,
     log: std::rc::Rc<std::cell::RefCell<LineLog>>,
 }
 
@@ -179,6 +244,7 @@ impl<R> LineLogging<R> {
             LineLogging {
                 inner,
                 offset: 0,
+                prev_cr: false,
                 log: log.clone(),
             },
             log,
@@ -190,8 +256,11 @@ impl<R: Read> Read for LineLogging<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         let mut log = self.log.borrow_mut();
-        for (i, _) in buf[..n].iter().enumerate().filter(|(_, &b)| b == b'\n') {
-            log.pending.push_back(self.offset + i as u64);
+        for (i, &b) in buf[..n].iter().enumerate() {
+            if LineEnds::Csv.ends_at(b, self.prev_cr) {
+                log.pending.push_back(self.offset + i as u64);
+            }
+            self.prev_cr = b == b'\r';
         }
         self.offset += n as u64;
         Ok(n)
@@ -271,6 +340,42 @@ mod tests {
         assert_eq!(log.borrow_mut().line_at(at("# c")), 3);
         assert_eq!(log.borrow_mut().line_at(at("1")), 4);
         assert_eq!(log.borrow_mut().line_at(at("abc")), 7);
+    }
+
+    /// Regression (bug hunt): a file with old-Mac `\r` endings named every error "line 1", and
+    /// one past 64 MiB in all was refused as a single endless line, though the csv reader
+    /// splits it at each `\r`.
+    #[test]
+    fn cr_only_line_endings_are_counted_as_csv_counts_them() {
+        let text = "a\rb\r\nc\n\rd\r";
+        // A `\r\n` split between two reads is still one line end.
+        let (at_r, rest) = text.split_at(text.find("\r\n").unwrap() + 1);
+        let (mut r, log) = LineLogging::new(at_r.as_bytes().chain(rest.as_bytes()));
+        std::io::copy(&mut r, &mut std::io::sink()).unwrap();
+        let at = |needle: &str| text.find(needle).unwrap() as u64;
+        assert_eq!(log.borrow_mut().line_at(at("b")), 2);
+        assert_eq!(log.borrow_mut().line_at(at("c")), 3);
+        assert_eq!(log.borrow_mut().line_at(at("d")), 5);
+
+        let lines = "1\r".repeat(50);
+        let read = |ends| {
+            let src = TextOnly {
+                ends,
+                ..TextOnly::with_line_limit(lines.as_bytes(), "a CSV trace", 40)
+            };
+            read_to_string(src)
+        };
+        assert_eq!(read(LineEnds::Csv).unwrap(), lines);
+        // TOML and JSONL readers wait for a `\n`: for them it is still one long line.
+        let e = read(LineEnds::Lf).unwrap_err().to_string();
+        assert!(e.contains("the line starting at byte 0 runs on"), "{e}");
+        let long = format!("1\r\n{}", "7".repeat(60));
+        let e = TextOnly {
+            ends: LineEnds::Csv,
+            ..TextOnly::with_line_limit(long.as_bytes(), "a CSV trace", 40)
+        };
+        let e = read_to_string(e).unwrap_err().to_string();
+        assert!(e.contains("the line starting at byte 3 runs on"), "{e}");
     }
 
     #[test]

@@ -194,12 +194,14 @@ pub(crate) fn locate(text: &str, offset: usize) -> Located<'_> {
     found
 }
 
-/// The text of the number or word at `path` in `text`, as written; `None` when there is none
-/// (the path leads nowhere, or to a string, object or array).
-pub(crate) fn raw_at<'a>(text: &'a str, path: &[Seg<'_>]) -> Option<&'a str> {
+/// Where the value at `path` in `text` begins and, for a number or word, ends; and what its
+/// first token is. `None` when the path leads nowhere.
+fn value_at(text: &str, path: &[Seg<'_>]) -> Option<(usize, usize, Tok)> {
     let mut found = None;
     walk(text, |frames, start, end, tok| {
-        if tok != Tok::Scalar || frames.len() != path.len() {
+        let begins_value = matches!(tok, Tok::Punct(b'{' | b'[') | Tok::Scalar)
+            || (tok == Tok::Str && !is_key(frames, tok));
+        if !begins_value || frames.len() != path.len() {
             return false;
         }
         let here = frames.iter().zip(path).all(|(fr, seg)| match (fr, seg) {
@@ -208,11 +210,29 @@ pub(crate) fn raw_at<'a>(text: &'a str, path: &[Seg<'_>]) -> Option<&'a str> {
             _ => false,
         });
         if here {
-            found = text.get(start..end);
+            found = Some((start, end, tok));
         }
         here
     });
     found
+}
+
+/// The text of the number or word at `path` in `text`, as written; `None` when there is none
+/// (the path leads nowhere, or to a string, object or array).
+pub(crate) fn raw_at<'a>(text: &'a str, path: &[Seg<'_>]) -> Option<&'a str> {
+    value_at(text, path)
+        .filter(|&(_, _, tok)| tok == Tok::Scalar)
+        .and_then(|(start, end, _)| text.get(start..end))
+}
+
+/// The 1-based line (counting `\n`, as serde_json's errors do) on which the value at `path`
+/// in `text` begins; `None` when the path leads nowhere. serde_json names the line of a
+/// syntax error but not of a value a caller then refuses, and a pretty-printed array has one
+/// element a line.
+pub(crate) fn line_at(text: &str, path: &[Seg<'_>]) -> Option<u64> {
+    let (start, _, _) = value_at(text, path)?;
+    let newlines = text.as_bytes()[..start].iter().filter(|&&b| b == b'\n');
+    Some(newlines.count() as u64 + 1)
 }
 
 /// The value at `path` of the JSON `text` as the user wrote it (a number's own digits: `1e3`,
@@ -364,6 +384,20 @@ mod tests {
         assert_eq!(raw_at(t, &[Seg::Key("doc_lens"), Seg::Index(3)]), None);
         assert_eq!(raw_at("[4, 2E1]", &[Seg::Index(1)]), Some("2E1"));
         assert_eq!(raw_at(r#"["a\"]", 5]"#, &[Seg::Index(1)]), Some("5"));
+        assert_eq!(raw_at(r#"[4, "5"]"#, &[Seg::Index(1)]), None);
+    }
+
+    #[test]
+    fn values_are_found_on_their_line() {
+        let t = "\n[\n  1,\n  \"x\", [2,\n 3], {\"a\":\n 4}\n]";
+        let line = |i| line_at(t, &[Seg::Index(i)]);
+        assert_eq!(
+            (line(0), line(1), line(2), line(3)),
+            (Some(3), Some(4), Some(4), Some(5))
+        );
+        assert_eq!(line_at(t, &[Seg::Index(2), Seg::Index(1)]), Some(5));
+        assert_eq!(line_at(t, &[Seg::Index(3), Seg::Key("a")]), Some(6));
+        assert_eq!(line(4), None);
     }
 
     #[test]

@@ -340,6 +340,49 @@ fn streamed_pack_equals_in_memory_pack() {
     }
 }
 
+/// Regression (bug hunt): `cat t.csv | fcp trace pack /dev/stdin ...` opened the pipe once per
+/// pass (probe, count, print), so a valid trace read as "trace is empty" or with a length for
+/// its header. A file that is not a regular file is read once, as `-` is.
+#[cfg(unix)]
+#[test]
+fn pack_reads_a_pipe_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    fcp()
+        .args([
+            "trace", "gen", "--source", "wlb-llm", "--docs", "3000", "-o",
+        ])
+        .arg(&trace)
+        .assert()
+        .success();
+    let text = std::fs::read(&trace).unwrap();
+    let pack = |file: &str, stdin: &[u8]| {
+        fcp()
+            .args([
+                "trace",
+                "pack",
+                file,
+                "--ranks",
+                "8",
+                "--tokens-per-rank",
+                "32768",
+            ])
+            .write_stdin(stdin.to_vec())
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    let from_file = pack(trace.to_str().unwrap(), b"");
+    assert_eq!(pack("/dev/stdin", &text), from_file);
+    assert_eq!(pack("-", &text), from_file);
+    assert_eq!(
+        String::from_utf8(pack("/dev/stdin", b"doc_len\n5\n6\n")).unwrap(),
+        "1 batches, 11 tokens, 0 truncated documents\nbatch     0:     2 docs         11 tokens\n"
+    );
+}
+
 /// A streamed `trace pack` fails on a bad line before printing anything (its first pass
 /// validates), and a streamed `trace stats` names the line.
 #[test]

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::HardwareError;
+use crate::input::LineEnds;
 
 /// Bundled hardware TOMLs (`configs/hardware/NAME.toml`).
 pub const HARDWARE: &[(&str, &str)] = &[
@@ -72,13 +73,14 @@ pub fn is_path(s: &str, ext: &str) -> bool {
     s.contains('/') || s.contains('\\') || s.ends_with(ext)
 }
 
-/// What a file of `kind` should be, for the refusal of one that is not text.
-fn what(kind: &str) -> &'static str {
+/// What a file of `kind` should be, for the refusal of one that is not text, and what ends
+/// its lines (a CSV table's reader takes a lone `\r` as a line end, TOML's does not).
+fn what(kind: &str) -> (&'static str, LineEnds) {
     match kind {
-        "kernel profile" => "a CSV kernel profile",
-        "NCCL table" => "a CSV NCCL table",
-        "model" => "a TOML model file",
-        _ => "a TOML hardware file",
+        "kernel profile" => ("a CSV kernel profile", LineEnds::Csv),
+        "NCCL table" => ("a CSV NCCL table", LineEnds::Csv),
+        "model" => ("a TOML model file", LineEnds::Lf),
+        _ => ("a TOML hardware file", LineEnds::Lf),
     }
 }
 
@@ -91,7 +93,8 @@ pub fn resolve(
 ) -> Result<Source, HardwareError> {
     if is_path(name_or_path, ext) {
         let path = Path::new(name_or_path);
-        let text = crate::input::read_text(path, what(kind), true).map_err(|source| {
+        let (what, ends) = what(kind);
+        let text = crate::input::read_lines_text(path, what, ends).map_err(|source| {
             HardwareError::Io {
                 kind,
                 path: path.to_path_buf(),

@@ -3,13 +3,15 @@
 //! * `default` — the bundled trace (`traces/default.csv`).
 //! * `gen:SOURCE[:key=value,...]` — generated: SOURCE is a `fcp trace gen` source
 //!   (`wlb-llm`, `prolong`, `magi`, `pile`, `redpajama`, `lognormal`) or `exponential`.
-//!   Keys: `seed` (default 1), `docs` (default: as many as the largest cell needs, so every
-//!   cell of a sweep sees a prefix of the same stream), and for `exponential` `mean`
-//!   (required), `max` (cap), for `lognormal` `mean`, `sigma`, `max`.
+//!   Keys: `seed` (default 1), `docs` (at most [`MAX_GEN_DOCS`]; default: as many as the
+//!   largest cell needs, so every cell of a sweep sees a prefix of the same stream), and for
+//!   `exponential` `mean` (required), `max` (cap), for `lognormal` `mean`, `sigma`, `max`;
+//!   `max` is at most [`MAX_DOC_LEN`], as in every other trace.
 //! * anything else — a trace file (CSV or JSONL), relative to the working directory.
 //!
 //! `exponential` is the "balancing compute" note's length model (seeds/003):
-//! `min(floor(Exp(mean)), max)`, raised to 1 token because a document is never empty.
+//! `min(floor(Exp(mean)), max)` (`max` defaults to [`MAX_DOC_LEN`]), raised to 1 token because
+//! a document is never empty.
 
 use std::path::Path;
 
@@ -17,9 +19,16 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
 
-use crate::trace::{default_trace, generate, Lognormal, Source, Trace};
+use crate::trace::{default_trace, generate, Lognormal, Source, Trace, MAX_DOC_LEN};
 
 use super::StudyError;
+
+/// The most documents a `gen:` trace holds: it is generated in memory (about 32 bytes a
+/// document, half a gigabyte at the cap), and `docs=100000000000` ran the machine out of
+/// memory. It is where the default `docs` stops growing too, and above the 10M-document traces
+/// of docs/performance.md. (`fcp trace gen` writes each length as it draws it, so its `--docs`
+/// needs no cap.)
+pub const MAX_GEN_DOCS: usize = 1 << 24;
 
 /// A parsed trace spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,10 +90,27 @@ impl TraceSpec {
             };
             match k {
                 "seed" => seed = v.parse().map_err(|_| bad(format!("bad seed `{v}`")))?,
-                "docs" => docs = Some(int()? as usize),
+                "docs" => {
+                    let n = int()?;
+                    if n > MAX_GEN_DOCS as u64 {
+                        return Err(bad(format!(
+                            "`docs` is {n}, more than the {MAX_GEN_DOCS} documents a generated \
+                             trace may hold"
+                        )));
+                    }
+                    docs = Some(n as usize);
+                }
                 "mean" => mean = Some(real()?),
                 "sigma" => sigma = Some(real()?),
-                "max" => max = Some(int()?),
+                "max" => {
+                    let n = int()?;
+                    if n > MAX_DOC_LEN {
+                        return Err(bad(format!(
+                            "`max` is {n}, above the {MAX_DOC_LEN} tokens a document may have"
+                        )));
+                    }
+                    max = Some(n);
+                }
                 _ => {
                     return Err(bad(format!(
                         "unknown key `{k}` (seed, docs, mean, sigma, max)"
@@ -123,7 +149,7 @@ impl TraceSpec {
                 let mut n = 1024usize;
                 loop {
                     let t = self.generate(n)?;
-                    if t.tokens() >= need_tokens || n >= 1 << 24 {
+                    if t.tokens() >= need_tokens || n >= MAX_GEN_DOCS {
                         return Ok(t);
                     }
                     n *= 2;
@@ -147,7 +173,9 @@ impl TraceSpec {
         match source.as_str() {
             "exponential" => {
                 let mean = mean.unwrap_or(1024.0);
-                let cap = max.unwrap_or(u64::MAX);
+                // Every trace holds documents of at most MAX_DOC_LEN tokens; u64::MAX here
+                // made `mean=1e30` lengths whose sum wrapped around.
+                let cap = max.unwrap_or(MAX_DOC_LEN);
                 let exp = Exp::new(1.0 / mean)
                     .map_err(|e| StudyError::Config(format!("exponential: {e}")))?;
                 let mut rng = ChaCha8Rng::seed_from_u64(*seed);
@@ -192,5 +220,51 @@ mod tests {
         assert!(TraceSpec::parse("gen:wlb-llm:docs=0").is_err());
         let w = TraceSpec::parse("gen:wlb-llm:docs=50").unwrap();
         assert_eq!(w.load(u64::MAX).unwrap().docs.len(), 50);
+    }
+
+    /// Regression (bug hunt): `gen:exponential:mean=1e30` clamped to u64::MAX, not to the 2³²
+    /// tokens every other trace holds, so `fcp plot cdf` titled its plot with a token total
+    /// that had wrapped around; a `max` above 2³² was taken too.
+    #[test]
+    fn exponential_lengths_are_capped_at_max_doc_len() {
+        let huge = TraceSpec::parse("gen:exponential:mean=1e30,docs=3").unwrap();
+        let t = huge.load(0).unwrap();
+        assert_eq!(t.lens(), vec![MAX_DOC_LEN; 3]);
+        assert_eq!(t.tokens(), 3 * MAX_DOC_LEN);
+        let at_cap = format!("gen:exponential:mean=1e30,docs=2,max={MAX_DOC_LEN}");
+        assert_eq!(
+            TraceSpec::parse(&at_cap).unwrap().load(0).unwrap().lens(),
+            vec![MAX_DOC_LEN; 2]
+        );
+        for source in ["exponential:mean=5,", "lognormal:"] {
+            let spec = format!("gen:{source}max={}", MAX_DOC_LEN + 1);
+            let e = TraceSpec::parse(&spec).unwrap_err().to_string();
+            assert!(
+                e.contains("`max` is 4294967297, above the 4294967296 tokens a document may have"),
+                "{e}"
+            );
+        }
+    }
+
+    /// Regression (bug hunt): `docs=100000000000` had no bound and generated in memory until
+    /// the machine ran out; it is a config error naming the limit, as `batches` is.
+    #[test]
+    fn docs_beyond_max_gen_docs_is_a_config_error() {
+        let e = TraceSpec::parse("gen:wlb-llm:docs=100000000000")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`docs` is 100000000000, more than the 16777216 documents"),
+            "{e}"
+        );
+        assert!(matches!(
+            TraceSpec::parse(&format!("gen:magi:docs={MAX_GEN_DOCS}")),
+            Ok(TraceSpec::Gen {
+                docs: Some(MAX_GEN_DOCS),
+                ..
+            })
+        ));
+        let over = format!("gen:exponential:mean=9,docs={}", MAX_GEN_DOCS + 1);
+        assert!(TraceSpec::parse(&over).is_err());
     }
 }

@@ -5,6 +5,7 @@
 
 use super::tables::QuantileRow;
 use super::TraceError;
+use crate::jsonpos::{self, Seg};
 
 /// Quantile grid resolution: probabilities are multiples of 1 / GRID (0.01 %).
 pub const QUANTILE_GRID: usize = 10_000;
@@ -31,13 +32,17 @@ pub fn parse_json_lengths(text: &str) -> Result<Vec<u64>, TraceError> {
         let len = v
             .as_u64()
             .filter(|&n| (1..=super::MAX_DOC_LEN).contains(&n))
-            .ok_or_else(|| TraceError::Json {
-                line: 1,
-                message: format!(
-                    "element {i} (`{}`) is not a whole number of tokens from 1 to {}",
-                    crate::jsonpos::value_as_written(text, &[crate::jsonpos::Seg::Index(i)], v),
-                    super::MAX_DOC_LEN
-                ),
+            .ok_or_else(|| {
+                let at = [Seg::Index(i)];
+                TraceError::Json {
+                    // The element's own line: a pretty-printed array has one a line.
+                    line: jsonpos::line_at(text, &at).unwrap_or(1),
+                    message: format!(
+                        "element {i} (`{}`) is not a whole number of tokens from 1 to {}",
+                        jsonpos::value_as_written(text, &at, v),
+                        super::MAX_DOC_LEN
+                    ),
+                }
             })?;
         lens.push(len);
     }
@@ -112,6 +117,32 @@ mod tests {
         assert!(parse_json_lengths("[3, 1.5]").is_err());
         assert!(parse_json_lengths("{}").is_err());
         assert!(matches!(parse_json_lengths("[]"), Err(TraceError::Empty)));
+    }
+
+    /// Regression (bug hunt): every bad element of a JSON array was on "line 1", though a
+    /// pretty-printed array (`json.dump(..., indent=2)`) puts element i on line i + 2.
+    #[test]
+    fn a_bad_element_of_a_json_array_names_its_own_line() {
+        let mut lens: Vec<String> = (1..=2000).map(|n| n.to_string()).collect();
+        lens[1500] = "0".into();
+        let text = format!("[\n  {}\n]\n", lens.join(",\n  "));
+        match parse_json_lengths(&text) {
+            Err(e @ TraceError::Json { line: 1502, .. }) => {
+                assert!(
+                    e.to_string().starts_with("line 1502: element 1500 (`0`)"),
+                    "{e}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_json_lengths("\n\n[1, 2,\n  [3]]") {
+            Err(TraceError::Json { line: 4, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        match parse_json_lengths("[1, -2]") {
+            Err(TraceError::Json { line: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

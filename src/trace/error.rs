@@ -62,6 +62,18 @@ pub enum TraceError {
         /// The parameter's name as the user knows it (e.g. `--ranks`).
         what: &'static str,
     },
+    /// A batch of `ranks` × `tokens_per_rank` tokens, more than a 64-bit count holds. Not a
+    /// [`TraceError::BadParameter`]: packing has no generator, and the message said it did.
+    #[error(
+        "cannot pack: {ranks} ranks × {tokens_per_rank} tokens per rank is more tokens than a \
+         batch can hold (2^64)"
+    )]
+    BatchTooLarge {
+        /// Ranks of the CP group.
+        ranks: u32,
+        /// Tokens each rank holds.
+        tokens_per_rank: u64,
+    },
     /// Window packing was asked for without a context length.
     #[error("window packing needs a context length (--context)")]
     MissingContext,

@@ -103,8 +103,9 @@ impl PackOptions {
             },
             PackMode::Budget | PackMode::Carry => u64::from(self.ranks)
                 .checked_mul(self.tokens_per_rank)
-                .ok_or_else(|| {
-                    TraceError::BadParameter("ranks × tokens per rank overflows".into())
+                .ok_or(TraceError::BatchTooLarge {
+                    ranks: self.ranks,
+                    tokens_per_rank: self.tokens_per_rank,
                 }),
         }
     }
@@ -447,5 +448,21 @@ mod tests {
             Err(TraceError::MissingContext)
         ));
         assert!(pack(&t, &opts(PackMode::Budget, u32::MAX, u64::MAX, None)).is_err());
+    }
+
+    /// Regression (bug hunt): `fcp trace pack --ranks 4294967295 --tokens-per-rank
+    /// 18446744073709551615` said "invalid generator parameter", though nothing was generated.
+    #[test]
+    fn an_overflowing_batch_is_a_packing_error_not_a_generator_one() {
+        let t = Trace::from_lens(&[1]);
+        let e = pack(&t, &opts(PackMode::Carry, u32::MAX, u64::MAX, None)).unwrap_err();
+        assert!(matches!(e, TraceError::BatchTooLarge { .. }), "{e:?}");
+        let e = e.to_string();
+        assert!(!e.contains("generator"), "{e}");
+        assert_eq!(
+            e,
+            "cannot pack: 4294967295 ranks × 18446744073709551615 tokens per rank is more \
+             tokens than a batch can hold (2^64)"
+        );
     }
 }

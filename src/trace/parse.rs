@@ -11,7 +11,7 @@ use super::{Trace, TraceDoc, TraceError, MAX_DOC_LEN};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::input::{LineLog, LineLogging, TextOnly};
+use crate::input::{LineEnds, LineLog, LineLogging, TextOnly};
 use crate::jsonpos::{value_as_written, Seg};
 
 /// What a trace file is, for [`TextOnly`]'s refusals.
@@ -43,6 +43,14 @@ impl Format {
         match text.trim_start().chars().next() {
             Some('{' | '[') => Format::Jsonl,
             _ => Format::Csv,
+        }
+    }
+
+    /// What ends a line for this format's reader, so the line limit counts lines as it does.
+    fn line_ends(self) -> LineEnds {
+        match self {
+            Format::Csv => LineEnds::Csv,
+            Format::Jsonl => LineEnds::Lf,
         }
     }
 }
@@ -141,19 +149,24 @@ impl DocReader<Box<dyn BufRead>> {
                 }
             }
             let format = Format::sniff(&String::from_utf8_lossy(strip_bom(&head)));
-            let text = TextOnly::new(std::io::Cursor::new(head).chain(stdin), TRACE);
+            let text = TextOnly::with_line_ends(
+                std::io::Cursor::new(head).chain(stdin),
+                TRACE,
+                format.line_ends(),
+            );
             (
                 Box::new(std::io::BufReader::with_capacity(1 << 16, text)),
                 format,
             )
         } else {
             let f = std::fs::File::open(path).map_err(io_err)?;
+            let format = Format::from_path(path);
             (
                 Box::new(std::io::BufReader::with_capacity(
                     1 << 16,
-                    TextOnly::new(f, TRACE),
+                    TextOnly::with_line_ends(f, TRACE, format.line_ends()),
                 )),
-                Format::from_path(path),
+                format,
             )
         };
         // I/O errors surface through the parsers without a path; name it here.
@@ -602,6 +615,22 @@ mod tests {
             Err(TraceError::BadBatch { line: 2, .. }) => {}
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Regression (bug hunt): with old-Mac `\r` line endings, which the csv reader splits
+    /// lines at, every error was on "line 1".
+    #[test]
+    fn cr_only_line_endings_name_the_true_line() {
+        match Trace::from_csv_str("doc_len\r1\r2\r3\r4\r5\r-7\r") {
+            Err(TraceError::BadLength { line: 7, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        match Trace::from_csv_str("doc_len,x\r\r5,1\r\n\r6\r") {
+            Err(TraceError::Csv { line: 5, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        let t = Trace::from_csv_str("doc_len\r1\r\r2\n3\r\n4").unwrap();
+        assert_eq!(lens(&t), vec![1, 2, 3, 4]);
     }
 
     #[test]
