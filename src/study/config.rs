@@ -53,6 +53,24 @@ fn default_model() -> Vec<String> {
     vec!["llama3-70b".into()]
 }
 
+/// A sweep reads a trace file twice: once to hash it, so that a rerun reuses a cell only if
+/// its trace is unchanged, and once to load it. Standard input and pipes are read once and
+/// gone. (Regression, bug hunt: `traces = ["-"]` hashed as 0, so a rerun with other data on
+/// stdin reused the old cells; `/dev/stdin` was emptied by the hash and loaded as empty.) A
+/// path that does not exist is left to the loader's error.
+fn check_rereadable(path: &str) -> Result<(), StudyError> {
+    let regular = match std::fs::metadata(path) {
+        Ok(m) => m.is_file(),
+        Err(_) => path != "-",
+    };
+    if regular {
+        return Ok(());
+    }
+    Err(StudyError::Config(format!(
+        "trace `{path}` is not a regular file: a sweep reads its trace twice (to tell on a rerun whether it changed, then to load it), so save it to a file first (`... > trace.csv`)"
+    )))
+}
+
 fn is_no_recompute(r: &Recompute) -> bool {
     *r == Recompute::None
 }
@@ -261,7 +279,9 @@ impl SweepConfig {
         mode.check_context(!g.context.is_empty(), "grid.context", "pack = \"window\"")
             .map_err(|e| StudyError::Config(e.to_string()))?;
         for t in &g.traces {
-            super::traces::TraceSpec::parse(t)?;
+            if let super::traces::TraceSpec::File(path) = super::traces::TraceSpec::parse(t)? {
+                check_rereadable(&path)?;
+            }
         }
         Ok(())
     }
@@ -442,6 +462,20 @@ mod tests {
         // Without it, the tag (and every earlier sweep's cell names) is unchanged.
         let cfg = SweepConfig::parse(&format!("layer = true\n{grid}")).unwrap();
         assert!(cfg.settings_tag().ends_with(";layer=true"));
+    }
+
+    /// Regression (bug hunt): a stdin trace hashed as 0, so a rerun with other data reused
+    /// the old cells.
+    #[test]
+    fn a_trace_that_cannot_be_read_twice_is_refused() {
+        for t in ["-", "/dev/null"] {
+            let e = SweepConfig::parse(&format!(
+                "[grid]\ntraces=[\"{t}\"]\nschemes=[\"ring\"]\nranks=[2]\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("not a regular file"), "{t}: {e}");
+        }
     }
 
     #[test]
