@@ -190,3 +190,18 @@ fn ablation_prints_every_row_and_json() {
         .code(2)
         .stderr(predicate::str::contains("fcp entry"));
 }
+
+/// Regression (bug 4): `fcp ablation --scheme fcp:pipeline=maybe` exited 0, because every row
+/// overwrote `pipeline` before the entry was parsed; `plan` refuses the same entry.
+#[test]
+fn ablation_refuses_a_bad_switch_value_its_rows_would_override() {
+    for cmd in [&["plan", "-o", "-"][..], &["ablation"]] {
+        fcp()
+            .args(cmd)
+            .args(["--ranks", "4", "--tokens-per-rank", "8192"])
+            .args(["--scheme", "fcp:pipeline=maybe"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("`pipeline` must be true or false"));
+    }
+}

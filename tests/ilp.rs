@@ -2,14 +2,18 @@
 //! never loses to its warm start, returns its incumbent with a gap on a time-out, and its
 //! plans verify numerically.
 
+mod support;
+
 use fcp::hardware::Hardware;
 use fcp::ilp::search::{self, Item, Problem};
 use fcp::ilp::{self, milp, Mode, Options, Status};
-use fcp::plan::{check_numeric, verify, Mask, NumericOptions, Plan};
-use fcp::planners::{Fcp, PlanContext};
+use fcp::plan::{check_numeric, verify, Mask, NumericOptions, Plan, TransferTensor};
+use fcp::planners::{Fcp, PlanContext, Planner};
 use fcp::{Batch, Model};
+use predicates::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use support::fcp;
 
 /// A random problem of `m` items: single-segment pieces of a few documents (`chain`), or
 /// multi-segment units.
@@ -265,7 +269,6 @@ fn fcp_ilp_with_a_tight_cap_returns_the_heuristic_plan() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("pile.csv");
     let plan = dir.path().join("ilp.json");
-    let fcp = || assert_cmd::Command::cargo_bin("fcp").unwrap();
     fcp()
         .args([
             "trace", "gen", "--source", "pile", "--docs", "3000", "--seed", "0", "-o",
@@ -286,4 +289,254 @@ fn fcp_ilp_with_a_tight_cap_returns_the_heuristic_plan() {
         .arg(&plan)
         .assert()
         .success();
+}
+
+/// A batch whose tight cap (2 × 3000 tokens for 6000) makes LPT cut a 1024-token unit.
+fn cut_batch() -> Batch {
+    Batch::new(0, vec![3000, 1800, 700, 400, 100])
+}
+
+fn fcp_1024() -> Fcp {
+    Fcp {
+        block: 1024,
+        ..Fcp::default()
+    }
+}
+
+/// Regression (bug 2): when LPT had to cut a unit, the heuristic column showed the ILP's own
+/// numbers, hiding that the heuristic's plan beat the "optimal" whole-unit ILP. The column
+/// must describe the heuristic's real plan, and a note must say the optimum is over
+/// whole-unit assignments only.
+#[test]
+fn fcp_ilp_heuristic_column_is_the_real_plan_when_lpt_cut_a_unit() {
+    let batch = cut_batch();
+    with_ctx(2, 3000, |ctx| {
+        let f = fcp_1024();
+        let opts = Options::default();
+        let inst = ilp::fcp::instance(&f, &batch, ctx, &opts).unwrap();
+        assert!(inst.warm.is_none() && inst.cut_units() > 0);
+        let r = ilp::fcp::solve(&f, &batch, ctx, &opts).unwrap();
+        // Imbalance: LPT's own per-rank f-loads.
+        let loads = &inst.heuristic.loads;
+        let mean = loads.iter().sum::<f64>() / loads.len() as f64;
+        let lpt_imbalance = loads.iter().copied().fold(0.0, f64::max) / mean;
+        assert!(
+            (r.heuristic.imbalance - lpt_imbalance).abs() < 1e-12,
+            "{r:?}"
+        );
+        // Comm: the most K/V tokens one rank sends in the heuristic's plan itself.
+        let plan = f.plan(&batch, ctx).unwrap();
+        let mut sent = vec![0u64; 2];
+        for t in plan
+            .transfers
+            .iter()
+            .filter(|t| t.tensor == TransferTensor::Kv)
+        {
+            sent[t.src as usize] += t.tokens();
+        }
+        assert_eq!(r.heuristic.comm_tokens, sent.into_iter().max().unwrap());
+        // Here the heuristic beats the whole-unit optimum, and the report says why.
+        let (h, i) = (r.heuristic.objective.unwrap(), r.ilp.objective.unwrap());
+        assert_eq!(r.ilp.status, Status::Optimal);
+        assert!(h < i, "heuristic {h} vs ilp {i}");
+        assert!(
+            r.notes
+                .iter()
+                .any(|n| n.contains("over whole-unit assignments") && n.contains("is better")),
+            "{:?}",
+            r.notes
+        );
+        assert_valid(&r.plan);
+    });
+}
+
+/// The heuristic is measured on LPT's placement in every branch; when every unit went whole,
+/// that is exactly the warm start's value in the ILP's problem.
+#[test]
+fn fcp_ilp_heuristic_side_equals_the_warm_start_when_lpt_placed_units_whole() {
+    let batch = Batch::new(0, vec![3000, 1800, 700, 400, 100]);
+    with_ctx(3, 2500, |ctx| {
+        let f = Fcp {
+            block: 512,
+            ..Fcp::default()
+        };
+        let inst = ilp::fcp::instance(&f, &batch, ctx, &Options::default()).unwrap();
+        let warm = inst.warm.as_deref().expect("LPT placed every unit whole");
+        let v = inst.problem.evaluate(warm);
+        let h = ilp::fcp::heuristic_side(&inst.problem, &inst.heuristic);
+        assert!((h.imbalance - v.imbalance).abs() < 1e-12);
+        assert_eq!(h.comm_tokens, v.comm_tokens);
+        assert!((h.objective.unwrap() - v.objective).abs() < 1e-12);
+    });
+}
+
+/// Regression (bug 3): an unreachable min-comm target read `optimal` with no objective and an
+/// infinite bound, the note blamed the token cap and a time limit that never struck, and the
+/// heuristic's numbers changed with R although its plan did not.
+#[test]
+fn fcp_ilp_unreachable_target_is_infeasible_and_the_note_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("small.csv");
+    std::fs::write(
+        &trace,
+        "doc_len\n3000\n1500\n700\n400\n2000\n592\n5000\n3192\n",
+    )
+    .unwrap();
+    let run = |r: &str| -> serde_json::Value {
+        let out = fcp()
+            .args([
+                "ilp",
+                "--scheme",
+                "fcp",
+                "--ranks",
+                "3",
+                "--tokens-per-rank",
+                "3000",
+            ])
+            .args(["--block", "1024", "--mode", "min-comm", "--time-limit", "2"])
+            .args(["--json", "--target-imbalance", r, "--trace"])
+            .arg(&trace)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    let (unreachable, reachable) = (run("1.0"), run("1.1"));
+    assert_eq!(unreachable["ilp"]["status"], "infeasible");
+    assert!(unreachable["ilp"]["objective"].is_null());
+    let note = unreachable["notes"][0].as_str().unwrap();
+    assert!(note.contains("imbalance ≤ R = 1"), "{note}");
+    assert!(
+        !note.contains("token cap") && !note.contains("time limit"),
+        "{note}"
+    );
+    assert_eq!(reachable["ilp"]["status"], "optimal");
+    assert_eq!(
+        unreachable["heuristic"]["imbalance"],
+        reachable["heuristic"]["imbalance"]
+    );
+    assert_eq!(
+        unreachable["heuristic"]["comm_saving"],
+        reachable["heuristic"]["comm_saving"]
+    );
+}
+
+/// Bug 3, the other paths: the search and microlp say `infeasible` when nothing meets the
+/// constraints (FlashCP's pieces under an unreachable R; FCP's whole units under a cap that
+/// forces a cut), and the note names the token cap only when it is the obstacle.
+#[test]
+fn ilp_with_nothing_feasible_is_infeasible_for_both_schemes_and_solvers() {
+    // One 1000-token document on 3 ranks: no cut into 333–334-token shards balances it.
+    let batch = Batch::new(0, vec![1000]);
+    with_ctx(3, 334, |ctx| {
+        for microlp in [false, true] {
+            let opts = Options {
+                granularity: 1000,
+                mode: Mode::MinComm,
+                target_imbalance: 1.0,
+                microlp,
+                ..Options::default()
+            };
+            let inst = ilp::flashcp::instance(&batch, ctx, &opts).unwrap();
+            assert!(search::brute_force(&inst.problem).is_none());
+            let r = ilp::flashcp::solve(&batch, ctx, &opts).unwrap();
+            assert_eq!(r.ilp.status, Status::Infeasible, "microlp {microlp}");
+            assert!(r.ilp.objective.is_none() && r.ilp.bound.is_infinite());
+            assert!(r.notes[0].contains("imbalance ≤ R"), "{:?}", r.notes);
+            assert_valid(&r.plan);
+        }
+    });
+    let batch = cut_batch();
+    with_ctx(3, 2000, |ctx| {
+        for microlp in [false, true] {
+            let opts = Options {
+                microlp,
+                ..Options::default()
+            };
+            let r = ilp::fcp::solve(&fcp_1024(), &batch, ctx, &opts).unwrap();
+            assert_eq!(r.ilp.status, Status::Infeasible, "microlp {microlp}");
+            let note = r.notes.last().unwrap();
+            assert!(
+                note.contains("token cap") && !note.contains("time limit"),
+                "{note}"
+            );
+            assert_valid(&r.plan);
+        }
+    });
+}
+
+/// Regression (bug 5): `--microlp` was silently ignored when LPT cut a unit (the branch and
+/// bound ran instead). microlp visits no search nodes.
+#[test]
+fn fcp_ilp_microlp_is_honoured_when_lpt_cut_a_unit() {
+    let batch = cut_batch();
+    with_ctx(2, 3000, |ctx| {
+        let run = |microlp| {
+            let opts = Options {
+                microlp,
+                ..Options::default()
+            };
+            ilp::fcp::solve(&fcp_1024(), &batch, ctx, &opts).unwrap()
+        };
+        let (bb, lp) = (run(false), run(true));
+        assert!(bb.ilp.nodes > 0);
+        assert_eq!(lp.ilp.nodes, 0, "microlp ran");
+        assert_eq!(lp.ilp.status, Status::Optimal);
+        assert!((lp.ilp.objective.unwrap() - bb.ilp.objective.unwrap()).abs() < 1e-6);
+    });
+}
+
+/// Regression (bug 1): `--microlp --time-limit inf` (or 1e20) panicked converting the limit to
+/// a `Duration` (exit 101). A limit too large to hold means no limit, for both solvers.
+#[test]
+fn ilp_time_limit_too_large_for_a_duration_means_no_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "doc_len\n900\n500\n300\n200\n100\n").unwrap();
+    for limit in ["inf", "1e20"] {
+        for solver in [&["--microlp"][..], &[]] {
+            fcp()
+                .args([
+                    "ilp",
+                    "--scheme",
+                    "flashcp",
+                    "--ranks",
+                    "2",
+                    "--granularity",
+                    "400",
+                ])
+                .args(["--time-limit", limit])
+                .args(solver)
+                .arg("--trace")
+                .arg(&trace)
+                .assert()
+                .success()
+                .stdout(predicate::str::contains("optimal"));
+        }
+    }
+}
+
+/// Regression (bug 6): with N not dividing C the comm term was over ⌊C/N⌋ while a rank holds
+/// up to ⌈C/N⌉ tokens, so a valid plan could read a negative saving. The reference is now the
+/// most tokens a rank may hold, so no feasible assignment exceeds it.
+#[test]
+fn comm_saving_is_never_negative_when_ranks_do_not_divide_the_batch() {
+    // The bug report's batch: 16384 tokens on 7 ranks, Algorithm 1 exchanges all of a
+    // rank's ⌈C/N⌉ = 2341 tokens, one more than ⌊C/N⌋.
+    let batch = Batch::new(0, vec![3000, 1500, 700, 400, 2000, 592, 5000, 3192]);
+    with_ctx(7, 2341, |ctx| {
+        let opts = Options {
+            time_limit: 0.2,
+            ..Options::default()
+        };
+        let inst = ilp::flashcp::instance(&batch, ctx, &opts).unwrap();
+        let p = &inst.problem;
+        assert_eq!(p.comm_ref, p.hi as f64);
+        let r = ilp::flashcp::solve(&batch, ctx, &opts).unwrap();
+        assert!(r.heuristic.comm_tokens > p.lo, "not the reported case");
+        assert!(r.heuristic.comm_saving >= 0.0, "{:?}", r.heuristic);
+        assert!(r.ilp.comm_saving >= 0.0, "{:?}", r.ilp);
+    });
 }

@@ -53,14 +53,16 @@ pub struct IlpArgs {
     /// R: FlashCP's heuristic target and min-comm's constraint.
     #[arg(long, default_value_t = 1.05)]
     target_imbalance: f64,
-    /// Seconds before the search returns its best plan with its gap.
+    /// Seconds before the search returns its best plan with its gap (`inf`, or any limit too
+    /// large to hold, means none; with either solver).
     #[arg(long, default_value_t = 10.0)]
     time_limit: f64,
     /// FCP: block size in tokens.
     #[arg(long, default_value_t = fcp::planners::fcp::DEFAULT_BLOCK)]
     block: u64,
     /// Solve with good_lp's microlp MILP instead of the branch and bound (measurement only:
-    /// microlp reports no bound; a time-out keeps the heuristic's plan).
+    /// microlp reports no bound; a time-out keeps the better of its incumbent and the
+    /// heuristic's plan).
     #[arg(long)]
     microlp: bool,
     /// Write the ILP's plan here.
@@ -144,14 +146,24 @@ pub fn run(a: IlpArgs) -> Result<()> {
         num(h.objective),
         num(i.objective)
     );
-    outln!("{:<12} {:>10} {:>10.4}", "best bound", "", i.bound);
+    // Infinite when proven infeasible: printed as `-`, as JSON prints `null`.
+    outln!(
+        "{:<12} {:>10} {:>10}",
+        "best bound",
+        "",
+        num(Some(i.bound).filter(|b| b.is_finite()))
+    );
     outln!(
         "{:<12} {:>10} {:>10}",
         "gap",
         "",
-        num(i.gap.map(|g| 100.0 * g)) + "%"
+        i.gap
+            .map_or("-".to_string(), |g| format!("{:.4}%", 100.0 * g))
     );
     outln!("{:<12} {:>10} {:>10}", "status", "", i.status.label());
     outln!("{:<12} {:>10} {:>10.3}", "solve s", "", i.solve_s);
+    for n in &r.notes {
+        outln!("note: {n}");
+    }
     Ok(())
 }

@@ -14,8 +14,8 @@ use crate::planners::flashcp::{algorithm1, shard_work, Shard, Sharding};
 use crate::planners::{FlashCp, PlanContext};
 use crate::trace::Batch;
 
-use super::search::{self, Item, Problem};
-use super::{ilp_side, plan_params, side, Options, Report};
+use super::search::{Item, Problem};
+use super::{ilp_side, no_plan_note, plan_params, side, Options, Report};
 
 /// The instance: pieces `(doc, start, end)` in the problem's item order, the heuristic's
 /// assignment of them, and the problem.
@@ -71,6 +71,7 @@ pub fn instance(
         }
     }
     let total: u64 = lens.iter().sum();
+    let hi = total.div_ceil(u64::from(n));
     let (alpha, lambda, load_cap) = opts.weights();
     let items: Vec<Item> = pieces
         .iter()
@@ -84,10 +85,11 @@ pub fn instance(
         items,
         ranks: n,
         lo: total / u64::from(n),
-        hi: total.div_ceil(u64::from(n)),
+        hi,
         alpha,
         lambda,
-        comm_ref: (total / u64::from(n)).max(1) as f64,
+        // ⌈C/N⌉, the most tokens a rank may hold (and so exchange): see `Problem::comm_ref`.
+        comm_ref: hi.max(1) as f64,
         load_cap,
         chain: true,
         forced_exchange: Vec::new(),
@@ -164,12 +166,21 @@ pub fn solve(batch: &Batch, ctx: &PlanContext<'_>, opts: &Options) -> Result<Rep
     let inst = instance(batch, ctx, opts)?;
     let p = &inst.problem;
     let heuristic = side(p, &inst.warm);
-    let o = if opts.microlp {
-        super::milp_outcome(p, &inst.warm, opts.time_limit)
-    } else {
-        search::solve(p, Some(&inst.warm), opts.time_limit)
-    };
+    let o = super::outcome(p, Some(&inst.warm), opts);
     let ilp = ilp_side(p, &o);
+    // Nothing feasible (min-comm's R out of reach, or not reached in time): the search's
+    // incumbent is still the warm start, so the plan below is the heuristic's; say why.
+    let notes: Vec<String> = if ilp.objective.is_none() {
+        vec![no_plan_note(
+            p,
+            Some(&inst.warm),
+            &o,
+            "assignment of the pieces",
+            opts,
+        )]
+    } else {
+        Vec::new()
+    };
     let planner = FlashCp {
         target_imbalance: opts.target_imbalance,
     };
@@ -181,13 +192,6 @@ pub fn solve(batch: &Batch, ctx: &PlanContext<'_>, opts: &Options) -> Result<Rep
         Vec::new(),
         opts.target_imbalance,
     );
-    let plan = planner.plan_from(batch, ctx, &s, plan_params(&ilp, opts))?;
-    Ok(Report {
-        heuristic,
-        ilp,
-        mode: opts.mode,
-        lambda: opts.lambda,
-        target_imbalance: opts.target_imbalance,
-        plan,
-    })
+    let plan = planner.plan_from(batch, ctx, &s, plan_params(&ilp, opts, &notes))?;
+    Ok(Report::new(heuristic, ilp, opts, notes, plan))
 }

@@ -17,9 +17,10 @@
 //!   microlp's warm start;
 //! * minimise `α z + λ c / comm_ref`.
 //!
-//! microlp reports no lower bound and returns nothing when its time limit strikes before it
-//! proves anything, so [`super::search`] is the solver `fcp ilp` uses; this model is the
-//! cross-check (tests on small instances) and the measurement in `docs/ilp.md`.
+//! microlp reports no lower bound, and when its time limit strikes it returns at best an
+//! unproven incumbent (nothing when it has none), so [`super::search`] is the solver `fcp ilp`
+//! uses; this model is the cross-check (tests on small instances) and the measurement in
+//! `docs/ilp.md`.
 
 // Index loops mirror the model's subscripts (x[i][r], y[k][r]); iterators would hide them.
 #![allow(clippy::needless_range_loop)]
@@ -27,8 +28,8 @@
 use std::time::Instant;
 
 use good_lp::{
-    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
-    WithInitialSolution, WithTimeLimit,
+    constraint, microlp, solvers::SolutionStatus, variable, Expression, ProblemVariables,
+    ResolutionError, Solution, SolverModel, Variable, WithInitialSolution, WithTimeLimit,
 };
 
 use super::search::Problem;
@@ -42,13 +43,19 @@ pub struct MilpResult {
     pub objective: f64,
     /// Seconds spent.
     pub solve_s: f64,
-    /// Whether microlp returned before `time_limit` (then its answer is its proven optimum).
+    /// Whether microlp proved its answer optimal (not an incumbent the time limit left).
     pub finished: bool,
 }
 
-/// Solve `p` with microlp, warm-started from `warm`. `None` when microlp found nothing
-/// (infeasible, or the time limit struck first).
-pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Option<MilpResult> {
+/// Solve `p` with microlp, warm-started from `warm`, for at most `time_limit` seconds (none
+/// when [`super::time_limit`] says it is too large to hold). The error says why microlp
+/// returned nothing: [`ResolutionError::Infeasible`] is a proof that no assignment meets the
+/// constraints; a time-out is [`ResolutionError::Other`].
+pub fn solve(
+    p: &Problem,
+    warm: Option<&[u32]>,
+    time_limit: f64,
+) -> Result<MilpResult, ResolutionError> {
     let start = Instant::now();
     let n = p.ranks as usize;
     let m = p.items.len();
@@ -144,8 +151,10 @@ pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Option<MilpR
             model = model.with_initial_solution(init);
         }
     }
-    let model = model.with_time_limit(time_limit);
-    let sol = model.solve().ok()?;
+    if let Some(limit) = super::time_limit(time_limit) {
+        model = model.with_time_limit(limit.as_secs_f64());
+    }
+    let sol = model.solve()?;
     let assign: Vec<u32> = x
         .iter()
         .map(|xi| {
@@ -154,11 +163,10 @@ pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Option<MilpR
                 .unwrap_or(0) as u32
         })
         .collect();
-    let solve_s = start.elapsed().as_secs_f64();
-    Some(MilpResult {
+    Ok(MilpResult {
         objective: p.evaluate(&assign).objective,
         assign,
-        solve_s,
-        finished: solve_s < time_limit,
+        solve_s: start.elapsed().as_secs_f64(),
+        finished: matches!(sol.status(), SolutionStatus::Optimal),
     })
 }

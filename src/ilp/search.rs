@@ -8,8 +8,8 @@
 //! on another rank reads (Eq. 5's `Ŝ`: every shard but the last of a split document).
 //!
 //! Why not hand the MILP (see [`super::milp`]) to a solver: the only solver `good_lp` offers
-//! without system packages is microlp, which reports no lower bound and returns nothing when
-//! its time limit strikes first (`docs/ilp.md`). This search
+//! without system packages is microlp, which reports no lower bound and returns at best an
+//! unproven incumbent when its time limit strikes (`docs/ilp.md`). This search
 //! is exact on the same model, always holds an incumbent (the heuristic's plan), and proves a
 //! bound:
 //!
@@ -28,7 +28,7 @@
 //!   first, so whether a segment is exchanged is known when it is placed (it is unless every
 //!   later segment of its document sits on the same rank).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One item to place: one or more segments of documents, moved together.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +57,11 @@ pub struct Problem {
     pub alpha: f64,
     /// Weight of the comm term (max exchanged tokens per rank / `comm_ref`).
     pub lambda: f64,
-    /// Tokens that make the comm term 1 (FlashCP: Eq. 4's `C/N`, so the term is `1 − saving`).
+    /// Tokens that make the comm term 1, so the term is `1 − saving`. Both formulations use
+    /// `hi`, the most tokens one rank may hold (FlashCP: Eq. 2's `⌈C/N⌉`, Eq. 4's `C/N`
+    /// rounded up; FCP: the token cap): a rank only exchanges tokens it holds, so the term
+    /// never exceeds 1 and a valid plan's saving is never negative. (`⌊C/N⌋` read −0.1% when
+    /// `N` does not divide `C` and a rank holding `⌈C/N⌉` tokens exchanged them all.)
     pub comm_ref: f64,
     /// Hard cap on max load / mean (min-comm mode's R); `None` for no cap.
     pub load_cap: Option<f64>,
@@ -76,20 +80,36 @@ pub enum Status {
     /// The search finished: the incumbent is optimal.
     Optimal,
     /// A solution without a proof of optimality from a solver that stopped on its own
-    /// (reserved for MILP back ends; the search itself ends optimal or timed out).
+    /// (reserved for MILP back ends; the search itself ends optimal, timed out or
+    /// infeasible).
     Feasible,
     /// The time limit struck; the incumbent is returned with its gap.
     TimedOut,
+    /// The solver finished and proved that no assignment meets the constraints (the token
+    /// bounds, and in min-comm mode the load cap): there is no incumbent, and the bound is
+    /// infinite. Not `Optimal`: an optimum needs a feasible point.
+    Infeasible,
 }
 
 impl Status {
-    /// `optimal`, `feasible`, `timed out`.
+    /// `optimal`, `feasible`, `timed out`, `infeasible`.
     pub fn label(self) -> &'static str {
         match self {
             Status::Optimal => "optimal",
             Status::Feasible => "feasible",
             Status::TimedOut => "timed out",
+            Status::Infeasible => "infeasible",
         }
+    }
+}
+
+/// `(objective − bound) / objective`, never negative; 0 where it means nothing (no feasible
+/// objective, or a zero one). Both solvers report their gap through this.
+pub fn gap(objective: f64, bound: f64) -> f64 {
+    if objective.is_finite() && objective > 0.0 {
+        ((objective - bound) / objective).max(0.0)
+    } else {
+        0.0
     }
 }
 
@@ -162,20 +182,27 @@ impl Problem {
         out
     }
 
+    /// Whether every rank's tokens under `assign` are within `[lo, hi]`.
+    pub fn tokens_fit(&self, assign: &[u32]) -> bool {
+        let mut tokens = vec![0u64; self.ranks as usize];
+        for (it, &r) in self.items.iter().zip(assign) {
+            tokens[r as usize] += it.tokens;
+        }
+        tokens.iter().all(|&t| t >= self.lo && t <= self.hi)
+    }
+
     /// Evaluate an assignment.
     pub fn evaluate(&self, assign: &[u32]) -> Value {
         let n = self.ranks as usize;
         let mean = self.mean();
         let mut loads = vec![0.0; n];
-        let mut tokens = vec![0u64; n];
         for (it, &r) in self.items.iter().zip(assign) {
             loads[r as usize] += it.work;
-            tokens[r as usize] += it.tokens;
         }
         let imbalance = loads.iter().copied().fold(0.0, f64::max) / mean;
         let comm_tokens = self.exchanged(assign).into_iter().max().unwrap_or(0);
-        let feasible = tokens.iter().all(|&t| t >= self.lo && t <= self.hi)
-            && self.load_cap.is_none_or(|c| imbalance <= c + EPS);
+        let feasible =
+            self.tokens_fit(assign) && self.load_cap.is_none_or(|c| imbalance <= c + EPS);
         let objective = self.alpha * imbalance + self.lambda * comm_tokens as f64 / self.comm_ref;
         Value {
             objective: if feasible { objective } else { f64::INFINITY },
@@ -238,7 +265,8 @@ struct Search<'a> {
     best_obj: f64,
     nodes: u64,
     start: Instant,
-    limit: f64,
+    /// `None`: no limit ([`super::time_limit`]).
+    limit: Option<Duration>,
     timed_out: bool,
 }
 
@@ -260,7 +288,7 @@ impl Search<'_> {
 
     fn dfs(&mut self, k: usize, tail: Option<u32>) {
         self.nodes += 1;
-        if self.nodes % 4096 == 0 && self.start.elapsed().as_secs_f64() > self.limit {
+        if self.nodes % 4096 == 0 && self.limit.is_some_and(|l| self.start.elapsed() > l) {
             self.timed_out = true;
         }
         if self.timed_out {
@@ -346,8 +374,10 @@ impl Search<'_> {
     }
 }
 
-/// Solve `p` exactly within `time_limit` seconds, starting from the incumbent `warm` (which
-/// must be feasible to count). The result is never worse than `warm`.
+/// Solve `p` exactly within `time_limit` seconds (none when too large to hold, see
+/// [`super::time_limit`]), starting from the incumbent `warm` (which must be feasible to
+/// count). The result is never worse than `warm`; when the search finishes without any
+/// feasible assignment the status is [`Status::Infeasible`].
 pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Outcome {
     let start = Instant::now();
     let n = p.ranks as usize;
@@ -414,7 +444,7 @@ pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Outcome {
         best_obj,
         nodes: 0,
         start,
-        limit: time_limit,
+        limit: super::time_limit(time_limit),
         timed_out: false,
     };
     // The incumbent already meets the root bound: nothing to search.
@@ -424,19 +454,17 @@ pub fn solve(p: &Problem, warm: Option<&[u32]>, time_limit: f64) -> Outcome {
     let value = p.evaluate(&s.best);
     let (status, bound) = if s.timed_out {
         (Status::TimedOut, root.min(value.objective))
-    } else {
+    } else if value.feasible {
         (Status::Optimal, value.objective)
-    };
-    let gap = if value.objective.is_finite() && value.objective > 0.0 {
-        ((value.objective - bound) / value.objective).max(0.0)
     } else {
-        0.0
+        // Finished with nothing feasible: a proof of infeasibility, not an optimum.
+        (Status::Infeasible, f64::INFINITY)
     };
     Outcome {
         assign: s.best,
         value,
         bound,
-        gap,
+        gap: gap(value.objective, bound),
         status,
         solve_s: start.elapsed().as_secs_f64(),
         nodes: s.nodes,
@@ -470,6 +498,52 @@ pub fn brute_force(p: &Problem) -> Option<(Vec<u32>, Value)> {
         }
         if k == m {
             return best;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two 3-token items on one rank that may hold 4: nothing fits.
+    fn impossible() -> Problem {
+        let item = |doc| Item {
+            tokens: 3,
+            work: 1.0,
+            segs: vec![(doc, 0, 3)],
+        };
+        Problem {
+            items: vec![item(0), item(1)],
+            ranks: 1,
+            lo: 0,
+            hi: 4,
+            alpha: 1.0,
+            lambda: 0.0,
+            comm_ref: 4.0,
+            load_cap: None,
+            chain: false,
+            forced_exchange: Vec::new(),
+        }
+    }
+
+    /// Regression (bug 3): a search that finished with nothing feasible said `Optimal`.
+    #[test]
+    fn search_with_nothing_feasible_is_infeasible_not_optimal() {
+        let o = solve(&impossible(), None, 10.0);
+        assert_eq!(o.status, Status::Infeasible);
+        assert!(o.bound.is_infinite() && !o.value.feasible);
+        assert_eq!(o.gap, 0.0);
+    }
+
+    /// Regression (bug 1): an infinite limit is no limit, not a panic or an instant time-out.
+    #[test]
+    fn search_time_limit_inf_is_no_limit() {
+        let mut p = impossible();
+        p.hi = 6;
+        for limit in [f64::INFINITY, 1e20] {
+            let o = solve(&p, None, limit);
+            assert_eq!(o.status, Status::Optimal);
         }
     }
 }

@@ -54,6 +54,9 @@ pub fn ablation(
     sim: &Simulator,
     base: &str,
 ) -> Result<Vec<AblationRow>, String> {
+    // The user's entry is checked as given, before any row overrides its switches: a bad
+    // value (`pipeline=maybe`) every row replaces would otherwise pass unseen.
+    planner_for(base).map_err(|e| e.to_string())?;
     let mut entry = crate::planners::SchemeSpec::parse(base).map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     for (name, add) in ABLATION_STEPS {
