@@ -305,7 +305,7 @@ impl Batches {
         }
         if cut > 0 {
             eprintln!(
-                "note: packing cut {cut} document(s) in {batches} of the batches used (window packing cuts the document crossing each window's end and drops its rest; budget packing cuts documents longer than a batch); their cut-off tokens are in no batch"
+                "note: packing cut {cut} document(s) in {batches} of the batches used (window: the one crossing each window's end; budget: any longer than a batch); the cut-off tokens are in no batch"
             );
         }
     }

@@ -76,7 +76,7 @@ pub fn print_table(r: &SimReport) -> Result<()> {
     );
     if let Some(l) = &m.layer {
         outln!(
-            "whole layer {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · projections+MLP {:.3} ms mean, {:.3} ms max · token imbalance {:.3} · activations kept {} per layer (max; × the layers a GPU runs, unless recomputed)",
+            "whole layer {:.3} ms (lower bound {:.3} ms, {:.2}×) · MFU {:.1}% · projections+MLP {:.3} ms mean, {:.3} ms max · token imbalance {:.3} · activations kept {} per layer (max; × the layers a GPU runs{})",
             l.layer_time_ms,
             l.layer_lower_bound_ms,
             l.layer_vs_lower_bound,
@@ -84,7 +84,11 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             l.linear_mean_ms,
             l.linear_max_ms,
             l.token_imbalance,
-            bytes(l.act_max_bytes)
+            bytes(l.act_max_bytes),
+            match l.recompute {
+                fcp::model::Recompute::None => ", unless recomputed".to_string(),
+                r => format!("; recompute {}", r.name()),
+            }
         );
     }
     let layer = m.layer.is_some();

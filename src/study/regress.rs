@@ -63,6 +63,12 @@ pub struct Baseline {
     pub tolerance: f64,
     /// The cells to evaluate.
     pub grid: SweepConfig,
+    /// The grid's settings outside the cells when the numbers were recorded
+    /// ([`SweepConfig::settings_tag`]: batches, pass, mask, packing, layer). Checked against
+    /// the grid's now: numbers recorded for training must not gate an edited forward-only
+    /// grid. Absent in baselines recorded before it was kept (nothing to check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
     /// Recorded numbers, one entry per cell of the grid.
     pub cells: Vec<BaselineCell>,
 }
@@ -196,6 +202,7 @@ impl Baseline {
         Baseline {
             version: BASELINE_VERSION,
             tolerance,
+            settings: Some(grid.settings_tag()),
             grid,
             cells: results.iter().map(BaselineCell::from_result).collect(),
         }
@@ -245,6 +252,10 @@ pub fn evaluate(
 /// Compare `current` with the baseline's recorded cells.
 pub fn check(baseline: &Baseline, current: &[CellResult], tolerance: f64) -> RegressReport {
     let mut rep = RegressReport::default();
+    // Regression (bug hunt): `grid.pass` edited to "fwd" without --update compared forward
+    // numbers with recorded training ones and passed with "44 improvements".
+    let now = baseline.grid.settings_tag();
+    let edited = baseline.settings.as_ref().filter(|s| **s != now);
     for base in &baseline.cells {
         rep.cells += 1;
         let finding = |metric: &str, b: Option<f64>, c: Option<f64>, message: String| Finding {
@@ -254,6 +265,17 @@ pub fn check(baseline: &Baseline, current: &[CellResult], tolerance: f64) -> Reg
             current: c,
             message,
         };
+        if let Some(recorded) = edited {
+            rep.regressions.push(finding(
+                "settings",
+                None,
+                None,
+                format!(
+                    "recorded under {recorded}, but the grid now says {now}: the numbers do not compare; record them again with --update"
+                ),
+            ));
+            continue;
+        }
         let Some(cur) = current.iter().find(|r| r.key == base.key) else {
             rep.regressions.push(finding(
                 "missing",
@@ -353,6 +375,31 @@ mod tests {
             "batches = 1\n[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\",\"fcp\"]\nranks=[4]\ntokens_per_rank=[8192]",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn settings_edited_without_update_fail_every_cell() {
+        let g = grid();
+        let results = run_cells(&g, &g.cells(), &|_| {}).unwrap();
+        let mut base = Baseline::from_results(g, DEFAULT_TOLERANCE, &results);
+        assert!(check(&base, &results, DEFAULT_TOLERANCE)
+            .regressions
+            .is_empty());
+        base.grid.pass = "fwd".into();
+        let rep = check(&base, &results, DEFAULT_TOLERANCE);
+        assert_eq!(rep.regressions.len(), base.cells.len());
+        assert!(rep.regressions.iter().all(|f| f.metric == "settings"));
+        assert!(
+            rep.regressions[0].message.contains("pass=fwd"),
+            "{:?}",
+            rep.regressions[0]
+        );
+        // A baseline recorded before settings were kept checks none.
+        base.settings = None;
+        assert!(check(&base, &results, DEFAULT_TOLERANCE)
+            .regressions
+            .iter()
+            .all(|f| f.metric != "settings"));
     }
 
     #[test]
