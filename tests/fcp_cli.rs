@@ -191,7 +191,7 @@ fn ablation_prints_every_row_and_json() {
         .stderr(predicate::str::contains("fcp entry"));
 }
 
-/// Regression (bug 4): `fcp ablation --scheme fcp:pipeline=maybe` exited 0, because every row
+/// Regression (bug hunt): `fcp ablation --scheme fcp:pipeline=maybe` exited 0, because every row
 /// overwrote `pipeline` before the entry was parsed; `plan` refuses the same entry.
 #[test]
 fn ablation_refuses_a_bad_switch_value_its_rows_would_override() {

@@ -303,7 +303,7 @@ fn fcp_1024() -> Fcp {
     }
 }
 
-/// Regression (bug 2): when LPT had to cut a unit, the heuristic column showed the ILP's own
+/// Regression (bug hunt): when LPT had to cut a unit, the heuristic column showed the ILP's own
 /// numbers, hiding that the heuristic's plan beat the "optimal" whole-unit ILP. The column
 /// must describe the heuristic's real plan, and a note must say the optimum is over
 /// whole-unit assignments only.
@@ -370,7 +370,7 @@ fn fcp_ilp_heuristic_side_equals_the_warm_start_when_lpt_placed_units_whole() {
     });
 }
 
-/// Regression (bug 3): an unreachable min-comm target read `optimal` with no objective and an
+/// Regression (bug hunt): an unreachable min-comm target read `optimal` with no objective and an
 /// infinite bound, the note blamed the token cap and a time limit that never struck, and the
 /// heuristic's numbers changed with R although its plan did not.
 #[test]
@@ -467,7 +467,7 @@ fn ilp_with_nothing_feasible_is_infeasible_for_both_schemes_and_solvers() {
     });
 }
 
-/// Regression (bug 5): `--microlp` was silently ignored when LPT cut a unit (the branch and
+/// Regression (bug hunt): `--microlp` was silently ignored when LPT cut a unit (the branch and
 /// bound ran instead). microlp visits no search nodes.
 #[test]
 fn fcp_ilp_microlp_is_honoured_when_lpt_cut_a_unit() {
@@ -488,14 +488,15 @@ fn fcp_ilp_microlp_is_honoured_when_lpt_cut_a_unit() {
     });
 }
 
-/// Regression (bug 1): `--microlp --time-limit inf` (or 1e20) panicked converting the limit to
+/// Regression (bug hunt): `--microlp --time-limit inf` (or 1e20) panicked converting the limit to
 /// a `Duration` (exit 101). A limit too large to hold means no limit, for both solvers.
 #[test]
 fn ilp_time_limit_too_large_for_a_duration_means_no_limit() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.csv");
     std::fs::write(&trace, "doc_len\n900\n500\n300\n200\n100\n").unwrap();
-    for limit in ["inf", "1e20"] {
+    // 1e19 s fits a `Duration` but overflowed microlp's deadline (`Instant + limit`).
+    for limit in ["inf", "1e20", "1e19"] {
         for solver in [&["--microlp"][..], &[]] {
             fcp()
                 .args([
@@ -518,7 +519,19 @@ fn ilp_time_limit_too_large_for_a_duration_means_no_limit() {
     }
 }
 
-/// Regression (bug 6): with N not dividing C the comm term was over ⌊C/N⌋ while a rank holds
+/// Regression (bug hunt): `--microlp --lambda 1e308` panicked inside microlp's pivoting. A
+/// weight past a million is refused, naming the mode that minimises communication alone.
+#[test]
+fn an_absurd_lambda_is_refused_before_any_solver_runs() {
+    fcp()
+        .args(["ilp", "--scheme", "flashcp", "--ranks", "2", "--microlp"])
+        .args(["--lambda", "1e308"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--mode min-comm"));
+}
+
+/// Regression (bug hunt): with N not dividing C the comm term was over ⌊C/N⌋ while a rank holds
 /// up to ⌈C/N⌉ tokens, so a valid plan could read a negative saving. The reference is now the
 /// most tokens a rank may hold, so no feasible assignment exceeds it.
 #[test]

@@ -492,3 +492,34 @@ tokens_per_rank = [8192]
         .code(2)
         .stderr(predicate::str::contains("mha-16 gives no `hidden`"));
 }
+
+/// Regression (bug hunt): `grid.pass` edited to "fwd" in a baseline without `--update`
+/// compared forward numbers with the recorded training ones and passed ("44 improvements").
+#[test]
+fn regress_fails_a_baseline_whose_settings_were_edited_without_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("baseline.json");
+    let grid = r#"{"version":1,"tolerance":0.03,"grid":{"batches":1,"grid":{"traces":["default"],
+        "schemes":["zigzag"],"ranks":[2],"tokens_per_rank":[4096]}},"cells":[]}"#;
+    std::fs::write(&base, grid).unwrap();
+    fcp()
+        .args(["regress", "--update", "--baseline"])
+        .arg(&base)
+        .assert()
+        .success();
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&base).unwrap()).unwrap();
+    assert_eq!(v["settings"], "batches=1;pass=both;mask=causal;pack=budget");
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(&base)
+        .assert()
+        .success();
+    v["grid"]["pass"] = "fwd".into();
+    std::fs::write(&base, serde_json::to_string(&v).unwrap()).unwrap();
+    fcp()
+        .args(["regress", "--baseline"])
+        .arg(&base)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("recorded under other settings"));
+}

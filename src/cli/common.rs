@@ -221,6 +221,14 @@ impl From<RecomputeArg> for fcp::model::Recompute {
     }
 }
 
+/// " · recompute R" for a header or title when the backward pass recomputes, else nothing.
+pub fn recompute_words(recompute: Option<RecomputeArg>) -> String {
+    match recompute.map(fcp::model::Recompute::from) {
+        None | Some(fcp::model::Recompute::None) => String::new(),
+        Some(r) => format!(" · recompute {}", r.name()),
+    }
+}
+
 /// `sim` with the whole layer on when `layer` says so, its backward pass recomputing as
 /// `recompute` says (nothing when not given).
 pub fn layer_sim(
@@ -317,10 +325,7 @@ impl BatchArgs {
     /// packing planned FCP under a 32K cap where each rank's share of a 128K window over 8
     /// ranks is 16K, and `compare` disagreed with the same cell of `fcp sweep`.)
     pub fn tokens_per_rank(&self) -> u64 {
-        self.tokens_per_rank.unwrap_or_else(|| {
-            fcp::trace::PackMode::from(self.pack.pack)
-                .default_tokens_per_rank(self.ranks, self.pack.context())
-        })
+        self.pack.tokens_per_rank(self.ranks, self.tokens_per_rank)
     }
 
     /// The planning context these arguments describe, for `hw` and `model`.

@@ -6,7 +6,7 @@ use clap::Args;
 use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
 use fcp::sim::Simulator;
 
-use super::common::{layer_sim, BatchArgs, PassArg, ProfileArgs, RecomputeArg};
+use super::common::{layer_sim, recompute_words, BatchArgs, PassArg, ProfileArgs, RecomputeArg};
 
 /// Arguments of `fcp compare`.
 #[derive(Debug, Args)]
@@ -62,7 +62,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     }
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
-    packed.note_cuts(0..a.batches);
+    packed.note_cuts(0..packed.batches.len());
     let batches = packed.batches;
     let sim = layer_sim(
         Simulator::new(hw.clone(), model.clone())?,
@@ -83,14 +83,15 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} / {} · {} · pass {}",
+            "{} batch(es) · {} ranks × {} tokens · {} / {} · {} · pass {}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
             hw.name,
             model.name,
             a.batch.mask_name(),
-            fcp::sim::PassSel::from(a.pass).name()
+            fcp::sim::PassSel::from(a.pass).name(),
+            recompute_words(a.recompute)
         );
         out!(
             "{}",

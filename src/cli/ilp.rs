@@ -73,9 +73,18 @@ pub struct IlpArgs {
     json: bool,
 }
 
+/// The largest `--lambda` accepted.
+const MAX_LAMBDA: f64 = 1e6;
+
 pub fn run(a: IlpArgs) -> Result<()> {
     if a.time_limit.is_nan() || a.time_limit < 0.0 || !a.lambda.is_finite() || a.lambda < 0.0 {
         bail!("--time-limit and --lambda must be numbers ≥ 0");
+    }
+    // The comm term is a fraction of a rank's tokens and the imbalance about 1: a weight past a
+    // million already ignores the imbalance, and past ~1e300 overflowed microlp's pivoting
+    // (bug hunt: `--lambda 1e308` panicked).
+    if a.lambda > MAX_LAMBDA {
+        bail!("--lambda {} is more than {MAX_LAMBDA:e}: past that the imbalance term no longer counts (use --mode min-comm to minimise communication alone)", a.lambda);
     }
     if a.target_imbalance.is_nan() || a.target_imbalance < 1.0 {
         bail!("--target-imbalance must be ≥ 1");

@@ -14,7 +14,8 @@ use fcp::study::traces::TraceSpec;
 use fcp::study::{load_results, CellResult};
 
 use super::common::{
-    layer_sim, load_verified_plan, refuse_overwriting_input, PassArg, PlanProfileArgs, RecomputeArg,
+    layer_sim, load_verified_plan, recompute_words, refuse_overwriting_input, PassArg,
+    PlanProfileArgs, RecomputeArg,
 };
 
 /// Arguments of `fcp plot`.
@@ -195,7 +196,11 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
     };
     let title = a.title.unwrap_or_else(|| {
         let layer = report.metrics.layer.as_ref().map_or(String::new(), |l| {
-            format!(" · layer {:.2} ms", l.layer_time_ms)
+            format!(
+                " · layer {:.2} ms{}",
+                l.layer_time_ms,
+                recompute_words(a.recompute)
+            )
         });
         format!(
             "{} · {} ranks · {} docs · {} / {} · attention {:.2} ms{layer}",

@@ -114,10 +114,23 @@ pub fn run(a: RegressArgs) -> Result<()> {
         );
         Ok(())
     } else {
+        // Cells that fail for their settings, not their numbers, are said as such.
+        let settings = rep
+            .regressions
+            .iter()
+            .filter(|f| f.metric == "settings")
+            .count();
+        let what = if settings == rep.regressions.len() {
+            format!("{settings} cell(s) recorded under other settings than the grid's now")
+        } else {
+            format!(
+                "{} regression(s) in {} cells beyond tolerance {tol}",
+                rep.regressions.len(),
+                rep.cells
+            )
+        };
         eprintln!(
-            "regress: {} regression(s) in {} cells beyond tolerance {tol}; if intended, refresh with `fcp regress --baseline {} --update`",
-            rep.regressions.len(),
-            rep.cells,
+            "regress: {what}; if intended, refresh with `fcp regress --baseline {} --update`",
             a.baseline.display()
         );
         Err(Exit(1).into())

@@ -80,9 +80,10 @@ struct PackCmdArgs {
     /// Ranks in the CP group.
     #[arg(long)]
     ranks: u32,
-    /// Tokens each rank holds (budget and carry modes).
+    /// Tokens each rank holds (budget and carry modes; default 32768). Window packing sizes
+    /// batches by `--context` alone.
     #[arg(long)]
-    tokens_per_rank: u64,
+    tokens_per_rank: Option<u64>,
     #[command(flatten)]
     pack: PackArgs,
     /// Print JSON: {"batches": [{"index", "tokens", "doc_lens"}], "truncated"}.
@@ -169,6 +170,14 @@ impl PackArgs {
             "--context",
             "--pack window",
         )
+    }
+
+    /// Tokens per rank: `given`, else this packing mode's default
+    /// ([`fcp::trace::PackMode::default_tokens_per_rank`]).
+    pub fn tokens_per_rank(&self, ranks: u32, given: Option<u64>) -> u64 {
+        given.unwrap_or_else(|| {
+            PackMode::from(self.pack).default_tokens_per_rank(ranks, self.context())
+        })
     }
 
     /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
@@ -269,7 +278,9 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
             .map(|v| v.get_name().to_owned());
         eprintln!("note: {e}; ignored by --pack {}", mode.unwrap_or_default());
     }
-    let opts = a.pack.options(a.ranks, a.tokens_per_rank);
+    let opts = a
+        .pack
+        .options(a.ranks, a.pack.tokens_per_rank(a.ranks, a.tokens_per_rank));
     let stream = can_read_twice(&a.file) && !DocReader::open(&a.file)?.is_pinned();
     if !stream {
         let p = trace::pack(&Trace::load(&a.file)?, &opts)?;

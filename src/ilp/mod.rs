@@ -78,11 +78,17 @@ impl Options {
     }
 }
 
-/// `secs` as the limit both solvers hold: `None` (no limit) when it is too large for a
-/// [`Duration`] — infinity, 1e20 s: such a limit can never strike, and microlp converts its
+/// `secs` as the limit both solvers hold: `None` (no limit) from a century up — infinity,
+/// 1e19 s, 1e20 s: such a limit can never strike, and microlp converts its
 /// limit with `Duration::from_secs_f64`, which panics on it. Negative or NaN reads as 0 (the
 /// CLI refuses both before this).
 pub fn time_limit(secs: f64) -> Option<Duration> {
+    // A century: longer than any solve, and far below where microlp's `Instant::now() + limit`
+    // overflows (bug hunt: 1e19 s fits a `Duration` and panicked there).
+    const NEVER_S: f64 = 100.0 * 365.25 * 86_400.0;
+    if secs >= NEVER_S {
+        return None;
+    }
     Duration::try_from_secs_f64(secs.max(0.0)).ok()
 }
 
@@ -307,12 +313,13 @@ fn plan_params(o: &IlpSide, opts: &Options, notes: &[String]) -> Vec<(String, se
 mod tests {
     use super::*;
 
-    /// Regression (bug 1): microlp panicked on `--time-limit inf` / `1e20` converting it to a
+    /// Regression (bug hunt): microlp panicked on `--time-limit inf` / `1e20` converting it to a
     /// `Duration`. Such limits mean none, for both solvers.
     #[test]
     fn time_limit_too_large_for_a_duration_is_no_limit() {
         assert_eq!(time_limit(f64::INFINITY), None);
         assert_eq!(time_limit(1e20), None);
+        assert_eq!(time_limit(1e19), None);
         assert_eq!(time_limit(2.5), Some(Duration::from_millis(2500)));
         assert_eq!(time_limit(0.0), Some(Duration::ZERO));
         assert_eq!(time_limit(-1.0), Some(Duration::ZERO));

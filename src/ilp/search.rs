@@ -527,7 +527,7 @@ mod tests {
         }
     }
 
-    /// Regression (bug 3): a search that finished with nothing feasible said `Optimal`.
+    /// Regression (bug hunt): a search that finished with nothing feasible said `Optimal`.
     #[test]
     fn search_with_nothing_feasible_is_infeasible_not_optimal() {
         let o = solve(&impossible(), None, 10.0);
@@ -536,7 +536,7 @@ mod tests {
         assert_eq!(o.gap, 0.0);
     }
 
-    /// Regression (bug 1): an infinite limit is no limit, not a panic or an instant time-out.
+    /// Regression (bug hunt): an infinite limit is no limit, not a panic or an instant time-out.
     #[test]
     fn search_time_limit_inf_is_no_limit() {
         let mut p = impossible();

@@ -163,24 +163,11 @@ impl Simulator {
         let Some(cost) = &self.layer else {
             return Ok(None);
         };
-        self.check_model(plan)?;
-        let mut cm = self.compute_model();
-        let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
-        let idx = index::PlanIndex::new(plan);
-        let tokens = plan.tokens_per_rank();
+        let mut run = self.start(plan)?;
         let mut layers = Vec::new();
         for &pass in passes.passes() {
-            let program = self.program(plan, &idx, pass, &mut cm)?;
-            self.push_layer_pass(
-                cost,
-                plan,
-                &idx,
-                &mut cm,
-                &coll,
-                &tokens,
-                &program,
-                &mut layers,
-            )?;
+            let program = run.program(pass)?;
+            run.push_layer_pass(cost, &program, &mut layers)?;
         }
         // Summed as `LayerMetrics::layer_time_ms` is, to the last bit.
         Ok(Some(layers.iter().map(|l| l.end_ns() as f64 * 1e-6).sum()))
@@ -215,47 +202,17 @@ impl Simulator {
         self.run(plan, passes).map(|(r, o, _)| (r, o))
     }
 
-    /// The program of one pass: the plan's forward, or the backward derived from it.
-    fn program(
-        &self,
-        plan: &Plan,
-        idx: &index::PlanIndex,
-        pass: Pass,
-        cm: &mut ComputeModel<'_>,
-    ) -> Result<Program, SimError> {
-        Ok(match pass {
-            Pass::Fwd => Program::forward(plan, idx, &self.model, cm)?,
-            Pass::Bwd => Program::backward(plan, idx, &self.model, cm)?,
+    /// Start simulating `plan`: checked against the model, with what every pass reads.
+    fn start<'s>(&'s self, plan: &'s Plan) -> Result<PlanRun<'s>, SimError> {
+        self.check_model(plan)?;
+        Ok(PlanRun {
+            sim: self,
+            plan,
+            idx: index::PlanIndex::new(plan),
+            cm: self.compute_model(),
+            coll: CollectiveModel::new(&self.net, self.nccl.as_ref()),
+            tokens: plan.tokens_per_rank(),
         })
-    }
-
-    /// Push the whole-layer pass of `program` onto `layers`: under full recomputation a
-    /// backward pass comes after the forward pass it reruns (the same work on the same
-    /// engine, so the forward's own outcome when it was simulated).
-    #[allow(clippy::too_many_arguments)]
-    fn push_layer_pass(
-        &self,
-        cost: &LayerCost,
-        plan: &Plan,
-        idx: &index::PlanIndex,
-        cm: &mut ComputeModel<'_>,
-        coll: &CollectiveModel<'_>,
-        tokens: &[u64],
-        program: &Program,
-        layers: &mut Vec<LayerPass>,
-    ) -> Result<(), SimError> {
-        if program.pass == Pass::Bwd && cost.reruns_forward() {
-            let rerun = match layers.iter().find(|l| l.pass == Pass::Fwd && !l.recomputed) {
-                Some(fwd) => fwd.rerun(),
-                None => {
-                    let fwd = self.program(plan, idx, Pass::Fwd, cm)?;
-                    layer::run(&fwd, tokens, cost, &self.net, coll)?.rerun()
-                }
-            };
-            layers.push(rerun);
-        }
-        layers.push(layer::run(program, tokens, cost, &self.net, coll)?);
-        Ok(())
     }
 
     /// Every pass on the engine (and, with the layer on, its whole layer too), and the report.
@@ -264,29 +221,17 @@ impl Simulator {
         plan: &Plan,
         passes: PassSel,
     ) -> Result<(SimReport, Vec<PassOutcome>, Vec<LayerPass>), SimError> {
-        self.check_model(plan)?;
-        let mut cm = self.compute_model();
-        let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
-        let idx = index::PlanIndex::new(plan);
+        let mut run = self.start(plan)?;
         let mut outcomes = Vec::new();
         let mut layers = Vec::new();
-        let tokens = plan.tokens_per_rank();
         for &pass in passes.passes() {
-            let program = self.program(plan, &idx, pass, &mut cm)?;
-            outcomes.push(engine::run(&program, &[], &self.net, &coll)?);
+            let program = run.program(pass)?;
+            outcomes.push(engine::run(&program, &[], &self.net, &run.coll)?);
             if let Some(cost) = &self.layer {
-                self.push_layer_pass(
-                    cost,
-                    plan,
-                    &idx,
-                    &mut cm,
-                    &coll,
-                    &tokens,
-                    &program,
-                    &mut layers,
-                )?;
+                run.push_layer_pass(cost, &program, &mut layers)?;
             }
         }
+        let PlanRun { idx, mut cm, .. } = run;
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
         // The layer's bound covers the work it runs: the rerun forward pass's attention too.
         let rerun_lower = if layers.iter().any(|l| l.recomputed) {
@@ -309,6 +254,51 @@ impl Simulator {
             layer,
         );
         Ok((report, outcomes, layers))
+    }
+}
+
+/// One plan on a simulator: what every pass of it reads.
+struct PlanRun<'s> {
+    sim: &'s Simulator,
+    plan: &'s Plan,
+    idx: index::PlanIndex,
+    cm: ComputeModel<'s>,
+    coll: CollectiveModel<'s>,
+    tokens: Vec<u64>,
+}
+
+impl PlanRun<'_> {
+    /// The program of one pass: the plan's forward, or the backward derived from it.
+    fn program(&mut self, pass: Pass) -> Result<Program, SimError> {
+        let model = &self.sim.model;
+        Ok(match pass {
+            Pass::Fwd => Program::forward(self.plan, &self.idx, model, &mut self.cm)?,
+            Pass::Bwd => Program::backward(self.plan, &self.idx, model, &mut self.cm)?,
+        })
+    }
+
+    /// Push the whole-layer pass of `program` onto `layers`: under full recomputation a
+    /// backward pass comes after the forward pass it reruns (the same work on the same
+    /// engine, so the forward's own outcome when it was simulated).
+    fn push_layer_pass(
+        &mut self,
+        cost: &LayerCost,
+        program: &Program,
+        layers: &mut Vec<LayerPass>,
+    ) -> Result<(), SimError> {
+        let net = &self.sim.net;
+        if program.pass == Pass::Bwd && cost.reruns_forward() {
+            let rerun = match layers.iter().find(|l| l.pass == Pass::Fwd && !l.recomputed) {
+                Some(fwd) => fwd.rerun(),
+                None => {
+                    let fwd = self.program(Pass::Fwd)?;
+                    layer::run(&fwd, &self.tokens, cost, net, &self.coll)?.rerun()
+                }
+            };
+            layers.push(rerun);
+        }
+        layers.push(layer::run(program, &self.tokens, cost, net, &self.coll)?);
+        Ok(())
     }
 }
 

@@ -62,7 +62,8 @@ impl PackMode {
     /// front end (command line, sweep) derives it here, so one cell reads the same in each.
     pub fn default_tokens_per_rank(self, ranks: u32, context: u64) -> u64 {
         match self {
-            PackMode::Window => context.div_ceil(u64::from(ranks.max(1))),
+            // At least 1: a zero context is the packer's error to name, not a zero cap.
+            PackMode::Window => context.div_ceil(u64::from(ranks.max(1))).max(1),
             PackMode::Budget | PackMode::Carry => DEFAULT_TOKENS_PER_RANK,
         }
     }
@@ -149,15 +150,9 @@ pub fn pack_first(trace: &Trace, opts: &PackOptions, keep: usize) -> Result<Pack
         return Ok(pack_pinned(trace, limit, keep));
     }
     let mut packer = Packer::new(opts)?;
-    packer.keep = keep;
+    packer.keep = Some(keep);
     let mut batches = Vec::new();
-    let mut total_batches = 0;
-    let mut emit = |b: Batch| {
-        if batches.len() < keep {
-            batches.push(b);
-        }
-        total_batches += 1;
-    };
+    let mut emit = |b: Batch| batches.push(b);
     for d in &trace.docs {
         packer.push(d.len, &mut emit);
     }
@@ -166,7 +161,7 @@ pub fn pack_first(trace: &Trace, opts: &PackOptions, keep: usize) -> Result<Pack
         batches,
         truncated: packer.truncated,
         cuts: packer.cuts,
-        total_batches,
+        total_batches: packer.index,
     })
 }
 
@@ -183,9 +178,11 @@ pub struct Packer {
     truncated: usize,
     /// Documents cut in the batch being filled.
     cut_here: usize,
-    /// Per closed batch below `keep`: documents cut in it.
+    /// Per batch kept: documents cut in it.
     cuts: Vec<usize>,
-    keep: usize,
+    /// `None`: every batch is emitted (streaming). `Some(k)`: the first k are emitted with
+    /// their cuts recorded, the rest only counted ([`pack_first`]).
+    keep: Option<usize>,
 }
 
 impl Packer {
@@ -200,7 +197,7 @@ impl Packer {
             truncated: 0,
             cut_here: 0,
             cuts: Vec::new(),
-            keep: 0,
+            keep: None,
         })
     }
 
@@ -238,6 +235,15 @@ impl Packer {
             PackMode::Carry => {
                 let mut rest = len;
                 while rest > 0 {
+                    // Past the batches kept, whole batches of one document are only counted:
+                    // a 2³²-token document one token a batch would otherwise loop 2³² times
+                    // (bug hunt: 88 s for `--batches 1`).
+                    if self.fill == 0 && rest >= limit && self.past_keep() {
+                        let whole = rest / limit;
+                        self.index = self.index.saturating_add(whole as usize);
+                        rest -= whole * limit;
+                        continue;
+                    }
                     let take = rest.min(limit - self.fill);
                     self.add(take);
                     rest -= take;
@@ -265,13 +271,22 @@ impl Packer {
         self.cut_here += 1;
     }
 
+    /// Whether the batch being filled is past those kept (it is counted, not emitted).
+    fn past_keep(&self) -> bool {
+        self.keep.is_some_and(|k| self.index >= k)
+    }
+
     fn close(&mut self, emit: &mut impl FnMut(Batch)) {
         if !self.current.is_empty() {
-            if self.index < self.keep {
-                self.cuts.push(self.cut_here);
+            if self.past_keep() {
+                self.current.clear();
+            } else {
+                if self.keep.is_some() {
+                    self.cuts.push(self.cut_here);
+                }
+                emit(Batch::new(self.index, std::mem::take(&mut self.current)));
             }
             self.cut_here = 0;
-            emit(Batch::new(self.index, std::mem::take(&mut self.current)));
             self.index += 1;
             self.fill = 0;
         }
@@ -357,11 +372,24 @@ mod tests {
     /// token a batch, built every batch before the first was taken and ran out of memory.
     #[test]
     fn packing_the_first_batches_holds_no_more_than_them() {
-        let t = Trace::from_lens(&[3_000_000, 1]);
+        // Past the batches kept, whole batches are counted at once: 2³² of them here.
+        let t = Trace::from_lens(&[1 << 32, 1]);
         let p = pack_first(&t, &opts(PackMode::Carry, 1, 1, None), 2).unwrap();
         assert_eq!(lens(&p), vec![vec![1], vec![1]]);
         assert_eq!(p.cuts, vec![0, 0]);
-        assert_eq!(p.total_batches, 3_000_001);
+        assert_eq!(p.total_batches, (1 << 32) + 1);
+        // Counting agrees with packing everything where that is cheap.
+        let t = Trace::from_lens(&[7, 25, 3]);
+        let o = opts(PackMode::Carry, 1, 4, None);
+        let all = pack(&t, &o).unwrap();
+        for keep in 0..all.batches.len() + 2 {
+            let first = pack_first(&t, &o, keep).unwrap();
+            assert_eq!(first.total_batches, all.batches.len(), "keep {keep}");
+            assert_eq!(
+                first.batches[..],
+                all.batches[..keep.min(all.batches.len())]
+            );
+        }
         // The same batches as packing everything, and the same counts.
         let t = Trace::from_lens(&[3, 4, 2, 25, 1, 9]);
         let all = pack(&t, &opts(PackMode::Budget, 2, 5, None)).unwrap();
