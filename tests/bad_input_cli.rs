@@ -163,6 +163,19 @@ fn usage_errors_exit_2_with_a_reason() {
             &["compare", "--ranks", "2", "--schemes", "", "--json"],
             "lists no scheme",
         ),
+        // Skipped the empty entry and compared the rest without a word.
+        (
+            &[
+                "compare",
+                "--ranks",
+                "2",
+                "--schemes",
+                "ring,,zigzag",
+                "--batches",
+                "1",
+            ],
+            "scheme list `ring,,zigzag`: entry 2 is empty",
+        ),
         // Every scheme failed, yet exit 0.
         (
             &[
@@ -496,6 +509,28 @@ fn hand_edited_plan_fields_are_refused_naming_the_field() {
                 .stderr(predicate::str::contains(says));
         }
     }
+}
+
+/// A plan edited so that rank 0 had more steps than the others verified (exit 0),
+/// though every rank has the same number of steps.
+#[test]
+fn a_plan_whose_ranks_have_different_step_counts_is_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = small_plan(dir.path());
+    let uneven = edited_plan(dir.path(), &p, "uneven.json", |v| {
+        let steps = v["ranks"][0]["steps"].as_array_mut().unwrap();
+        steps.push(serde_json::json!({"tasks": []}));
+        steps.push(serde_json::json!({"tasks": []}));
+    });
+    fcp()
+        .arg("verify")
+        .arg(&uneven)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("violation: StepCount: rank 1 has"))
+        .stdout(predicate::str::contains(
+            "every rank has the same number of steps",
+        ));
 }
 
 /// A plan saved by an editor that writes a byte-order mark (Notepad) was refused as

@@ -447,6 +447,65 @@ fn hybrid_quick_plans_and_says_so() {
     assert!(p["chosen_relay"] == true || p["chosen_node_heads"] == true);
 }
 
+/// Regressions (bug hunt): `hybrid:relay=true` at 16 ranks recorded the relay and chose a
+/// head-parallel plan without it; `hybrid:node_heads=true` chose a row-cut plan at 16 ranks
+/// and planned without a word at 12, where `fcp:node_heads=true` refuses; `hybrid:block=3` on
+/// one 9,000-token document at 2 ranks ran for minutes. Fixed parameters now hold in the plan
+/// chosen, and what cannot hold is refused with exit 2.
+#[test]
+fn hybrid_fixed_relay_node_heads_and_block_hold_or_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("h.json");
+    for (scheme, relay, heads) in [
+        ("hybrid:relay=true,quick=true", true, false),
+        ("hybrid:node_heads=true,quick=true", false, true),
+        ("hybrid:node_heads=false,quick=true", true, false),
+    ] {
+        plan_bundled(scheme, 16, &[], &out).success();
+        fcp().arg("verify").arg(&out).assert().success();
+        let p = fcp::Plan::load(&out).unwrap().scheme.params;
+        assert_eq!(p["chosen_relay"], relay, "{scheme}");
+        assert_eq!(p["chosen_node_heads"], heads, "{scheme}");
+    }
+    for (scheme, ranks, says) in [
+        (
+            "hybrid:node_heads=true",
+            12,
+            "hybrid:node_heads=true needs whole nodes: 12 ranks are not a multiple of 8 per node",
+        ),
+        (
+            "hybrid:node_heads=true,relay=true",
+            16,
+            "`relay=true` and `node_heads=true` exclude each other",
+        ),
+    ] {
+        plan_bundled(scheme, ranks, &[], &out)
+            .code(2)
+            .stderr(predicate::str::contains(says).and(predicate::str::contains("panicked").not()));
+    }
+    let t = dir.path().join("one.csv");
+    std::fs::write(&t, "doc_len\n9000\n").unwrap();
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "hybrid:block=3",
+            "--ranks",
+            "2",
+            "--trace",
+        ])
+        .arg(&t)
+        .arg("-o")
+        .arg(&out)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "hybrid: block=3 cuts this batch into up to",
+        ))
+        .stderr(predicate::str::contains("use block=8 or more"));
+}
+
 #[test]
 fn budget_ms_flag_reaches_auto_and_only_auto() {
     // Issue 8 spells the budget as `--budget-ms`: it becomes `auto:budget_ms=`, and a scheme

@@ -23,10 +23,10 @@ use crate::plan::{Plan, PlanError, TokenRange, TransferTensor};
 use crate::sim::{ComputeModel, LayerCost, PassSel, Simulator};
 use crate::trace::Batch;
 
-use super::fcp::{blocks, Fcp};
+use super::fcp::{block_hint, block_pairs, blocks, node_heads, Fcp};
 use super::{
     limit_json, param_bool, param_non_negative, param_positive, PlanContext, Planner, SchemeError,
-    SchemeSpec,
+    SchemeSpec, MAX_PLAN_ITEMS,
 };
 
 /// Steps ahead of its stage that a first-hop transfer leaves in `hybrid`'s plans
@@ -113,7 +113,9 @@ pub struct Hybrid {
     /// Fixed whole-document fraction (else every one of [`WHOLE_FRACTIONS`] is tried).
     pub whole_frac: Option<f64>,
     /// Fixed node-level K/V relay ([`Fcp::relay`]; else both are tried when the group spans
-    /// nodes).
+    /// nodes). Head-parallel nodes have no relay (their rails already spread a node's
+    /// imports over all its NICs), so `relay=true` keeps the row-cut candidates alone, and
+    /// refuses `node_heads=true`.
     pub relay: Option<bool>,
     /// Fixed heavy-block split limit ([`Fcp::split_limit`]; else `inf` and [`SPLIT_LIMIT`]
     /// are tried).
@@ -125,7 +127,9 @@ pub struct Hybrid {
     /// (`docs/results/beyond.md` § Planning time). Fixed parameters still win.
     pub quick: bool,
     /// Fixed choice of head-parallel nodes ([`Fcp::node_heads`]; else both are tried where
-    /// the heads divide over a node's ranks).
+    /// the heads divide over a node's ranks): `true` builds the head-parallel candidates
+    /// alone and refuses a group they cannot plan (as `fcp:node_heads=true` does), `false`
+    /// the row-cut ones alone.
     pub node_heads: Option<bool>,
     /// Objective (`layer=true|false`): the whole layer — attention plus the projections and
     /// MLP, whose time follows each rank's token count ([`crate::sim::LayerCost`]) — or
@@ -204,7 +208,23 @@ impl Hybrid {
                 _ => return Err(SchemeError::not_taken(&spec.name, k, &PARAMS)),
             }
         }
+        if let Some(message) = h.conflict() {
+            return Err(SchemeError::BadParam {
+                scheme: spec.name.clone(),
+                message,
+            });
+        }
         Ok(h)
+    }
+
+    /// Fixed parameters no candidate can hold together, said as what to change: every fixed
+    /// parameter holds in every candidate, and head-parallel nodes have no relay.
+    fn conflict(&self) -> Option<String> {
+        (self.relay == Some(true) && self.node_heads == Some(true)).then(|| {
+            "`relay=true` and `node_heads=true` exclude each other: head-parallel nodes send \
+             K/V rank j to rank j of each node, over every NIC, and have no relay; drop one"
+                .to_string()
+        })
     }
 
     /// Every candidate placement (block size × whole-document threshold × split limit),
@@ -282,12 +302,13 @@ impl Hybrid {
         let cap = Fcp::cap(batch, ctx);
         let whole_weights = whole_document_weights(batch, ctx)?;
         let mean = whole_weights.iter().sum::<f64>() / f64::from(ctx.ranks.max(1));
-        let node_specs = self.node_heads_specs(batch, ctx, &whole_weights, mean, cap);
+        let node_specs = self.node_heads_specs(batch, ctx, &whole_weights, mean, cap)?;
         // Beyond WIDE_SEARCH_MAX_RANKS the quick search builds head-parallel nodes alone
         // where they apply: there they won all twelve 256-rank cells of
         // docs/results/beyond.md, and a row-cut placement of every rank costs more than all
-        // four of them (placing N/8 nodes, not N ranks).
-        let row_cut = !(self.quick && ctx.ranks > WIDE_SEARCH_MAX_RANKS && !node_specs.is_empty());
+        // four of them (placing N/8 nodes, not N ranks). `node_heads=true` asks for them alone.
+        let row_cut = self.node_heads != Some(true)
+            && !(self.quick && ctx.ranks > WIDE_SEARCH_MAX_RANKS && !node_specs.is_empty());
         let blocks = if row_cut { blocks } else { Vec::new() };
         let profile = ctx
             .hardware
@@ -337,6 +358,9 @@ impl Hybrid {
                 repair: false,
                 ..Fcp::default()
             });
+        }
+        if let Some(block) = self.block {
+            check_search_size(batch, ctx, block, &specs, relays.len(), &node_specs)?;
         }
         // A candidate that cannot be planned (too large a plan at its block size) drops out;
         // the search fails only when every candidate does, with the first one's reason. (One
@@ -476,13 +500,15 @@ impl Hybrid {
             pruned,
         })
     }
-    /// The head-parallel-node configurations to try ([`Fcp::node_heads`]): none unless the
-    /// query heads divide over a node's ranks and the ranks fill whole nodes, or when
-    /// `node_heads=false`; else [`NODE_HEADS_BLOCKS`] × documents kept whole on a node (none
-    /// beyond FCP's packs, or every one that fits one rank's budget) × the split limits × the
-    /// rebalance with and without two-item exchanges × lookahead 0 and 1 (quick: one
-    /// configuration). The user's fixed parameters hold here too; a fixed whole fraction is
-    /// of a node's mean load (a node keeps the document, its ranks share it by heads).
+    /// The head-parallel-node configurations to try ([`Fcp::node_heads`]): none with
+    /// `node_heads=false` or `relay=true` (they have no relay), nor — unless `node_heads=true`
+    /// asks for them, which then fails where they cannot apply — where the ranks do not fill
+    /// whole nodes of several ranks or the query heads do not divide over them; else
+    /// [`NODE_HEADS_BLOCKS`] × documents kept whole on a node (none beyond FCP's packs, or
+    /// every one that fits one rank's budget) × the split limits × the rebalance with and
+    /// without two-item exchanges × lookahead 0 and 1 (quick: [`QUICK_NODE_HEADS`]). The
+    /// user's fixed parameters hold here too; a fixed whole fraction is of a node's mean load
+    /// (a node keeps the document, its ranks share it by heads).
     fn node_heads_specs(
         &self,
         batch: &Batch,
@@ -490,12 +516,20 @@ impl Hybrid {
         whole_weights: &[f64],
         mean: f64,
         cap: u64,
-    ) -> Vec<Fcp> {
-        let g = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
-        let fits = ctx.ranks % g == 0 && ctx.model.q_heads % g == 0;
-        if self.node_heads == Some(false) || !fits || g == 1 {
-            return Vec::new();
+    ) -> Result<Vec<Fcp>, PlanError> {
+        if let Some(message) = self.conflict() {
+            return Err(PlanError::Planning(format!("hybrid: {message}")));
         }
+        let g = match self.node_heads {
+            Some(false) => return Ok(Vec::new()),
+            _ if self.relay == Some(true) => return Ok(Vec::new()),
+            Some(true) => node_heads::node_size(ctx, "hybrid:node_heads=true")?,
+            // Nodes of one rank would only repeat the row-cut candidates.
+            None => match node_heads::node_size(ctx, "hybrid") {
+                Ok(g) if g > 1 => g,
+                _ => return Ok(Vec::new()),
+            },
+        };
         let fixed_whole = self.whole_frac.map(|f| {
             longest_whole(
                 batch,
@@ -552,8 +586,47 @@ impl Hybrid {
                 specs.push(fcp);
             }
         }
-        specs
+        Ok(specs)
     }
+}
+
+/// Refuse, before any work, a fixed `block` whose search would build more tasks than
+/// [`MAX_PLAN_ITEMS`] in all — FCP's own guard ([`block_pairs`]), sized for the search: each
+/// row-cut placement is built once per relay setting, and a head-parallel candidate's tasks
+/// are at most its node-level block pairs × the ranks of a node (a head-split tile becomes one
+/// per head group). `hybrid:block=3` on one 9,000-token document at 2 ranks (4.5M pairs, below
+/// FCP's per-plan limit) built dozens of such candidates for minutes, where `fcp:block=3`
+/// planned in seconds. The default grid's blocks (2K and up) stay far below: about 10⁵ pairs
+/// a candidate on the bundled sources at 4096 ranks.
+fn check_search_size(
+    batch: &Batch,
+    ctx: &PlanContext<'_>,
+    block: u64,
+    specs: &[Fcp],
+    relays: usize,
+    node_specs: &[Fcp],
+) -> Result<(), PlanError> {
+    let g = u64::from(ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1)));
+    let tasks = |block: u64| {
+        let of = |fcp: &Fcp| block_pairs(batch, ctx.mask, block, fcp.whole);
+        let row_cut = specs.iter().map(of).fold(0u64, u64::saturating_add);
+        let heads = node_specs.iter().map(of).fold(0u64, u64::saturating_add);
+        row_cut
+            .saturating_mul(relays as u64)
+            .saturating_add(heads.saturating_mul(g))
+    };
+    let total = tasks(block);
+    if total <= MAX_PLAN_ITEMS {
+        return Ok(());
+    }
+    let candidates = specs.len() * relays + node_specs.len();
+    Err(PlanError::Planning(format!(
+        "hybrid: block={block} cuts this batch into up to {total} block pairs (one task each) \
+         over the {candidates} candidates it searches, more than the {MAX_PLAN_ITEMS} a search \
+         may build{} (fixing more of whole_frac, split_limit, relay and node_heads searches \
+         fewer)",
+        block_hint(block, |b| tasks(b) <= MAX_PLAN_ITEMS)
+    )))
 }
 
 /// The longest document whose whole-document weight is at most `limit` and that fits `cap`
@@ -1205,6 +1278,146 @@ mod tests {
             let plan = quick.plan(&batch, ctx).unwrap();
             assert_valid(&plan);
             assert_eq!(plan.scheme.params["chosen_fcp_default"], false);
+        });
+    }
+
+    fn spec(text: &str) -> Hybrid {
+        Hybrid::from_spec(&SchemeSpec::parse(text).unwrap()).unwrap()
+    }
+
+    /// A multi-node batch (16 ranks: two nodes of 8) where head-parallel nodes apply.
+    fn two_node_batch() -> Batch {
+        let mut lens = vec![20_000, 9_000, 7_000];
+        lens.extend(std::iter::repeat_n(1_400u64, 20));
+        Batch::new(0, lens)
+    }
+
+    /// Regression (bug hunt): `hybrid:relay=true` at 16 ranks recorded `relay: true` and chose
+    /// a head-parallel plan without the relay (`chosen_relay` false): the head-parallel
+    /// candidates were built from `Fcp::default()` and never took the fixed relay. Every
+    /// fixed parameter now holds in every candidate: `relay=true` keeps the row-cut ones
+    /// alone (head-parallel nodes have no relay), the full search, a fixed candidate and the
+    /// quick search alike; `relay=false` keeps both families, none relayed.
+    #[test]
+    fn a_fixed_relay_holds_in_every_candidate_head_parallel_ones_too() {
+        let batch = two_node_batch();
+        with(16, 4096, Mask::Causal, |ctx| {
+            for text in [
+                "hybrid:relay=true",
+                "hybrid:block=4096,whole_frac=0.25,relay=true,split_limit=inf",
+                "hybrid:relay=true,quick=true",
+            ] {
+                let h = spec(text);
+                let c = h.candidates(&batch, ctx).unwrap();
+                assert!(!c.scores.is_empty(), "{text}");
+                assert!(
+                    c.scores.iter().all(|s| s.fcp.relay && !s.fcp.node_heads),
+                    "{text}"
+                );
+                let plan = h.plan(&batch, ctx).unwrap();
+                assert_valid(&plan);
+                let p = &plan.scheme.params;
+                assert_eq!(p["relay"], true, "{text}");
+                assert_eq!(p["chosen_relay"], true, "{text}");
+                assert_eq!(p["chosen_node_heads"], false, "{text}");
+            }
+            let c = spec("hybrid:relay=false").candidates(&batch, ctx).unwrap();
+            assert!(c.scores.iter().all(|s| !s.fcp.relay));
+            assert!(c.scores.iter().any(|s| s.fcp.node_heads));
+            assert!(c.scores.iter().any(|s| !s.fcp.node_heads));
+            // The other fixed parameters hold in both families.
+            let c = spec("hybrid:block=4096,split_limit=inf")
+                .candidates(&batch, ctx)
+                .unwrap();
+            assert!(c.scores.iter().any(|s| s.fcp.node_heads));
+            assert!(c
+                .scores
+                .iter()
+                .all(|s| s.fcp.block == 4096 && s.fcp.split_limit.is_infinite()));
+        });
+    }
+
+    /// Regression (bug hunt): `hybrid:node_heads=true` had no effect — at 16 ranks it chose a
+    /// row-cut plan, at 12 ranks (not whole nodes of 8) it planned without a word where
+    /// `fcp:node_heads=true` refuses. It now builds head-parallel candidates alone and
+    /// refuses, as `fcp` does, a group they cannot plan; `node_heads=false` builds none.
+    #[test]
+    fn node_heads_true_builds_head_parallel_candidates_alone_or_refuses() {
+        let batch = two_node_batch();
+        with(16, 4096, Mask::Causal, |ctx| {
+            for text in [
+                "hybrid:node_heads=true",
+                "hybrid:node_heads=true,quick=true",
+            ] {
+                let h = spec(text);
+                let c = h.candidates(&batch, ctx).unwrap();
+                assert_eq!(c.placements, 0, "{text}");
+                assert!(!c.scores.is_empty(), "{text}");
+                assert!(c.scores.iter().all(|s| s.fcp.node_heads), "{text}");
+                let plan = h.plan(&batch, ctx).unwrap();
+                assert_valid(&plan);
+                assert_eq!(plan.scheme.params["chosen_node_heads"], true, "{text}");
+            }
+            let c = spec("hybrid:node_heads=false")
+                .candidates(&batch, ctx)
+                .unwrap();
+            assert!(!c.scores.is_empty() && c.scores.iter().all(|s| !s.fcp.node_heads));
+        });
+        with(12, 4096, Mask::Causal, |ctx| {
+            let fcp_says = Fcp::from_spec(&SchemeSpec::parse("fcp:node_heads=true").unwrap())
+                .unwrap()
+                .plan(&batch, ctx)
+                .unwrap_err()
+                .to_string();
+            for text in [
+                "hybrid:node_heads=true",
+                "hybrid:node_heads=true,quick=true",
+            ] {
+                let e = spec(text).plan(&batch, ctx).unwrap_err().to_string();
+                assert!(
+                    e.contains(
+                        "hybrid:node_heads=true needs whole nodes: 12 ranks are not a \
+                         multiple of 8 per node"
+                    ),
+                    "{e}"
+                );
+                assert_eq!(
+                    e.replace("hybrid:node_heads=true", "fcp:node_heads"),
+                    fcp_says
+                );
+            }
+        });
+        // Head-parallel nodes have no relay: asking for both is refused as the entry is read.
+        let e = Hybrid::from_spec(&SchemeSpec::parse("hybrid:node_heads=true,relay=true").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exclude each other"), "{e}");
+    }
+
+    /// Regression (bug hunt): `hybrid:block=3` on one 9,000-token document at 2 ranks built
+    /// dozens of candidates of ~4.5M tasks each for minutes (`fcp:block=3` plans it in
+    /// seconds: 4.5M pairs is under FCP's per-plan limit). The search's total is now refused
+    /// up front, with a block size that fits.
+    #[test]
+    fn a_fixed_block_too_small_for_the_search_is_refused_before_any_work() {
+        let batch = Batch::new(0, vec![9_000]);
+        with(2, 32_768, Mask::Causal, |ctx| {
+            assert!(block_pairs(&batch, ctx.mask, 3, 0) <= MAX_PLAN_ITEMS);
+            // (No `unwrap_err`: a plan of millions of tasks is not printed if one is made.)
+            let Err(e) = spec("hybrid:block=3").plan(&batch, ctx) else {
+                panic!("hybrid:block=3 was planned");
+            };
+            let e = e.to_string();
+            assert!(
+                e.contains("hybrid: block=3 cuts this batch into up to"),
+                "{e}"
+            );
+            assert!(e.contains("use block=8 or more"), "{e}");
+            // A block the guard lets through still plans.
+            let plan = spec("hybrid:block=512,quick=true")
+                .plan(&batch, ctx)
+                .unwrap();
+            assert_valid(&plan);
         });
     }
 }

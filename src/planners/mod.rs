@@ -128,6 +128,18 @@ pub enum SchemeError {
         /// What is wrong.
         message: String,
     },
+    /// An empty entry in a comma-separated list of schemes (`ring,,zigzag`): a scheme left
+    /// out by mistake, which used to be skipped without a word.
+    #[error(
+        "scheme list `{list}`: entry {position} is empty; remove the extra comma or name a \
+         scheme there"
+    )]
+    EmptyEntry {
+        /// The list as given.
+        list: String,
+        /// 1-based position of the empty entry among the list's comma-separated entries.
+        position: usize,
+    },
     /// A parameter the scheme does not take at all: its own variant, so a caller adding
     /// parameters (`fcp plan`'s flags) can tell "not for this scheme" from "a bad value".
     #[error("scheme `{scheme}`: takes no parameter `{key}`{}", known_list(.known))]

@@ -52,11 +52,24 @@ pub struct CompareRow {
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`
 /// parameters: a token with `=` and no `:` continues the previous entry's parameters, so
-/// `ring,fcp:block=2048,coalesce=8,zigzag` is three entries.
+/// `ring,fcp:block=2048,coalesce=8,zigzag` is three entries. An empty entry (`ring,,zigzag`,
+/// a trailing comma) is refused, naming its position: a scheme left out by mistake would
+/// otherwise drop out of the comparison unseen. A list with no entry at all (`""`, `,`)
+/// yields nothing, for the caller to refuse as listing no scheme.
 pub fn parse_scheme_list(lists: &[String]) -> Result<Vec<String>, SchemeError> {
     let mut out: Vec<String> = Vec::new();
     for list in lists {
-        for tok in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let toks: Vec<&str> = list.split(',').map(str::trim).collect();
+        if toks.iter().all(|t| t.is_empty()) {
+            continue;
+        }
+        if let Some(i) = toks.iter().position(|t| t.is_empty()) {
+            return Err(SchemeError::EmptyEntry {
+                list: list.clone(),
+                position: i + 1,
+            });
+        }
+        for tok in toks {
             if tok == "all" {
                 out.extend(SCHEMES.iter().map(|s| s.to_string()));
             } else if tok.contains('=') && !tok.contains(':') {
@@ -220,5 +233,36 @@ mod tests {
         assert_eq!(all, SCHEMES);
         assert!(parse_scheme_list(&["ring,block=3".into()]).is_err());
         assert!(parse_scheme_list(&["ring,nope".into()]).is_err());
+    }
+
+    /// Regression (bug hunt): `--schemes ring,,zigzag` compared ring and zigzag without a word
+    /// about the entry left empty.
+    #[test]
+    fn an_empty_entry_in_the_scheme_list_is_refused_naming_its_position() {
+        for (list, position) in [
+            ("ring,,zigzag", 2),
+            ("ring,zigzag,", 3),
+            (",ring", 1),
+            ("fcp:block=2048,,coalesce=8", 2),
+        ] {
+            let e = parse_scheme_list(&["ring".into(), list.into()]).unwrap_err();
+            assert_eq!(
+                e,
+                SchemeError::EmptyEntry {
+                    list: list.into(),
+                    position
+                }
+            );
+            assert!(
+                e.to_string()
+                    .contains(&format!("entry {position} is empty")),
+                "{e}"
+            );
+        }
+        // A list with no entry at all is left to the caller ("lists no scheme").
+        assert_eq!(
+            parse_scheme_list(&[",".into(), "".into()]).unwrap(),
+            Vec::<String>::new()
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! * partial outputs computed away from their queries' owner are returned to it;
 //! * every token is owned by exactly one rank; per-rank tokens respect the memory cap;
 //! * a plan that claims to be congestion-free has at most one send and one receive per rank in
-//!   each round.
+//!   each round;
+//! * every rank has the same number of steps.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -52,6 +53,8 @@ pub enum ViolationKind {
     OutputNotReturned,
     /// A congestion-free plan has a round where a rank sends or receives twice.
     Congestion,
+    /// Ranks have different numbers of steps (the format pads every rank to the same count).
+    StepCount,
 }
 
 /// One broken invariant, with a message that points at the offending item.
@@ -101,6 +104,7 @@ pub fn verify(plan: &Plan) -> Vec<Violation> {
     if !out.is_empty() {
         return out;
     }
+    check_step_counts(plan, &mut out);
     check_ownership(plan, &mut out);
     check_tasks(plan, &mut out);
     coverage::check_coverage(plan, &mut out);
@@ -406,6 +410,38 @@ fn check_tasks(plan: &Plan, out: &mut Vec<Violation>) {
                 }
             }
         }
+    }
+}
+
+/// Every rank has the same number of steps, as `docs/plan-format.md` defines the format: step
+/// `s` is one phase of the whole group, and an `issue_at` past the last step means "after all
+/// of the source's compute" — with uneven counts the same index would mean that on one rank
+/// and a step on another. The builder pads every rank with trailing empty steps; a
+/// hand-edited plan with a rank of 7 steps among ranks of 5 used to verify. One violation
+/// names the first rank that differs from rank 0 and how many differ.
+fn check_step_counts(plan: &Plan, out: &mut Vec<Violation>) {
+    let Some(first) = plan.ranks.first() else {
+        return;
+    };
+    let n = first.steps.len();
+    let mut differ = plan.ranks.iter().filter(|rp| rp.steps.len() != n);
+    if let Some(rp) = differ.next() {
+        let more = differ.count();
+        out.push(v(
+            ViolationKind::StepCount,
+            format!(
+                "rank {} has {} steps, rank {} has {n}{}: every rank has the same number of \
+                 steps (pad the shorter ranks with trailing empty steps)",
+                rp.rank,
+                rp.steps.len(),
+                first.rank,
+                if more > 0 {
+                    format!(" ({more} more ranks differ from rank {})", first.rank)
+                } else {
+                    String::new()
+                }
+            ),
+        ));
     }
 }
 

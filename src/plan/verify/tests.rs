@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use super::ViolationKind as K;
 use super::*;
 use crate::plan::TransferTensor;
-use crate::plan::{Mask, Transfer};
+use crate::plan::{Mask, Step, Transfer};
 use crate::planners::testing::with_ctx;
 use crate::planners::{Planner, Zigzag};
 use crate::trace::Batch;
@@ -188,6 +188,44 @@ fn rejects_bad_header() {
     let mut p = plan();
     p.num_ranks = 5;
     assert!(kinds(&p).contains(&K::Header));
+}
+
+/// Regression (bug hunt): a zigzag plan edited so that rank 0 had 7 steps and the others 5
+/// verified, though the format gives every rank the same number of steps.
+#[test]
+fn ranks_with_different_step_counts_are_a_violation() {
+    let mut p = plan();
+    let n = p.ranks[0].steps.len();
+    p.ranks[0].steps.extend([Step::default(), Step::default()]);
+    let vs = verify(&p);
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert_eq!(vs[0].kind, K::StepCount);
+    assert!(
+        vs[0].message.starts_with(&format!(
+            "rank 1 has {n} steps, rank 0 has {} (2 more ranks differ from rank 0)",
+            n + 2
+        )),
+        "{}",
+        vs[0]
+    );
+    // One rank alone differing is named alone.
+    let mut p = plan();
+    p.ranks[2].steps.push(Step::default());
+    let vs = verify(&p);
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert!(
+        vs[0]
+            .message
+            .starts_with(&format!("rank 2 has {} steps, rank 0 has {n}:", n + 1)),
+        "{}",
+        vs[0]
+    );
+    // Padded alike, every rank: still valid (trailing empty steps are padding).
+    let mut p = plan();
+    for r in &mut p.ranks {
+        r.steps.push(Step::default());
+    }
+    assert_eq!(verify(&p), vec![]);
 }
 
 #[test]

@@ -274,36 +274,16 @@ impl Fcp {
     /// `block=1` on 32K tokens used to plan for over a minute and 8 GB before anything said
     /// the block was absurd. Documents kept whole (up to `whole` tokens) are one block.
     fn check_block_pairs(&self, batch: &Batch, mask: Mask) -> Result<(), PlanError> {
-        let pairs_of = |block: u64| -> u64 {
-            batch
-                .doc_lens
-                .iter()
-                .map(|&len| {
-                    let k = if len <= self.whole {
-                        1
-                    } else {
-                        len.div_ceil(block)
-                    };
-                    match mask {
-                        Mask::Causal => k.saturating_mul(k.saturating_add(1)) / 2,
-                        Mask::Full => k.saturating_mul(k),
-                    }
-                })
-                .fold(0u64, u64::saturating_add)
-        };
+        let pairs_of = |block: u64| block_pairs(batch, mask, block, self.whole);
         let pairs = pairs_of(self.block.max(1));
         if pairs <= MAX_PLAN_ITEMS {
             return Ok(());
         }
-        // The smallest power-of-two block that fits, to say what would work.
-        let fits = (0..40)
-            .map(|e| 1u64 << e)
-            .find(|&b| b > self.block && pairs_of(b) <= MAX_PLAN_ITEMS);
         Err(PlanError::Planning(format!(
             "fcp: block={} cuts this batch into {pairs} block pairs (one task each), more than the \
              {MAX_PLAN_ITEMS} a plan may hold{}",
             self.block,
-            fits.map_or(String::new(), |b| format!("; use block={b} or more"))
+            block_hint(self.block, |b| pairs_of(b) <= MAX_PLAN_ITEMS)
         )))
     }
 
@@ -576,6 +556,34 @@ impl Planner for Fcp {
         let dist = self.distribute(batch, ctx)?;
         Ok(self.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {}))
     }
+}
+
+/// Block pairs (tasks) the mask allows when `batch` is cut into `block`-token blocks, the
+/// documents of at most `whole` tokens kept as one block: what [`Fcp::check_block_pairs`]
+/// bounds, and `hybrid` sums over its candidates for the same reason.
+pub fn block_pairs(batch: &Batch, mask: Mask, block: u64, whole: u64) -> u64 {
+    let block = block.max(1);
+    batch
+        .doc_lens
+        .iter()
+        .map(|&len| {
+            let k = if len <= whole { 1 } else { len.div_ceil(block) };
+            match mask {
+                Mask::Causal => k.saturating_mul(k.saturating_add(1)) / 2,
+                Mask::Full => k.saturating_mul(k),
+            }
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// `"; use block=B or more"` for the smallest power-of-two block `B` above `block` that
+/// `fits`, or nothing when none up to 2^39 does: a refusal of a block size says what would
+/// work.
+pub fn block_hint(block: u64, fits: impl Fn(u64) -> bool) -> String {
+    (0..40)
+        .map(|e| 1u64 << e)
+        .find(|&b| b > block && fits(b))
+        .map_or(String::new(), |b| format!("; use block={b} or more"))
 }
 
 /// The user's layout the reshuffler starts from: the packed batch (documents back to back, in

@@ -45,20 +45,7 @@ pub const SINGLE_SLACK: f64 = 0.02;
 
 /// Plan `batch` with `fcp`'s switches across nodes and head-parallel ranks inside them.
 pub fn plan(fcp: &Fcp, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-    let g = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
-    let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
-    if ctx.ranks == 0 || ctx.ranks % g != 0 {
-        return Err(PlanError::Planning(format!(
-            "fcp:node_heads needs whole nodes: {} ranks are not a multiple of {g} per node",
-            ctx.ranks
-        )));
-    }
-    if hq % g != 0 || hk == 0 || hq % hk != 0 {
-        return Err(PlanError::Planning(format!(
-            "fcp:node_heads needs q_heads ({hq}) divisible by the {g} ranks of a node and by \
-             kv_heads ({hk})"
-        )));
-    }
+    let g = node_size(ctx, "fcp:node_heads")?;
     if fcp.reshuffle {
         return Err(PlanError::Planning(
             "fcp:node_heads does not combine with reshuffle".into(),
@@ -85,6 +72,28 @@ pub fn plan(fcp: &Fcp, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, Pla
     let dist = across.distribute(batch, &node_ctx)?;
     let nodes = across.build(batch, &node_ctx, &dist.assignment.owned, dist.cap, |_| {});
     expand(fcp, &nodes, batch, ctx, g, cap)
+}
+
+/// The ranks of a node, when head-parallel nodes apply to `ctx`: the ranks fill whole nodes
+/// and the query heads divide over a node's ranks and over the K/V heads. Else an error that
+/// says which, prefixed with `what` (the scheme and key that asked for them, so that `fcp`
+/// and `hybrid` refuse the same groups with the same reason).
+pub fn node_size(ctx: &PlanContext<'_>, what: &str) -> Result<u32, PlanError> {
+    let g = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
+    let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
+    if ctx.ranks == 0 || ctx.ranks % g != 0 {
+        return Err(PlanError::Planning(format!(
+            "{what} needs whole nodes: {} ranks are not a multiple of {g} per node",
+            ctx.ranks
+        )));
+    }
+    if hq % g != 0 || hk == 0 || hq % hk != 0 {
+        return Err(PlanError::Planning(format!(
+            "{what} needs q_heads ({hq}) divisible by the {g} ranks of a node and by \
+             kv_heads ({hk})"
+        )));
+    }
+    Ok(g)
 }
 
 /// Turn a plan whose ranks are nodes into one whose ranks are GPUs (module doc, level 2).
