@@ -162,6 +162,15 @@ fn refusal(got: &[u8], offset: u64, what: &str) -> Option<String> {
     ))
 }
 
+/// Whether `path` is a regular file, which reads the same from its start each time it is
+/// opened. Standard input (`-`) and other files that are not (a pipe given as `/dev/stdin`,
+/// `<(...)`, a FIFO, a device) are gone once read: a streamed `trace pack` opened them for
+/// each pass, so its probe ate the header and the later passes read the rest or nothing; a
+/// sweep hashed its trace, emptying it. A path that cannot be looked up is not either.
+pub fn can_read_twice(path: &Path) -> bool {
+    path != Path::new("-") && std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
 /// Read the whole of `path`, which should be `what`, as text ([`TextOnly`]); `line_limit`:
 /// whether lines (ended by `\n`) are held to [`MAX_LINE_BYTES`] (not for one-line JSON
 /// documents).

@@ -55,6 +55,13 @@ pub struct LinearFlops {
     pub after: f64,
 }
 
+impl LinearFlops {
+    /// Before and after attention together.
+    pub fn total(&self) -> f64 {
+        self.before + self.after
+    }
+}
+
 /// What the backward pass recomputes instead of keeping it from the forward pass: the memory
 /// a layer holds per token against the FLOPs it reruns. The granularities are Megatron-Core's
 /// (`recompute_granularity` = `selective` with `recompute_modules = ["mlp"]`, or `full`; see
@@ -78,6 +85,12 @@ pub enum Recompute {
 impl Recompute {
     /// Every granularity, as written on the command line and in reports.
     pub const NAMES: [&'static str; 3] = ["none", "mlp", "full"];
+
+    /// Nothing is recomputed (the default, left out of reports and settings so that their
+    /// earlier forms stay byte-identical).
+    pub fn is_off(&self) -> bool {
+        *self == Recompute::None
+    }
 
     /// Name as written on the command line and in reports.
     pub fn name(self) -> &'static str {

@@ -38,7 +38,7 @@ pub fn run(a: AblationArgs) -> Result<()> {
     }
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
-    packed.note_cuts(0..packed.batches.len());
+    packed.note_all_cuts();
     let batches = packed.batches;
     let sim = Simulator::new(hw.clone(), model.clone())?;
     let ctx = a.batch.ctx(&hw, &model);

@@ -317,6 +317,12 @@ impl Batches {
             );
         }
     }
+
+    /// [`Batches::note_cuts`] over every batch kept: what `compare`, `demo` and `ablation`
+    /// run. (Bug hunt: ranging over the `--batches` asked for looped up to 2⁶⁴ times.)
+    pub fn note_all_cuts(&self) {
+        self.note_cuts(0..self.batches.len())
+    }
 }
 
 impl BatchArgs {

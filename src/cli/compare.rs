@@ -62,7 +62,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     }
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
-    packed.note_cuts(0..packed.batches.len());
+    packed.note_all_cuts();
     let batches = packed.batches;
     let sim = layer_sim(
         Simulator::new(hw.clone(), model.clone())?,

@@ -65,7 +65,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         bail!("--batches must be at least 1");
     }
     let packed = batch_args.load(a.batches)?;
-    packed.note_cuts(0..packed.batches.len());
+    packed.note_all_cuts();
     let batches = packed.batches;
     let (hw, model) = a.profile.load()?;
     let ctx = batch_args.ctx(&hw, &model);

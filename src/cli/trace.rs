@@ -266,7 +266,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
 /// Streamed for unpinned traces in a regular file: a first pass packs without keeping batches
 /// to count them (the summary line comes first, and a bad line fails before anything is
 /// printed), a second prints each batch as it closes. Pinned traces (batch ids may repeat
-/// anywhere) and anything that cannot be read twice ([`can_read_twice`]) are read whole, once.
+/// anywhere) and anything that cannot be read twice ([`fcp::input::can_read_twice`]) are read whole, once.
 fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
     // Other commands refuse `--context` without `--pack window`; `trace pack` has always
     // taken it with every mode (one command line packs a trace each way), so it only says so.
@@ -281,7 +281,7 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
     let opts = a
         .pack
         .options(a.ranks, a.pack.tokens_per_rank(a.ranks, a.tokens_per_rank));
-    let stream = can_read_twice(&a.file) && !DocReader::open(&a.file)?.is_pinned();
+    let stream = fcp::input::can_read_twice(&a.file) && !DocReader::open(&a.file)?.is_pinned();
     if !stream {
         let p = trace::pack(&Trace::load(&a.file)?, &opts)?;
         return emit(Path::new("-"), packed_text(&p, a.json)?.as_bytes());
@@ -313,16 +313,6 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
     failed?;
     w.end()?;
     Ok(out.flush()?)
-}
-
-/// Whether `path` is a regular file, which reads the same from its start each time it is
-/// opened. Standard input (`-`) and other files that are not (a pipe given as `/dev/stdin`,
-/// `<(...)`, a FIFO, a device) are gone once read: a streamed `trace pack` opened them for
-/// each pass, so its probe ate the header and the later passes read the rest or nothing, and a
-/// valid trace was "empty" or had a length for its header. A path that cannot be looked up is
-/// not either, and is read once to report why.
-fn can_read_twice(path: &Path) -> bool {
-    path != Path::new("-") && std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
 /// `fcp trace pack` output of packed batches in memory: the whole value pretty-printed at once.

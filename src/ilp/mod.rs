@@ -47,8 +47,8 @@ pub struct Options {
     pub mode: Mode,
     /// R: the heuristic's target and min-comm's constraint.
     pub target_imbalance: f64,
-    /// Seconds before the search returns its incumbent; one too large for a [`Duration`]
-    /// (infinity, 1e20) means no limit (see [`time_limit`]).
+    /// Seconds before the search returns its incumbent; a century or more (infinity, 1e20)
+    /// means no limit (see [`time_limit`]).
     pub time_limit: f64,
     /// Solve with microlp's MILP instead of the search (for measurement: no bound, and a
     /// time-out keeps the better of microlp's incumbent and the warm start).

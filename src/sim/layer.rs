@@ -121,13 +121,7 @@ impl LayerCost {
 
     /// The model's FLOPs per token over `passes`, before and after attention together.
     pub fn flops_per_token(&self, passes: &[Pass]) -> f64 {
-        passes
-            .iter()
-            .map(|&p| {
-                let f = self.flops(p);
-                f.before + f.after
-            })
-            .sum()
+        passes.iter().map(|&p| self.flops(p).total()).sum()
     }
 
     /// FLOPs per token `pass` runs, split at attention: the model's, and before the backward
@@ -271,12 +265,8 @@ pub struct LayerMetrics {
     /// fits, where `mem_max_bytes` counts attention's working buffers only.
     pub act_max_bytes: u64,
     /// What the backward pass recomputes (`--recompute`); absent when nothing is.
-    #[serde(skip_serializing_if = "is_none")]
+    #[serde(skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
-}
-
-fn is_none(r: &Recompute) -> bool {
-    *r == Recompute::None
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
@@ -302,26 +292,13 @@ pub fn metrics(
     // FLOPs per token over the passes: what ran, recomputation included, for the bound; the
     // model's alone for the MFU (recomputed work is time spent, not model FLOPs: Korthikanti
     // et al. 2022 §6, model vs hardware FLOPs utilisation). Both over real tokens.
-    let sum = |f: &dyn Fn(&LayerPass) -> LinearFlops| -> f64 {
-        passes
-            .iter()
-            .map(|p| {
-                let f = f(p);
-                f.before + f.after
-            })
-            .sum()
-    };
-    let run_per_token = sum(&|p| cost.run_flops(p.pass));
-    let model_per_token = sum(&|p| {
-        if p.recomputed {
-            LinearFlops {
-                before: 0.0,
-                after: 0.0,
-            }
-        } else {
-            cost.flops(p.pass)
-        }
-    });
+    let run_per_token: f64 = passes.iter().map(|p| cost.run_flops(p.pass).total()).sum();
+    let model_passes: Vec<Pass> = passes
+        .iter()
+        .filter(|p| !p.recomputed)
+        .map(|p| p.pass)
+        .collect();
+    let model_per_token = cost.flops_per_token(&model_passes);
     let real: u64 = documents.iter().sum();
     let layer_lower_bound_ms =
         attention_lower_bound_ms + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks;

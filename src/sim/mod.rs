@@ -102,9 +102,8 @@ impl Simulator {
     /// Also simulate the whole layer around attention ([`layer`]): every report then carries
     /// [`LayerMetrics`] and per-rank token-linear time. An error names what the model or
     /// hardware lacks for it.
-    pub fn with_layer(mut self) -> Result<Simulator, SimError> {
-        self.layer = Some(LayerCost::new(&self.hw, &self.model)?);
-        Ok(self)
+    pub fn with_layer(self) -> Result<Simulator, SimError> {
+        self.with_recompute(Recompute::None)
     }
 
     /// [`Simulator::with_layer`] with a backward pass that recomputes as `recompute` says: the

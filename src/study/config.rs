@@ -59,20 +59,13 @@ fn default_model() -> Vec<String> {
 /// stdin reused the old cells; `/dev/stdin` was emptied by the hash and loaded as empty.) A
 /// path that does not exist is left to the loader's error.
 fn check_rereadable(path: &str) -> Result<(), StudyError> {
-    let regular = match std::fs::metadata(path) {
-        Ok(m) => m.is_file(),
-        Err(_) => path != "-",
-    };
-    if regular {
+    let missing = path != "-" && std::fs::metadata(path).is_err();
+    if missing || crate::input::can_read_twice(Path::new(path)) {
         return Ok(());
     }
     Err(StudyError::Config(format!(
         "trace `{path}` is not a regular file: a sweep reads its trace twice (to tell on a rerun whether it changed, then to load it), so save it to a file first (`... > trace.csv`)"
     )))
-}
-
-fn is_no_recompute(r: &Recompute) -> bool {
-    *r == Recompute::None
 }
 
 /// The most batches a study cell may run.
@@ -106,7 +99,7 @@ pub struct SweepConfig {
     #[serde(default)]
     pub layer: bool,
     /// With `layer`: what the backward pass recomputes ([`Recompute`]).
-    #[serde(default, skip_serializing_if = "is_no_recompute")]
+    #[serde(default, skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
     /// The axes.
     pub grid: Grid,
@@ -332,7 +325,7 @@ impl SweepConfig {
             self.pack,
             // Only when on, so that the cells of every earlier sweep keep their names.
             if self.layer { ";layer=true" } else { "" },
-        ) + &if is_no_recompute(&self.recompute) {
+        ) + &if self.recompute.is_off() {
             String::new()
         } else {
             format!(";recompute={}", self.recompute.name())
