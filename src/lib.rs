@@ -11,6 +11,7 @@
 //! * [`hardware`] and [`model`] describe the GPUs, the network and the attention shape.
 //! * [`plan`] is the IR every planner emits and the verifier, simulator and executor read.
 //! * [`planners`] holds one file per scheme behind the [`planners::Planner`] trait.
+//! * [`tp`] splits a model and a node for tensor parallelism under CP.
 //! * [`study`] runs sweeps, the regression gate and the DP×CP study over planners + simulator.
 
 pub mod comm;
@@ -26,6 +27,7 @@ pub mod planners;
 pub mod report;
 pub mod sim;
 pub mod study;
+pub mod tp;
 pub mod trace;
 
 pub use model::Model;

@@ -26,6 +26,20 @@ pub struct Model {
     /// whole-layer simulation needs to price the token-linear part of a layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear: Option<LinearShape>,
+    /// Tensor-parallel degree this shape is one GPU's share of ([`crate::tp::split`]): the
+    /// head counts and `ffn_hidden` above are already divided by it, and with sequence
+    /// parallelism the `hidden`-wide activations are spread over it. 1 (left out of JSON):
+    /// the whole layer runs on each CP rank's GPU.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tp: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Dimensions of the token-linear part of one transformer layer: the Q/K/V projection before
@@ -117,6 +131,19 @@ impl std::str::FromStr for Recompute {
     }
 }
 
+/// The GEMMs of a layer's token-linear work, in forward order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gemm {
+    /// The Q/K/V projection.
+    Qkv,
+    /// The output projection.
+    Out,
+    /// The MLP's matrices from `hidden` to `ffn_hidden` (gate and up for a gated MLP).
+    MlpIn,
+    /// The MLP's matrix back to `hidden` (down).
+    MlpOut,
+}
+
 /// Forward FLOPs per token of the token-linear work's three parts.
 struct LinearParts {
     qkv: f64,
@@ -134,6 +161,19 @@ impl Model {
             qkv: 2.0 * h * (self.q_heads as f64 + 2.0 * self.kv_heads as f64) * hd,
             out: 2.0 * self.q_heads as f64 * hd * h,
             mlp: 2.0 * l.ffn_matrices as f64 * h * l.ffn_hidden as f64,
+        })
+    }
+
+    /// Forward FLOPs per token of one of the layer's GEMMs (the MLP's input-side matrices
+    /// together: gate and up for a gated MLP). `None` without a [`LinearShape`].
+    pub fn gemm_flops_per_token(&self, gemm: Gemm) -> Option<f64> {
+        let LinearParts { qkv, out, mlp } = self.linear_parts()?;
+        let m = f64::from(self.linear?.ffn_matrices);
+        Some(match gemm {
+            Gemm::Qkv => qkv,
+            Gemm::Out => out,
+            Gemm::MlpIn => mlp * (m - 1.0) / m,
+            Gemm::MlpOut => mlp / m,
         })
     }
 
@@ -198,6 +238,10 @@ impl Model {
     /// - fp32 statistics: the attention kernel's log-sum-exp per query head, each norm's
     ///   inverse root mean square.
     ///
+    /// Under tensor parallelism ([`Model::tp`]) the heads and `ffn_hidden` are the GPU's
+    /// share already, and the `hidden`-wide tensors are sequence-parallel: each GPU of the
+    /// group keeps 1/`tp` of them (Korthikanti et al. 2022 §4.2.2, Eq. 4).
+    ///
     /// Cross-check: for a GPT layer (4 × `hidden` MLP, 2 matrices, MHA) this is 32 × `hidden`
     /// bytes at 16 bits plus the statistics; Korthikanti et al. 2022 (arXiv:2205.05198, §4.1,
     /// Eq. 1) count 34 × `hidden` with FlashAttention-style attention, the other 2 being the
@@ -208,15 +252,27 @@ impl Model {
         let mlp = match recompute {
             Recompute::None => u64::from(l.ffn_matrices) * u64::from(l.ffn_hidden),
             Recompute::Mlp => 0,
-            Recompute::Full => return Some(u64::from(l.hidden) * dtype),
+            Recompute::Full => return Some(self.stream_bytes(1)),
         };
         let stats = 4 * u64::from(self.q_heads) + 2 * 4;
         Some(
             2 * self.q_bytes_per_token()
                 + self.kv_bytes_per_token()
-                + (4 * u64::from(l.hidden) + mlp) * dtype
+                + self.stream_bytes(4)
+                + mlp * dtype
                 + stats,
         )
+    }
+}
+
+impl Model {
+    /// Bytes per token of `tensors` tensors `hidden` wide (the residual stream and the norms'
+    /// outputs) on one GPU: spread over the tensor-parallel group by sequence parallelism,
+    /// rounded up. 0 without a [`LinearShape`].
+    pub fn stream_bytes(&self, tensors: u64) -> u64 {
+        let Some(l) = self.linear else { return 0 };
+        (tensors * u64::from(l.hidden) * u64::from(self.dtype_bytes))
+            .div_ceil(u64::from(self.tp.max(1)))
     }
 }
 
@@ -317,6 +373,7 @@ impl Model {
             head_dim: f.head_dim,
             dtype_bytes: f.dtype_bytes,
             linear,
+            tp: 1,
         };
         model.validate(label)?;
         Ok(model)

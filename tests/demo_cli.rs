@@ -218,3 +218,24 @@ fn the_demo_plans_windows_full_masks_and_inference_too() {
         &["--pack window --context 16384", "--mask full", "--pass fwd"],
     );
 }
+
+/// Under tensor parallelism the header names the split and the advice plans under it: the
+/// plan records its TP degree, so `simulate` needs no flag to reproduce the figure.
+#[test]
+fn the_demo_under_tp_advises_a_plan_under_tp() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--tp",
+        "4",
+        "--batches",
+        "1",
+    ];
+    let out = demo(&args);
+    let header = out.lines().next().unwrap();
+    assert!(header.contains("h100 / llama3-70b · TP 4"), "{header}");
+    next_line_reproduces(dir.path(), &args, &["--tp 4 -o plan.json"]);
+}

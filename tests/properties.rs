@@ -314,3 +314,49 @@ fn point_to_point(plan: &fcp::Plan) -> fcp::Plan {
     out.version = out.required_version();
     out
 }
+
+proptest! {
+    #![proptest_config(support::proptest_config())]
+
+    /// Under tensor parallelism (one GPU's share of llama3-8b, 2 to 8 ways) every scheme's
+    /// plan verifies on random batches, records its split, and its whole layer holds the TP
+    /// collectives: the rank with the most tokens runs the most GEMM work and the longest
+    /// collectives (both grow with tokens), back to back on its compute stream, so the layer
+    /// takes at least the two together.
+    #[test]
+    fn tp_plans_verify_and_their_layer_holds_the_collectives(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in 1u32..9,
+        tp in prop_oneof![Just(2u32), Just(4), Just(8)],
+    ) {
+        let (hw, model) = fcp::tp::split(
+            &Hardware::load("h100").unwrap(),
+            &Model::load("llama3-8b").unwrap(),
+            tp,
+        )
+        .unwrap();
+        let sim = Simulator::new(hw.clone(), model.clone()).unwrap().with_layer().unwrap();
+        let ctx = PlanContext {
+            ranks,
+            tokens_per_rank: 4096,
+            mask: Mask::Causal,
+            model: &model,
+            hardware: &hw,
+        };
+        let batch = Batch::new(0, lens);
+        for scheme in SCHEMES.iter().chain(&["hybrid:quick=true"]) {
+            let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
+            prop_assert!(verify(&plan).is_empty(), "{scheme}: {:?}", verify(&plan));
+            prop_assert_eq!(plan.tp, Some(tp));
+            prop_assert_eq!(plan.q_heads, 32 / tp);
+            let m = sim.simulate(&plan, PassSel::Both).unwrap().metrics;
+            let l = m.layer.unwrap();
+            let tp_ms = l.tp_comm_max_ms.unwrap();
+            prop_assert!(tp_ms > 0.0, "{scheme}");
+            prop_assert!(
+                l.layer_time_ms >= (l.linear_max_ms + tp_ms) * (1.0 - 1e-9),
+                "{scheme}: layer {} < linear {} + TP {}", l.layer_time_ms, l.linear_max_ms, tp_ms
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@ use clap::Args;
 use fcp::report::{ablation, ablation_table};
 use fcp::sim::Simulator;
 
-use super::common::{BatchArgs, ProfileArgs};
+use super::common::{profile_words, BatchArgs, ProfileArgs};
 
 /// Arguments of `fcp ablation`.
 #[derive(Debug, Args)]
@@ -47,12 +47,11 @@ pub fn run(a: AblationArgs) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} / {} · {}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
-            hw.name,
-            model.name,
+            profile_words(&hw, &model),
             a.batch.mask_name()
         );
         out!("{}", ablation_table(&rows));

@@ -44,6 +44,11 @@ pub struct ProfileArgs {
     /// Model preset (llama3-70b, llama3-8b, mha-16, mha-32) or a TOML file.
     #[arg(long, default_value = "llama3-70b")]
     pub model: String,
+    /// Tensor-parallel degree: each CP rank is a group of this many GPUs in one node
+    /// splitting the heads and the MLP (Megatron, with sequence parallelism). The plan is one
+    /// GPU's share; `--layer` adds the TP collectives.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u32,
 }
 
 /// Hardware and model for a command that reads a plan: by default the ones the plan was made
@@ -59,6 +64,10 @@ pub struct PlanProfileArgs {
     /// the plan was made for (its `model` field), llama3-70b when it names none.
     #[arg(long)]
     pub model: Option<String>,
+    /// Tensor-parallel degree the model is split by. Defaults to the plan's (its `tp` field),
+    /// 1 when it records none.
+    #[arg(long)]
+    pub tp: Option<u32>,
 }
 
 impl PlanProfileArgs {
@@ -89,7 +98,12 @@ impl PlanProfileArgs {
         let model = Model::load(&model_name)?;
         hw_record.note(&hw_name, &hw.name);
         model_record.note(&model_name, &model.name);
-        Ok((hw, model))
+        let planned = plan.tp.unwrap_or(1);
+        let tp = self.tp.unwrap_or(planned);
+        if tp != planned {
+            eprintln!("note: the plan was made under --tp {planned}; using --tp {tp} as asked");
+        }
+        Ok(fcp::tp::split(&hw, &model, tp)?)
     }
 }
 
@@ -222,6 +236,16 @@ impl From<RecomputeArg> for fcp::model::Recompute {
 }
 
 /// " · recompute R" for a header or title when the backward pass recomputes, else nothing.
+/// `hardware / model` as report headers write them, with ` · TP N` under tensor parallelism.
+pub fn profile_words(hw: &Hardware, model: &Model) -> String {
+    let tp = if model.tp > 1 {
+        format!(" · TP {}", model.tp)
+    } else {
+        String::new()
+    };
+    format!("{} / {}{tp}", hw.name, model.name)
+}
+
 pub fn recompute_words(recompute: Option<RecomputeArg>) -> String {
     match recompute.map(fcp::model::Recompute::from) {
         None | Some(fcp::model::Recompute::None) => String::new(),
@@ -230,16 +254,19 @@ pub fn recompute_words(recompute: Option<RecomputeArg>) -> String {
 }
 
 /// `sim` with the whole layer on when `layer` says so, its backward pass recomputing as
-/// `recompute` says (nothing when not given).
+/// `recompute` says (nothing when not given), its TP collectives overlapping their GEMMs when
+/// `tp_overlap` says so.
 pub fn layer_sim(
     sim: fcp::sim::Simulator,
     layer: bool,
     recompute: Option<RecomputeArg>,
+    tp_overlap: bool,
 ) -> Result<fcp::sim::Simulator> {
     if !layer {
         return Ok(sim);
     }
-    Ok(sim.with_recompute(recompute.map_or(fcp::model::Recompute::None, Into::into))?)
+    let sim = sim.with_recompute(recompute.map_or(fcp::model::Recompute::None, Into::into))?;
+    Ok(sim.with_tp_overlap(tp_overlap))
 }
 
 /// Mask as a command-line value.
@@ -261,11 +288,11 @@ impl From<MaskArg> for Mask {
 }
 
 impl ProfileArgs {
-    /// Load both profiles.
+    /// Load both profiles, split for `--tp` ([`fcp::tp::split`]).
     pub fn load(&self) -> Result<(Hardware, Model)> {
         let hw = Hardware::load(&self.hardware)?;
         let model = Model::load(&self.model)?;
-        Ok((hw, model))
+        Ok(fcp::tp::split(&hw, &model, self.tp)?)
     }
 
     /// Record in `plan` the files its profiles were read from (none for bundled ones), so

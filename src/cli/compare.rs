@@ -6,7 +6,9 @@ use clap::Args;
 use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
 use fcp::sim::Simulator;
 
-use super::common::{layer_sim, recompute_words, BatchArgs, PassArg, ProfileArgs, RecomputeArg};
+use super::common::{
+    layer_sim, profile_words, recompute_words, BatchArgs, PassArg, ProfileArgs, RecomputeArg,
+};
 
 /// Arguments of `fcp compare`.
 #[derive(Debug, Args)]
@@ -42,6 +44,10 @@ pub struct CompareArgs {
     /// `fcp simulate --recompute`).
     #[arg(long, value_enum, requires = "layer")]
     recompute: Option<RecomputeArg>,
+    /// With `--layer` under `--tp`: TP collectives overlap their GEMMs (as
+    /// `fcp simulate --tp-overlap`).
+    #[arg(long, requires = "layer")]
+    tp_overlap: bool,
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
@@ -68,6 +74,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         Simulator::new(hw.clone(), model.clone())?,
         a.layer,
         a.recompute,
+        a.tp_overlap,
     )?;
     let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
@@ -83,12 +90,11 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} / {} · {} · pass {}{}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
-            hw.name,
-            model.name,
+            profile_words(&hw, &model),
             a.batch.mask_name(),
             fcp::sim::PassSel::from(a.pass).name(),
             recompute_words(a.recompute)

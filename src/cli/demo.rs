@@ -12,7 +12,7 @@ use fcp::planners::SCHEMES;
 use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{LayerCost, PassSel, Simulator};
 
-use super::common::{BatchArgs, MaskArg, PassArg, ProfileArgs};
+use super::common::{profile_words, BatchArgs, MaskArg, PassArg, ProfileArgs};
 use super::trace::{PackArgs, PackModeArg};
 
 /// Arguments of `fcp demo`.
@@ -91,7 +91,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
     let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
     outln!(
-        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} / {} · {} · {}\n",
+        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} · {} · {}\n",
         batches.len(),
         a.trace
             .as_ref()
@@ -103,8 +103,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             PackModeArg::Window => format!(" · {}-token windows", a.pack.context()),
             PackModeArg::Carry => " · carry packing".to_string(),
         },
-        hw.name,
-        model.name,
+        profile_words(&hw, &model),
         batch_args.mask_name(),
         pass_words(pass)
     );
@@ -196,6 +195,10 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
         if fcp::hardware::bundled::is_path(value, ext) {
             simulate += &format!(" --{flag} {}", shell_word(value));
         }
+    }
+    // The plan records its TP degree; `simulate` reads it from there.
+    if a.profile.tp != 1 {
+        plan += &format!(" --tp {}", a.profile.tp);
     }
     (plan, simulate)
 }

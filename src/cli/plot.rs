@@ -67,6 +67,10 @@ struct GanttArgs {
     /// the forward and the backward.
     #[arg(long, value_enum, requires = "layer")]
     recompute: Option<RecomputeArg>,
+    /// With `--layer` under `--tp`: TP collectives overlap their GEMMs (as
+    /// `fcp simulate --tp-overlap`).
+    #[arg(long, requires = "layer")]
+    tp_overlap: bool,
 }
 
 #[derive(Debug, Args)]
@@ -179,6 +183,7 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
         Simulator::new(hw.clone(), model.clone())?,
         a.layer,
         a.recompute,
+        a.tp_overlap,
     )?;
     let pass: fcp::sim::PassSel = a.pass.into();
     let (report, outcomes, pass_names) = if a.layer {

@@ -35,13 +35,22 @@ pub struct SimulateArgs {
     /// activations kept and the layer's time (not attention's).
     #[arg(long, value_enum, requires = "layer")]
     recompute: Option<RecomputeArg>,
+    /// With `--layer` under `--tp`: each TP collective overlaps the GEMM it feeds or drains
+    /// (Megatron's `--tp-comm-overlap`); only what outlasts that GEMM is exposed.
+    #[arg(long, requires = "layer")]
+    tp_overlap: bool,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
     let (hw, model) = a.profile.load(&plan)?;
-    let sim = layer_sim(Simulator::new(hw, model)?, a.layer, a.recompute)?;
+    let sim = layer_sim(
+        Simulator::new(hw, model)?,
+        a.layer,
+        a.recompute,
+        a.tp_overlap,
+    )?;
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
@@ -55,11 +64,16 @@ pub fn run(a: SimulateArgs) -> Result<()> {
 pub fn print_table(r: &SimReport) -> Result<()> {
     let m = &r.metrics;
     outln!(
-        "{} · {} ranks · {} · {} · pass {}",
+        "{} · {} ranks · {} · {}{} · pass {}",
         r.scheme,
         r.num_ranks,
         r.hardware,
         r.model,
+        if r.tp > 1 {
+            format!(" · TP {}", r.tp)
+        } else {
+            String::new()
+        },
         r.pass
     );
     outln!(
@@ -90,6 +104,17 @@ pub fn print_table(r: &SimReport) -> Result<()> {
                 r => format!("; recompute {}", r.name()),
             }
         );
+        if let Some(tp_ms) = l.tp_comm_max_ms {
+            outln!(
+                "tensor parallel: TP {} · collectives {tp_ms:.3} ms max per rank ({})",
+                r.tp,
+                if l.tp_overlap {
+                    "all-gathers and reduce-scatters of its tokens, the part outlasting their GEMMs"
+                } else {
+                    "all-gathers and reduce-scatters of its tokens, exposed"
+                }
+            );
+        }
     }
     let layer = m.layer.is_some();
     out!(
@@ -114,6 +139,10 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             "act/layer"
         );
     }
+    let tp = r.ranks.iter().any(|x| x.tp_comm_ms.is_some());
+    if tp {
+        out!(" {:>9}", "tp_ms");
+    }
     outln!();
     for x in &r.ranks {
         out!(
@@ -132,6 +161,9 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         );
         if let (Some(l), Some(e), Some(a)) = (x.linear_ms, x.layer_end_ms, x.act_bytes) {
             out!(" {l:>10.3} {e:>10.3} {:>11}", bytes(a));
+        }
+        if let Some(t) = x.tp_comm_ms {
+            out!(" {t:>9.3}");
         }
         outln!();
     }

@@ -130,6 +130,7 @@ mod tests {
             head_dim: 128,
             dtype_bytes: 2,
             linear: None,
+            tp: 1,
         }
     }
 

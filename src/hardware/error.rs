@@ -38,6 +38,9 @@ pub enum HardwareError {
         /// What is wrong, with the key or line.
         message: String,
     },
+    /// A tensor-parallel split the model or node cannot take ([`crate::tp::split`]).
+    #[error("{0}")]
+    TensorParallel(String),
     /// The file parses but a value is out of range or inconsistent.
     #[error("{file}: invalid `{field}`: {message}")]
     Invalid {

@@ -63,6 +63,7 @@ impl PlanBuilder {
                 hardware: Some(ctx.hardware.name.clone()),
                 hardware_file: None,
                 model_file: None,
+                tp: (ctx.model.tp > 1).then_some(ctx.model.tp),
                 documents,
                 input_layout: None,
                 ranks,

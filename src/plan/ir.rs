@@ -342,6 +342,11 @@ pub struct Plan {
     /// (the same reason as `hardware_file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_file: Option<String>,
+    /// Provenance: the tensor-parallel degree the plan was made under (`--tp`), when above 1.
+    /// Its `q_heads` and `kv_heads` are then one GPU's share of the model's; commands reading
+    /// the plan split the model the same way ([`crate::tp::split`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp: Option<u32>,
     /// Documents of the batch.
     pub documents: Vec<Document>,
     /// The user's layout, when it differs from the planned one (a transparent reshuffler,

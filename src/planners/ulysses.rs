@@ -193,6 +193,7 @@ mod tests {
             head_dim: 4,
             dtype_bytes: 2,
             linear: None,
+            tp: 1,
         };
         let hw = crate::hardware::Hardware::load("h100").unwrap();
         let ctx = PlanContext {

@@ -133,8 +133,14 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
         layer_vs_lower_bound: col(&|l| l.layer_vs_lower_bound),
         layer_mfu: col(&|l| l.layer_mfu),
         act_max_bytes: col(&|l| l.act_max_bytes as f64).round() as u64,
-        // One simulator priced every plan: they all recompute alike.
+        // One simulator priced every plan: they all recompute and split alike.
         recompute: layers.first().map_or(Default::default(), |l| l.recompute),
+        tp_comm_max_ms: layers
+            .iter()
+            .map(|l| l.tp_comm_max_ms)
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| f(&v)),
+        tp_overlap: layers.first().is_some_and(|l| l.tp_overlap),
     })
 }
 

@@ -47,11 +47,22 @@ fn has_layer(rows: &[CompareRow]) -> bool {
         .any(|r| r.mean.as_ref().is_some_and(|m| m.layer.is_some()))
 }
 
+/// Whether any row priced tensor-parallel collectives (the layer under `--tp`).
+fn has_tp(rows: &[CompareRow]) -> bool {
+    rows.iter().any(|r| {
+        r.mean
+            .as_ref()
+            .and_then(|m| m.layer.as_ref())
+            .is_some_and(|l| l.tp_comm_max_ms.is_some())
+    })
+}
+
 /// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
-/// When the whole layer was simulated, three columns follow: its time, its speedup and the
-/// token imbalance.
+/// When the whole layer was simulated, columns follow: its time, its speedup, the token
+/// imbalance and the activations kept; under tensor parallelism, the TP collectives too.
 pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     let layer = has_layer(rows);
+    let tp = has_tp(rows);
     let mut s = format!(
         "{:<24} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7} {:>8} {:>11} {:>11} {:>9} {:>9}",
         "scheme",
@@ -72,6 +83,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
             " {:>10} {:>8} {:>6} {:>10}",
             "layer_ms", "layer_x", "tok_im", "act/layer"
         ));
+    }
+    if tp {
+        s.push_str(&format!(" {:>8}", "tp_ms"));
     }
     s.push('\n');
     for r in rows {
@@ -103,6 +117,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                         l.token_imbalance,
                         human_bytes(l.act_max_bytes)
                     ));
+                    if let Some(t) = l.tp_comm_max_ms {
+                        s.push_str(&format!(" {t:>8.3}"));
+                    }
                 }
                 s.push('\n');
             }
@@ -126,21 +143,31 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         note
     };
+    let note = if tp {
+        format!("{note}; tp_ms the TP collectives of the rank spending longest in them, in the layer time")
+    } else {
+        note
+    };
     s.push_str(&format!("(means over batches; {note})\n"));
     s
 }
 
 /// CSV with one row per scheme: the mean of every plan metric, p95 attention time, speedup,
 /// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
-/// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places.
+/// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places; under tensor
+/// parallelism `tp_comm_max_ms` ends each row.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
+    let tp = has_tp(rows);
     let mut s = String::from(
         "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error",
     );
     if layer {
         s.push(',');
         s.push_str(&LAYER_CSV_COLUMNS.join(","));
+    }
+    if tp {
+        s.push_str(",tp_comm_max_ms");
     }
     s.push('\n');
     for r in rows {
@@ -187,6 +214,11 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             };
             s.push(',');
             s.push_str(&cells.join(","));
+        }
+        if tp {
+            let t = r.mean.as_ref().and_then(|m| m.layer.as_ref());
+            let t = t.and_then(|l| l.tp_comm_max_ms);
+            s.push_str(&format!(",{}", t.map_or(String::new(), |t| t.to_string())));
         }
         s.push('\n');
     }

@@ -24,14 +24,22 @@
 //! simulated as a pass of its own ([`LayerPass::recomputed`]) between the forward and the
 //! backward.
 //!
+//! Tensor parallelism ([`crate::tp`], `--tp`): the model is one GPU's share, and each rank
+//! also runs the TP collectives of its tokens ([`crate::tp::stages`]) on its compute stream,
+//! before and after attention as the layer orders them ([`TpComm`]). By default they are
+//! exposed: each GEMM waits for its all-gather, and a reduce-scatter for its GEMM. With
+//! `--tp-overlap` ([`LayerCost::tp_overlap`]) each collective runs under the GEMM it feeds or
+//! drains, chunk by chunk as Transformer Engine's userbuffer overlap does, and only what
+//! outlasts that GEMM is exposed.
+//!
 //! Not modelled: element-wise and normalisation kernels, the GEMMs' dependence on shape (all
-//! run at the hardware's measured large-GEMM rate), and tensor-, pipeline- or data-parallel
-//! communication.
+//! run at the hardware's measured large-GEMM rate), overlap of TP collectives with GEMMs, and
+//! pipeline- or data-parallel communication.
 
 use serde::Serialize;
 
-use crate::hardware::{Hardware, Pass};
-use crate::model::{LinearFlops, Model, Recompute};
+use crate::hardware::{Hardware, NcclTable, Pass};
+use crate::model::{Gemm, LinearFlops, Model, Recompute};
 
 use super::engine::{self, PassOutcome};
 use super::network::{CollectiveModel, Network};
@@ -55,6 +63,17 @@ pub struct LayerCost {
     /// Forward FLOPs per token the backward pass reruns before its own work
     /// ([`Model::rerun_flops_per_token`]).
     pub rerun_before: f64,
+    /// Tensor-parallel degree of the model ([`Model::tp`]): above 1, every pass also runs
+    /// the TP collectives ([`crate::tp::stages`]).
+    pub tp: u32,
+    /// Bytes per token of one TP collective: the `hidden`-wide activation.
+    pub tp_bytes_per_token: u64,
+    /// Forward FLOPs per token of each GEMM ([`Model::gemm_flops_per_token`]), in
+    /// [`Gemm`] order: how long each TP collective can hide under its GEMM.
+    pub gemm_flops: [f64; 4],
+    /// Whether each TP collective overlaps the GEMM it feeds or drains
+    /// ([`LayerCost::with_tp_overlap`]); exposed otherwise.
+    pub tp_overlap: bool,
 }
 
 impl LayerCost {
@@ -103,6 +122,11 @@ impl LayerCost {
                 saved_bytes_per_token,
                 recompute,
                 rerun_before,
+                tp: model.tp.max(1),
+                tp_bytes_per_token: model.stream_bytes(model.tp.max(1).into()),
+                gemm_flops: [Gemm::Qkv, Gemm::Out, Gemm::MlpIn, Gemm::MlpOut]
+                    .map(|g| model.gemm_flops_per_token(g).unwrap_or(0.0)),
+                tp_overlap: false,
             }),
             _ => Err(SimError::Mismatch(format!(
                 "the whole-layer simulation needs the layer's shape and a GEMM rate: {}",
@@ -136,6 +160,18 @@ impl LayerCost {
         }
     }
 
+    /// This cost with each TP collective overlapping the GEMM it feeds (an all-gather) or
+    /// drains (a reduce-scatter), as Megatron's `--tp-comm-overlap` runs them: only the part
+    /// of a collective that outlasts one run of its GEMM is exposed. No effect without TP.
+    pub fn with_tp_overlap(self, tp_overlap: bool) -> LayerCost {
+        LayerCost { tp_overlap, ..self }
+    }
+
+    /// Forward FLOPs per token of `gemm`.
+    pub fn gemm(&self, gemm: Gemm) -> f64 {
+        self.gemm_flops[gemm as usize]
+    }
+
     /// Whether the backward pass reruns the whole forward pass first ([`Recompute::Full`]).
     pub fn reruns_forward(&self) -> bool {
         self.recompute == Recompute::Full
@@ -154,6 +190,69 @@ impl LayerCost {
     }
 }
 
+/// Prices the tensor-parallel collectives of a rank's tokens: ring all-gathers and
+/// reduce-scatters among the `tp` GPUs of one node, at NCCL's measured bus bandwidth when the
+/// hardware has a table (else NVLink's).
+pub struct TpComm<'a> {
+    coll: CollectiveModel<'a>,
+    members: Vec<u32>,
+    bytes_per_token: u64,
+}
+
+impl<'a> TpComm<'a> {
+    /// The group of `cost.tp` GPUs on `node` (a network whose node holds them all, see
+    /// [`TpComm::node`]); `None` without tensor parallelism.
+    pub fn new(
+        cost: &LayerCost,
+        node: &'a Network,
+        nccl: Option<&'a NcclTable>,
+    ) -> Option<TpComm<'a>> {
+        (cost.tp > 1).then(|| TpComm {
+            coll: CollectiveModel::new(node, nccl),
+            members: (0..cost.tp).collect(),
+            bytes_per_token: cost.tp_bytes_per_token,
+        })
+    }
+
+    /// The network of one TP group: `hw`'s links, with a node of exactly `tp` GPUs.
+    pub fn node(hw: &Hardware, tp: u32) -> Network {
+        Network::new(&Hardware {
+            gpus_per_node: tp.max(1),
+            ..hw.clone()
+        })
+    }
+
+    /// Nanoseconds of TP collectives `stages` leave exposed on a rank's stream with `tokens`
+    /// tokens: every collective's whole time, or under [`LayerCost::tp_overlap`] what
+    /// outlasts one run of its GEMM.
+    pub fn exposed_ns(
+        &self,
+        stages: &[crate::tp::Stage],
+        tokens: u64,
+        cost: &LayerCost,
+    ) -> Result<u64, SimError> {
+        let bytes = tokens.saturating_mul(self.bytes_per_token);
+        let mut ns = 0.0;
+        for s in stages {
+            let Some(op) = s.collective else { continue };
+            let c = self.coll.ring_ns(op, &self.members, bytes)? as f64;
+            ns += if cost.tp_overlap {
+                let gemm = tokens as f64 * cost.gemm(s.gemm) / cost.flops_per_s * 1e9;
+                (c - gemm).max(0.0)
+            } else {
+                c
+            };
+        }
+        Ok(ns.round() as u64)
+    }
+
+    /// Nanoseconds of TP collectives exposed in a whole `pass` on `tokens` tokens.
+    pub fn pass_ns(&self, pass: Pass, tokens: u64, cost: &LayerCost) -> Result<u64, SimError> {
+        let [before, after] = crate::tp::stages(pass, cost.recompute);
+        Ok(self.exposed_ns(&before, tokens, cost)? + self.exposed_ns(&after, tokens, cost)?)
+    }
+}
+
 /// One pass of the whole layer; it ends at `outcome.end_ns` ([`LayerPass::end_ns`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerPass {
@@ -166,6 +265,8 @@ pub struct LayerPass {
     pub rank_end_ns: Vec<u64>,
     /// Per rank: nanoseconds of token-linear work (before plus after attention).
     pub linear_ns: Vec<u64>,
+    /// Per rank: nanoseconds of exposed tensor-parallel collectives (all 0 without TP).
+    pub tp_ns: Vec<u64>,
     /// The engine's outcome with the token-linear work added to each rank's timeline
     /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
     /// Gantt chart of the whole layer draws.
@@ -180,10 +281,19 @@ pub fn run(
     cost: &LayerCost,
     net: &Network,
     coll: &CollectiveModel<'_>,
+    tp: Option<&TpComm<'_>>,
 ) -> Result<LayerPass, SimError> {
     let f = cost.run_flops(attention.pass);
-    let before: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.before)).collect();
-    let after: Vec<u64> = tokens.iter().map(|&t| cost.ns(t, f.after)).collect();
+    let [tp_before, tp_after] = crate::tp::stages(attention.pass, cost.recompute);
+    let tp_ns =
+        |t: u64, stages: &[crate::tp::Stage]| tp.map_or(Ok(0), |tp| tp.exposed_ns(stages, t, cost));
+    let (mut before, mut after, mut tp_total) = (Vec::new(), Vec::new(), Vec::new());
+    for &t in tokens {
+        let (b, a) = (tp_ns(t, &tp_before)?, tp_ns(t, &tp_after)?);
+        before.push(cost.ns(t, f.before) + b);
+        after.push(cost.ns(t, f.after) + a);
+        tp_total.push(b + a);
+    }
     let mut outcome = engine::run(attention, &before, net, coll)?;
     let mut rank_end_ns = Vec::with_capacity(tokens.len());
     for (r, (o, tl)) in outcome
@@ -209,7 +319,13 @@ pub fn run(
         pass: attention.pass,
         recomputed: false,
         rank_end_ns,
-        linear_ns: before.iter().zip(&after).map(|(b, a)| b + a).collect(),
+        linear_ns: before
+            .iter()
+            .zip(&after)
+            .zip(&tp_total)
+            .map(|((b, a), c)| b + a - c)
+            .collect(),
+        tp_ns: tp_total,
         outcome,
     })
 }
@@ -267,20 +383,29 @@ pub struct LayerMetrics {
     /// What the backward pass recomputes (`--recompute`); absent when nothing is.
     #[serde(skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
+    /// Under TP: the rank spending longest in exposed TP collectives, its time (all
+    /// passes); absent without TP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp_comm_max_ms: Option<f64>,
+    /// Under TP: whether the collectives overlapped their GEMMs (`--tp-overlap`); absent
+    /// when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tp_overlap: bool,
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
 /// included: it is computed as if it were data); `documents`: the real document lengths;
 /// `attention_flops`: what attention computed, all ranks and passes;
-/// `attention_lower_bound_ms`: [`super::lower_bound_ms`] for the same passes, the rerun
-/// forward pass included.
+/// `fixed_lower_bound_ms`: the bound of what the passes ran besides the token-linear GEMMs:
+/// [`super::lower_bound_ms`] for the same passes (the rerun forward pass included), plus under
+/// TP the collectives on evenly spread tokens.
 pub fn metrics(
     cost: &LayerCost,
     passes: &[LayerPass],
     tokens: &[u64],
     documents: &[u64],
     attention_flops: f64,
-    attention_lower_bound_ms: f64,
+    fixed_lower_bound_ms: f64,
     peak_flops_per_s: f64,
 ) -> LayerMetrics {
     const MS: f64 = 1e-6;
@@ -301,7 +426,7 @@ pub fn metrics(
     let model_per_token = cost.flops_per_token(&model_passes);
     let real: u64 = documents.iter().sum();
     let layer_lower_bound_ms =
-        attention_lower_bound_ms + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks;
+        fixed_lower_bound_ms + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks;
     let token_f: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
     // Model FLOPs: real tokens only, as `mfu` counts attention. Padding rows run (and are in
     // the time) but are not the model's work. (Regression, bug hunt: a magi plan of 1,807 real
@@ -325,12 +450,19 @@ pub fn metrics(
         },
         act_max_bytes: cost.saved_bytes(tokens.iter().copied().max().unwrap_or(0)),
         recompute: cost.recompute,
+        tp_comm_max_ms: (cost.tp > 1).then(|| {
+            (0..tokens.len())
+                .map(|r| passes.iter().map(|p| p.tp_ns[r] as f64 * MS).sum::<f64>())
+                .fold(0.0, f64::max)
+        }),
+        tp_overlap: cost.tp > 1 && cost.tp_overlap,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hardware::Collective;
     use crate::plan::Mask;
     use crate::planners::testing::with_ctx;
     use crate::planners::{Planner, Ring};
@@ -490,6 +622,85 @@ mod tests {
             l.layer_vs_lower_bound >= 1.0 && l.layer_vs_lower_bound < 1.01,
             "{l:?}"
         );
+    }
+
+    /// One GPU of a TP-8 group, one CP rank: attention over its 8 heads, its share of the
+    /// GEMMs, and four all-gathers and four reduce-scatters of its tokens over the node.
+    #[test]
+    fn under_tensor_parallelism_each_pass_pays_two_gathers_and_two_scatters() {
+        let (hw, shard) = crate::tp::split(
+            &Hardware::load("h100").unwrap(),
+            &Model::load("llama3-70b").unwrap(),
+            8,
+        )
+        .unwrap();
+        let batch = Batch::new(0, vec![6000, 2000]);
+        let ctx = crate::planners::PlanContext {
+            ranks: 1,
+            tokens_per_rank: 8000,
+            mask: Mask::Causal,
+            model: &shard,
+            hardware: &hw,
+        };
+        let plan = Ring.plan(&batch, &ctx).unwrap();
+        assert_eq!((plan.q_heads, plan.kv_heads, plan.tp), (8, 1, Some(8)));
+        let s = Simulator::new(hw.clone(), shard.clone())
+            .unwrap()
+            .with_layer()
+            .unwrap();
+        let r = s.simulate(&plan, PassSel::Both).unwrap();
+        let l = r.metrics.layer.as_ref().unwrap();
+        // Each collective: 8,000 tokens × 8,192 × 2 bytes over 8 GPUs of one node, ring
+        // time at the NCCL table's bus bandwidth for that size.
+        let nccl = crate::hardware::NcclTable::load("h200-8gpu").unwrap();
+        let bytes = 8000 * 8192 * 2;
+        let ring = |op| {
+            let bw = nccl.busbw_gbs(op, 8, bytes).unwrap().gbs;
+            (7.0 * 3000.0 + bytes as f64 * 7.0 / 8.0 / bw).ceil() * 1e-6
+        };
+        let want = 4.0 * (ring(Collective::AllGather) + ring(Collective::ReduceScatter));
+        let tp_ms = l.tp_comm_max_ms.unwrap();
+        assert!((tp_ms - want).abs() < 1e-9, "{tp_ms} vs {want}");
+        assert_eq!(r.ranks[0].tp_comm_ms, Some(tp_ms));
+        assert_eq!(r.tp, 8);
+        // On one rank the pieces run back to back; the linear work is an eighth of TP 1's.
+        let sum = r.metrics.attention_time_ms + l.linear_mean_ms + tp_ms;
+        assert!((l.layer_time_ms - sum).abs() < 1e-5, "{l:?} vs {sum}");
+        let whole = sim("llama3-70b").unwrap();
+        let full_plan = with_ctx(1, Mask::Causal, |ctx| Ring.plan(&batch, ctx)).unwrap();
+        let w = whole.simulate(&full_plan, PassSel::Both).unwrap();
+        let wl = w.metrics.layer.unwrap();
+        assert!((wl.linear_mean_ms / l.linear_mean_ms - 8.0).abs() < 1e-4);
+        assert_eq!(wl.tp_comm_max_ms, None);
+        // Sequence parallelism: every activation but 8 bytes of norm statistics per token is
+        // spread over the eight GPUs.
+        assert!(wl.act_max_bytes.abs_diff(8 * l.act_max_bytes) <= 8000 * 8 * 8);
+        // The bound holds the TP collectives of the evenly spread tokens: one rank, exact.
+        assert!(
+            l.layer_vs_lower_bound >= 1.0 && l.layer_vs_lower_bound < 1.01,
+            "{l:?}"
+        );
+        // A plan made under TP is not simulated on the whole model.
+        let e = whole.simulate(&plan, PassSel::Fwd).unwrap_err().to_string();
+        assert!(e.contains("simulate it with --tp 8"), "{e}");
+        // Overlapped, each collective shows only what outlasts one run of its GEMM.
+        let o = s
+            .with_tp_overlap(true)
+            .simulate(&plan, PassSel::Both)
+            .unwrap();
+        let ol = o.metrics.layer.as_ref().unwrap();
+        let mut want = 0.0;
+        for pass in [Pass::Fwd, Pass::Bwd] {
+            for st in crate::tp::stages(pass, Recompute::None).concat() {
+                let Some(op) = st.collective else { continue };
+                let gemm = 8000.0 * shard.gemm_flops_per_token(st.gemm).unwrap() / 794.5e12;
+                want += (ring(op) * 1e-3 - gemm).max(0.0) * 1e3;
+            }
+        }
+        let got = ol.tp_comm_max_ms.unwrap();
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        assert!(got < tp_ms && ol.tp_overlap && !l.tp_overlap);
+        assert!((ol.layer_time_ms - (l.layer_time_ms - (tp_ms - got))).abs() < 1e-5);
     }
 
     #[test]

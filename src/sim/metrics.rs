@@ -51,6 +51,12 @@ pub struct RankMetrics {
     /// ([`LayerCost::saved_bytes`]), held once per layer the GPU runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub act_bytes: Option<u64>,
+    /// Whole layer under tensor parallelism only: its TP collectives (all-gathers and
+    /// reduce-scatters of its tokens, [`crate::tp::stages`]) as far as they are exposed, all
+    /// passes. They run on the compute stream beside the token-linear work and are not
+    /// counted in `linear_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp_comm_ms: Option<f64>,
 }
 
 /// Plan-level results.
@@ -104,6 +110,9 @@ pub struct SimReport {
     pub model: String,
     /// CP group size.
     pub num_ranks: u32,
+    /// Tensor-parallel degree the model is split by (`--tp`); absent when 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub tp: u32,
     /// Plan-level metrics.
     #[serde(flatten)]
     pub metrics: PlanMetrics,
@@ -112,6 +121,10 @@ pub struct SimReport {
 }
 
 const MS: f64 = 1e-6;
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
 
 /// Lower bound in milliseconds: Σ over documents of the whole-document kernel time, ÷ N.
 pub fn lower_bound_ms(
@@ -137,7 +150,8 @@ pub(super) fn report(
     passes: PassSel,
     outcomes: &[PassOutcome],
     lower_bound_ms: f64,
-    // The layer cost, its passes, and the attention bound of every pass they ran.
+    // The layer cost, its passes, and the bound of what they ran besides the token-linear
+    // GEMMs: attention's of every pass, and TP collectives on evenly spread tokens.
     layers: Option<(&LayerCost, &[LayerPass], f64)>,
 ) -> SimReport {
     let mem = peak_bytes(plan, idx, model, passes.passes());
@@ -165,6 +179,9 @@ pub(super) fn report(
                 layer_end_ms: layers
                     .map(|(_, ps, _)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
                 act_bytes: layers.map(|(cost, _, _)| cost.saved_bytes(tokens[r])),
+                tp_comm_ms: layers
+                    .filter(|(cost, _, _)| cost.tp > 1)
+                    .map(|(_, ps, _)| ps.iter().map(|p| p.tp_ns[r] as f64 * MS).sum()),
             };
             for o in outcomes {
                 let x = &o.ranks[r];
@@ -200,6 +217,7 @@ pub(super) fn report(
         hardware: hw.name.clone(),
         model: model.name.clone(),
         num_ranks: plan.num_ranks,
+        tp: model.tp.max(1),
         metrics: PlanMetrics {
             attention_time_ms,
             mem_max_bytes: mem.iter().copied().max().unwrap_or(0),
@@ -217,7 +235,7 @@ pub(super) fn report(
             pad_tokens: plan.pad_tokens(),
             mean_compute_ms: compute.iter().sum::<f64>() / compute.len().max(1) as f64,
             max_compute_ms: compute.iter().copied().fold(0.0, f64::max),
-            layer: layers.map(|(cost, ps, layer_attention_bound_ms)| {
+            layer: layers.map(|(cost, ps, layer_fixed_bound_ms)| {
                 let docs: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
                 layer::metrics(
                     cost,
@@ -225,7 +243,7 @@ pub(super) fn report(
                     &tokens,
                     &docs,
                     total_flops,
-                    layer_attention_bound_ms,
+                    layer_fixed_bound_ms,
                     peak,
                 )
             }),

@@ -81,6 +81,8 @@ pub struct Simulator {
     nccl: Option<NcclTable>,
     net: Network,
     layer: Option<LayerCost>,
+    /// One TP group's node, when the model is a tensor-parallel share ([`Model::tp`]).
+    tp_node: Option<Network>,
 }
 
 impl Simulator {
@@ -89,6 +91,7 @@ impl Simulator {
         let profile = hw.kernel_profile()?;
         let nccl = hw.nccl_table()?;
         let net = Network::new(&hw);
+        let tp_node = (model.tp > 1).then(|| layer::TpComm::node(&hw, model.tp));
         Ok(Simulator {
             hw,
             model,
@@ -96,6 +99,7 @@ impl Simulator {
             nccl,
             net,
             layer: None,
+            tp_node,
         })
     }
 
@@ -111,6 +115,13 @@ impl Simulator {
     pub fn with_recompute(mut self, recompute: Recompute) -> Result<Simulator, SimError> {
         self.layer = Some(LayerCost::with_recompute(&self.hw, &self.model, recompute)?);
         Ok(self)
+    }
+
+    /// With the whole layer on, each TP collective overlapping the GEMM it feeds or drains
+    /// ([`LayerCost::with_tp_overlap`]). No effect without the layer or without TP.
+    pub fn with_tp_overlap(mut self, tp_overlap: bool) -> Simulator {
+        self.layer = self.layer.map(|c| c.with_tp_overlap(tp_overlap));
+        self
     }
 
     /// The layer cost, when [`Simulator::with_layer`] turned the whole layer on.
@@ -140,6 +151,13 @@ impl Simulator {
 
     /// The plan was made for this model's head counts.
     fn check_model(&self, plan: &Plan) -> Result<(), SimError> {
+        let planned_tp = plan.tp.unwrap_or(1);
+        if planned_tp != self.model.tp.max(1) {
+            return Err(SimError::Mismatch(format!(
+                "the plan was made under tensor parallelism {planned_tp} ({} q / {} kv heads per GPU) but model {} is split {} way(s): simulate it with --tp {planned_tp}",
+                plan.q_heads, plan.kv_heads, self.model.name, self.model.tp.max(1),
+            )));
+        }
         if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
             return Err(SimError::Mismatch(format!(
                 "the plan was made for {} q / {} kv heads ({}) but model {} has {} / {}: simulate it with the model it was made for, or plan again with --model {}",
@@ -210,6 +228,11 @@ impl Simulator {
             idx: index::PlanIndex::new(plan),
             cm: self.compute_model(),
             coll: CollectiveModel::new(&self.net, self.nccl.as_ref()),
+            tp: self
+                .layer
+                .as_ref()
+                .zip(self.tp_node.as_ref())
+                .and_then(|(cost, node)| layer::TpComm::new(cost, node, self.nccl.as_ref())),
             tokens: plan.tokens_per_rank(),
         })
     }
@@ -230,6 +253,20 @@ impl Simulator {
                 run.push_layer_pass(cost, &program, &mut layers)?;
             }
         }
+        // The TP collectives every pass would run on evenly spread real tokens: part of the
+        // layer's bound, as unavoidable under TP as the GEMMs.
+        let tp_lower = match (&run.tp, &self.layer) {
+            (Some(tp), Some(cost)) => {
+                let real: u64 = plan.documents.iter().map(|d| d.len).sum();
+                let even = real.div_ceil(u64::from(plan.num_ranks.max(1)));
+                let mut ns = 0;
+                for l in &layers {
+                    ns += tp.pass_ns(l.pass, even, cost)?;
+                }
+                ns as f64 * 1e-6
+            }
+            _ => 0.0,
+        };
         let PlanRun { idx, mut cm, .. } = run;
         let lower = lower_bound_ms(plan, &mut cm, passes)?;
         // The layer's bound covers the work it runs: the rerun forward pass's attention too.
@@ -241,7 +278,7 @@ impl Simulator {
         let layer = self
             .layer
             .as_ref()
-            .map(|c| (c, layers.as_slice(), lower + rerun_lower));
+            .map(|c| (c, layers.as_slice(), lower + rerun_lower + tp_lower));
         let report = metrics::report(
             plan,
             &idx,
@@ -263,6 +300,7 @@ struct PlanRun<'s> {
     idx: index::PlanIndex,
     cm: ComputeModel<'s>,
     coll: CollectiveModel<'s>,
+    tp: Option<layer::TpComm<'s>>,
     tokens: Vec<u64>,
 }
 
@@ -291,12 +329,19 @@ impl PlanRun<'_> {
                 Some(fwd) => fwd.rerun(),
                 None => {
                     let fwd = self.program(Pass::Fwd)?;
-                    layer::run(&fwd, &self.tokens, cost, net, &self.coll)?.rerun()
+                    layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?.rerun()
                 }
             };
             layers.push(rerun);
         }
-        layers.push(layer::run(program, &self.tokens, cost, net, &self.coll)?);
+        layers.push(layer::run(
+            program,
+            &self.tokens,
+            cost,
+            net,
+            &self.coll,
+            self.tp.as_ref(),
+        )?);
         Ok(())
     }
 }

@@ -125,41 +125,59 @@ impl<'a> CollectiveModel<'a> {
         Ok(bw)
     }
 
-    /// Duration of a collective call in nanoseconds.
-    pub fn duration_ns(&self, c: &CollectiveOp) -> Result<u64, HardwareError> {
-        let n = c.members.len().max(1) as f64;
-        let spans = !c.members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
+    /// Start-up latency of one step among `members`: the NIC's when they span nodes.
+    fn alpha_ns(&self, members: &[u32]) -> (bool, f64) {
+        let spans = !members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
         let alpha = if spans {
             self.net.nic_alpha_ns
         } else {
             self.net.nvlink_alpha_ns
-        } as f64;
+        };
+        (spans, alpha as f64)
+    }
+
+    /// Duration in nanoseconds of a ring all-gather or reduce-scatter over `members` of
+    /// `size` bytes (nccl-tests' size: the gathered output, the scattered input): N − 1
+    /// steps, each paying α, and (N−1)/N of the data across every link (nccl-tests'
+    /// bus-bandwidth definition).
+    pub fn ring_ns(
+        &self,
+        op: Collective,
+        members: &[u32],
+        size: u64,
+    ) -> Result<u64, HardwareError> {
+        if size == 0 || members.len() < 2 {
+            return Ok(0);
+        }
+        let n = members.len() as f64;
+        let (_, alpha) = self.alpha_ns(members);
+        let bw = self.bus_bpns(op, members, size)?;
+        Ok(((n - 1.0) * alpha + size as f64 * (n - 1.0) / n / bw).ceil() as u64)
+    }
+
+    /// Duration of a collective call in nanoseconds.
+    pub fn duration_ns(&self, c: &CollectiveOp) -> Result<u64, HardwareError> {
         if c.size_bytes == 0 || c.members.len() < 2 {
             return Ok(0);
         }
-        let ns = match c.kind {
-            CollectiveKind::AllGather | CollectiveKind::ReduceScatter => {
-                let op = if c.kind == CollectiveKind::AllGather {
-                    Collective::AllGather
-                } else {
-                    Collective::ReduceScatter
-                };
-                let bw = self.bus_bpns(op, &c.members, c.size_bytes)?;
-                // Ring algorithm: N − 1 steps, each paying α; (N−1)/N of the data crosses
-                // every link (nccl-tests' bus-bandwidth definition).
-                (n - 1.0) * alpha + c.size_bytes as f64 * (n - 1.0) / n / bw
+        match c.kind {
+            CollectiveKind::AllGather => {
+                self.ring_ns(Collective::AllGather, &c.members, c.size_bytes)
+            }
+            CollectiveKind::ReduceScatter => {
+                self.ring_ns(Collective::ReduceScatter, &c.members, c.size_bytes)
             }
             CollectiveKind::AllToAll => {
                 // Pairwise exchange: every rank's port carries its own volume.
+                let (spans, alpha) = self.alpha_ns(&c.members);
                 let bw = if spans {
                     self.net.nic_bpns
                 } else {
                     self.net.nvlink_bpns
                 };
-                alpha + c.size_bytes as f64 / bw
+                Ok((alpha + c.size_bytes as f64 / bw).ceil() as u64)
             }
-        };
-        Ok(ns.ceil() as u64)
+        }
     }
 }
 

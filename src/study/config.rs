@@ -8,6 +8,8 @@
 //! pack = "budget"          # budget | window | carry
 //! layer = false            # true: also the whole layer (projections and MLP), `layer_*` metrics
 //! recompute = "none"       # with layer: none | mlp | full (what the backward pass recomputes)
+//! tp = 1                   # tensor-parallel degree: each CP rank is a TP group of this many GPUs
+//! tp_overlap = false       # with layer and tp > 1: TP collectives overlap their GEMMs
 //!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
@@ -46,6 +48,14 @@ fn default_mask() -> String {
 fn default_pack() -> String {
     "budget".into()
 }
+fn default_tp() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
 fn default_hardware() -> Vec<String> {
     vec!["h100".into()]
 }
@@ -101,6 +111,14 @@ pub struct SweepConfig {
     /// With `layer`: what the backward pass recomputes ([`Recompute`]).
     #[serde(default, skip_serializing_if = "Recompute::is_off")]
     pub recompute: Recompute,
+    /// Tensor-parallel degree every cell's model and hardware are split by
+    /// ([`crate::tp::split`]): each CP rank is a group of `tp` GPUs in one node.
+    #[serde(default = "default_tp", skip_serializing_if = "is_one")]
+    pub tp: u32,
+    /// With `layer`: TP collectives overlap the GEMMs they feed or drain
+    /// ([`crate::sim::LayerCost::with_tp_overlap`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tp_overlap: bool,
     /// The axes.
     pub grid: Grid,
 }
@@ -218,6 +236,19 @@ impl SweepConfig {
                 self.recompute.name()
             ));
         }
+        if self.tp_overlap && !self.layer {
+            return bad(
+                "tp_overlap = true prices the whole layer's TP collectives: it needs layer = true"
+                    .into(),
+            );
+        }
+        if !(1..=crate::tp::MAX_TP).contains(&self.tp) {
+            return bad(format!(
+                "`tp` is {}: must be 1 to {}",
+                self.tp,
+                crate::tp::MAX_TP
+            ));
+        }
         let mode = self.pack_mode()?;
         let g = &self.grid;
         for (name, empty) in [
@@ -329,6 +360,14 @@ impl SweepConfig {
             String::new()
         } else {
             format!(";recompute={}", self.recompute.name())
+        } + &if self.tp == 1 {
+            String::new()
+        } else {
+            format!(";tp={}", self.tp)
+        } + if self.tp_overlap {
+            ";tp_overlap=true"
+        } else {
+            ""
         }
     }
 

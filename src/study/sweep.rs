@@ -222,11 +222,16 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
     for c in cells {
         let k = (c.hardware.clone(), c.model.clone());
         if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
-            let hw = Hardware::load(&c.hardware)?;
-            let model = Model::load(&c.model)?;
+            let (hw, model) = crate::tp::split(
+                &Hardware::load(&c.hardware)?,
+                &Model::load(&c.model)?,
+                cfg.tp,
+            )?;
             let mut sim = Simulator::new(hw.clone(), model.clone())?;
             if cfg.layer {
-                sim = sim.with_recompute(cfg.recompute)?;
+                sim = sim
+                    .with_recompute(cfg.recompute)?
+                    .with_tp_overlap(cfg.tp_overlap);
             }
             e.insert(Arc::new((sim, hw, model)));
         }

@@ -1,0 +1,216 @@
+//! End-to-end: tensor parallelism under CP (`--tp`) through plan, simulate, compare and sweep.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use support::fcp;
+
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn plan(dir: &Path, scheme: &str, tp: u32) -> PathBuf {
+    let out = dir.join(format!("{scheme}-tp{tp}.json"));
+    fcp()
+        .args(["plan", "--scheme", scheme, "--ranks", "4"])
+        .args(["--tokens-per-rank", "8192", "--tp", &tp.to_string(), "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+fn read(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn simulate_json(args: &[&str], plan: &Path) -> Value {
+    let out = fcp()
+        .args(["simulate", "--json"])
+        .args(args)
+        .arg(plan)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn a_plan_made_under_tp_records_it_and_holds_one_gpus_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = read(&plan(dir.path(), "zigzag", 1));
+    let shard = read(&plan(dir.path(), "zigzag", 4));
+    assert_eq!(whole.get("tp"), None, "TP 1 plans keep their old form");
+    assert_eq!(shard["tp"], 4);
+    assert_eq!(
+        (shard["q_heads"].as_u64(), shard["kv_heads"].as_u64()),
+        (Some(16), Some(2))
+    );
+    // The same layout and the same tokens moving; each is a quarter of the bytes
+    // (`simulate_reads_the_plans_tp_and_prices_its_collectives`).
+    assert_eq!(shard["ranks"], whole["ranks"]);
+    assert_eq!(shard["transfers"], whole["transfers"]);
+}
+
+#[test]
+fn simulate_reads_the_plans_tp_and_prices_its_collectives() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = plan(dir.path(), "zigzag", 1);
+    let shard = plan(dir.path(), "zigzag", 4);
+    let w = simulate_json(&["--layer"], &whole);
+    let s = simulate_json(&["--layer"], &shard);
+    assert_eq!(w.get("tp"), None);
+    assert_eq!(w.get("tp_comm_max_ms"), None);
+    assert_eq!(s["tp"], 4);
+    let tp_ms = s["tp_comm_max_ms"].as_f64().unwrap();
+    assert!(tp_ms > 0.0);
+    // A quarter of the K/V per GPU, a quarter of the GEMM work.
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    let kv = |v: &Value| v["comm_bytes_total"].as_u64().unwrap();
+    assert_eq!(kv(&w), 4 * kv(&s));
+    assert!((f(&w, "linear_mean_ms") / f(&s, "linear_mean_ms") - 4.0).abs() < 1e-3);
+    // The layer holds the collectives: more than its GEMMs and attention's share alone.
+    assert!(f(&s, "layer_time_ms") > f(&s, "linear_max_ms") + tp_ms);
+    for r in s["ranks"].as_array().unwrap() {
+        assert!(r["tp_comm_ms"].as_f64().unwrap() <= tp_ms);
+    }
+    // The table says so too.
+    fcp()
+        .args(["simulate", "--layer"])
+        .arg(&shard)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("llama3-70b · TP 4 · pass both")
+                .and(predicate::str::contains(
+                    "tensor parallel: TP 4 · collectives",
+                ))
+                .and(predicate::str::contains("tp_ms")),
+        );
+}
+
+#[test]
+fn overlapping_tp_collectives_hides_part_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let shard = plan(dir.path(), "zigzag", 8);
+    let exposed = simulate_json(&["--layer"], &shard);
+    let hidden = simulate_json(&["--layer", "--tp-overlap"], &shard);
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap();
+    assert_eq!(exposed.get("tp_overlap"), None);
+    assert_eq!(hidden["tp_overlap"], true);
+    assert!(f(&hidden, "tp_comm_max_ms") < f(&exposed, "tp_comm_max_ms"));
+    assert!(f(&hidden, "layer_time_ms") < f(&exposed, "layer_time_ms"));
+    // Attention is the plan's either way.
+    assert_eq!(hidden["attention_time_ms"], exposed["attention_time_ms"]);
+    // Only with the layer.
+    fcp()
+        .args(["simulate", "--tp-overlap"])
+        .arg(&shard)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--layer"));
+}
+
+#[test]
+fn a_tp_the_node_or_model_cannot_take_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    for (tp, why) in [
+        ("3", "does not divide the 8 GPUs per node of h100"),
+        ("16", "does not divide the 8 GPUs per node of h100"),
+        ("0", "must be 1 to 1024"),
+    ] {
+        fcp()
+            .args(["plan", "--scheme", "ring", "--ranks", "4", "--tp", tp, "-o"])
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(why));
+        assert!(!out.exists(), "--tp {tp} wrote a plan");
+    }
+    // 16 heads split 8 ways: two per GPU.
+    fcp()
+        .args(["plan", "--scheme", "ring", "--ranks", "4", "--tp", "8"])
+        .args(["--model", "mha-16", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+}
+
+#[test]
+fn simulating_a_tp_plan_under_another_tp_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let shard = plan(dir.path(), "ring", 2);
+    fcp()
+        .args(["simulate", "--tp", "1"])
+        .arg(&shard)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("the plan was made under --tp 2; using --tp 1 as asked")
+                .and(predicate::str::contains("simulate it with --tp 2")),
+        );
+    // The plan's own TP by default, and the same when asked for.
+    let a = simulate_json(&[], &shard);
+    let b = simulate_json(&["--tp", "2"], &shard);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn compare_under_tp_names_it_and_ranks_the_schemes() {
+    fcp()
+        .args([
+            "compare",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--tp",
+            "2",
+        ])
+        .args(["--schemes", "ring,zigzag,fcp", "--batches", "1", "--layer"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "h100 / llama3-70b · TP 2 · causal",
+        ));
+}
+
+#[test]
+fn a_sweep_under_tp_tags_its_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("s.toml");
+    let grid = "[grid]\ntraces = [\"gen:lognormal:seed=1\"]\nschemes = [\"zigzag\"]\nranks = [4]\ntokens_per_rank = [8192]\n";
+    std::fs::write(&cfg, format!("batches = 1\nlayer = true\ntp = 4\n{grid}")).unwrap();
+    let out = dir.path().join("out");
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    let cells: Vec<_> = std::fs::read_dir(out.join("cells")).unwrap().collect();
+    assert_eq!(cells.len(), 1);
+    let cell = std::fs::read_to_string(cells[0].as_ref().unwrap().path()).unwrap();
+    assert!(cell.contains(";layer=true;tp=4"), "{cell}");
+    std::fs::write(&cfg, format!("tp = 2\ntp_overlap = true\n{grid}")).unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("overlap"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("it needs layer = true"));
+    std::fs::write(&cfg, format!("tp = 5\n{grid}")).unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("out5"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("tensor-parallel degree 5"));
+}
