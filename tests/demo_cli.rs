@@ -220,7 +220,8 @@ fn the_demo_plans_windows_full_masks_and_inference_too() {
 }
 
 /// Under tensor parallelism the header names the split and the advice plans under it: the
-/// plan records its TP degree, so `simulate` needs no flag to reproduce the figure.
+/// plan records its TP degree, so `simulate` needs no `--tp` to reproduce the figure, only
+/// the layer settings the demo priced.
 #[test]
 fn the_demo_under_tp_advises_a_plan_under_tp() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,9 +234,19 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
         "4",
         "--batches",
         "1",
+        "--recompute",
+        "full",
+        "--tp-overlap",
     ];
     let out = demo(&args);
     let header = out.lines().next().unwrap();
-    assert!(header.contains("h100 / llama3-70b · TP 4"), "{header}");
-    next_line_reproduces(dir.path(), &args, &["--tp 4 -o plan.json"]);
+    assert!(
+        header.contains("h100 / llama3-70b · TP 4") && header.ends_with("· recompute full"),
+        "{header}"
+    );
+    next_line_reproduces(
+        dir.path(),
+        &args,
+        &["--tp 4 -o plan.json", "--layer --recompute full --tp-overlap"],
+    );
 }

@@ -12,7 +12,10 @@ use fcp::planners::SCHEMES;
 use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{LayerCost, PassSel, Simulator};
 
-use super::common::{profile_words, BatchArgs, MaskArg, PassArg, ProfileArgs};
+use super::common::{
+    layer_sim, profile_words, recompute_words, BatchArgs, MaskArg, PassArg, ProfileArgs,
+    RecomputeArg,
+};
 use super::trace::{PackArgs, PackModeArg};
 
 /// Arguments of `fcp demo`.
@@ -41,6 +44,13 @@ pub struct DemoArgs {
     pass: PassArg,
     #[command(flatten)]
     profile: ProfileArgs,
+    /// What the backward pass recomputes in the whole layer (none, mlp, full; as
+    /// `fcp simulate --recompute`). Needs a model and hardware that give the layer's cost.
+    #[arg(long, value_enum)]
+    recompute: Option<RecomputeArg>,
+    /// Under `--tp`: TP collectives overlap their GEMMs (as `fcp simulate --tp-overlap`).
+    #[arg(long)]
+    tp_overlap: bool,
 }
 
 /// What the demo's figures cover, in its header and verdict.
@@ -71,10 +81,15 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let ctx = batch_args.ctx(&hw, &model);
     // The whole layer wherever the model and hardware give its cost: that is what a training
     // step pays, and what `hybrid` and `auto` minimise there.
-    let mut sim = Simulator::new(hw.clone(), model.clone())?;
-    if LayerCost::new(&hw, &model).is_ok() {
-        sim = sim.with_layer()?;
-    }
+    // Asking for recomputation or TP overlap asks for the layer: an error says what it lacks.
+    let layer =
+        a.recompute.is_some() || a.tp_overlap || LayerCost::new(&hw, &model).is_ok();
+    let sim = layer_sim(
+        Simulator::new(hw.clone(), model.clone())?,
+        layer,
+        a.recompute,
+        a.tp_overlap,
+    )?;
     let schemes: Vec<String> = SCHEMES.iter().map(|s| s.to_string()).collect();
     let rows = compare(
         &batches,
@@ -91,7 +106,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
     let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
     outln!(
-        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} · {} · {}\n",
+        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} · {} · {}{}\n",
         batches.len(),
         a.trace
             .as_ref()
@@ -105,7 +120,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         },
         profile_words(&hw, &model),
         batch_args.mask_name(),
-        pass_words(pass)
+        pass_words(pass),
+        recompute_words(a.recompute)
     );
     out!("{}", compare_table(&rows, &schemes[0]));
     if let Some(bad) = rows.iter().find(|r| {
@@ -154,6 +170,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let (plan_flags, mut simulate_flags) = next_flags(&a);
     if m.layer.is_some() {
         simulate_flags += " --layer";
+        if let Some(r) = a.recompute {
+            simulate_flags += &format!(" --recompute {}", fcp::model::Recompute::from(r).name());
+        }
+        if a.tp_overlap {
+            simulate_flags += " --tp-overlap";
+        }
     }
     outln!(
         "Next: `fcp plan --scheme {} --ranks {}{plan_flags} -o plan.json`, then `fcp simulate plan.json{simulate_flags}` for per-rank detail.",
