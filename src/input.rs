@@ -237,6 +237,11 @@ impl LineLog {
 /// skips blank and comment lines and miscounts `\r\n` endings, so an error in an Excel trace
 /// or a commented kernel table named the wrong line; its byte offsets are right, and this
 /// turns them into lines.
+///
+/// It also passes every `\r` on as `\n` (byte for byte, so offsets still match the file):
+/// the csv crate ends a `#` comment only at `\n`, so a comment in a file with old-Mac `\r`
+/// endings ran on to the end of the file and the trace read as empty. A `\r\n` becomes an
+/// end and a blank line, which the reader skips; the log counts the file's own bytes.
 pub struct LineLogging<R> {
     inner: R,
     offset: u64,
@@ -270,6 +275,11 @@ impl<R: Read> Read for LineLogging<R> {
                 log.pending.push_back(self.offset + i as u64);
             }
             self.prev_cr = b == b'\r';
+        }
+        for b in &mut buf[..n] {
+            if *b == b'\r' {
+                *b = b'\n';
+            }
         }
         self.offset += n as u64;
         Ok(n)

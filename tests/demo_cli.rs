@@ -247,6 +247,9 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
     next_line_reproduces(
         dir.path(),
         &args,
-        &["--tp 4 -o plan.json", "--layer --recompute full --tp-overlap"],
+        &[
+            "--tp 4 -o plan.json",
+            "--layer --recompute full --tp-overlap",
+        ],
     );
 }

@@ -82,8 +82,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     // The whole layer wherever the model and hardware give its cost: that is what a training
     // step pays, and what `hybrid` and `auto` minimise there.
     // Asking for recomputation or TP overlap asks for the layer: an error says what it lacks.
-    let layer =
-        a.recompute.is_some() || a.tp_overlap || LayerCost::new(&hw, &model).is_ok();
+    let layer = a.recompute.is_some() || a.tp_overlap || LayerCost::new(&hw, &model).is_ok();
     let sim = layer_sim(
         Simulator::new(hw.clone(), model.clone())?,
         layer,

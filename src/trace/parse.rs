@@ -633,6 +633,22 @@ mod tests {
         assert_eq!(lens(&t), vec![1, 2, 3, 4]);
     }
 
+    /// Regression (bug hunt): a `#` comment in a file with old-Mac `\r` endings ran on to
+    /// the end of the file (the csv crate ends comments at `\n` only): the trace was refused
+    /// as empty, or lost every row after the comment.
+    #[test]
+    fn comments_end_at_a_lone_cr() {
+        let t = Trace::from_csv_str("# from the cluster\rdoc_len\r1\r# two more\r2\r3\r").unwrap();
+        assert_eq!(lens(&t), vec![1, 2, 3]);
+        match Trace::from_csv_str("# c\rdoc_len\r1\r# c\r-2\r") {
+            Err(TraceError::BadLength { line: 5, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        // Mixed endings keep their lines.
+        let t = Trace::from_csv_str("doc_len\r\n# c\r\n4\r# d\n5\r\n").unwrap();
+        assert_eq!(lens(&t), vec![4, 5]);
+    }
+
     #[test]
     fn csv_missing_column_and_empty() {
         assert!(matches!(
