@@ -33,8 +33,8 @@
 //! outlasts that GEMM is exposed.
 //!
 //! Not modelled: element-wise and normalisation kernels, the GEMMs' dependence on shape (all
-//! run at the hardware's measured large-GEMM rate), overlap of TP collectives with GEMMs, and
-//! pipeline- or data-parallel communication.
+//! run at the hardware's measured large-GEMM rate), the SMs overlapped TP collectives take
+//! from their GEMMs, and pipeline- or data-parallel communication.
 
 use serde::Serialize;
 
