@@ -138,27 +138,110 @@ fn a_tp_the_node_or_model_cannot_take_is_refused() {
         .success();
 }
 
+/// Regression (bug hunt): a plan's `tp` and its head counts must agree. An edited `tp`
+/// drew advice to plan again with the same `--model`, and `verify` passed a `tp` of 0 or
+/// 99999; `simulate --tp N` could only repeat the plan's split, and was dropped.
 #[test]
-fn simulating_a_tp_plan_under_another_tp_says_which() {
+fn a_plan_whose_tp_does_not_match_its_heads_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let shard = plan(dir.path(), "ring", 2);
+    let text = std::fs::read_to_string(&shard).unwrap();
+    let edited = |to: &str| {
+        let p = dir.path().join(format!("edited-{to}.json"));
+        assert!(text.contains("\"tp\":2"));
+        std::fs::write(&p, text.replace("\"tp\":2", &format!("\"tp\":{to}"))).unwrap();
+        p
+    };
     fcp()
-        .args(["simulate", "--tp", "1"])
-        .arg(&shard)
+        .arg("simulate")
+        .arg(edited("1"))
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("the plan was made under --tp 2; using --tp 1 as asked")
-                .and(predicate::str::contains("simulate it with --tp 2")),
+            predicate::str::contains(
+                "model llama3-70b's split 2 ways, but records tensor parallelism 1",
+            )
+            .and(predicate::str::contains("plan again with --tp 2")),
         );
-    // The plan's own TP by default, and the same when asked for.
-    let a = simulate_json(&[], &shard);
-    let b = simulate_json(&["--tp", "2"], &shard);
-    assert_eq!(a, b);
+    fcp()
+        .arg("simulate")
+        .arg(edited("4"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("plan again with --tp 2"));
+    for bad in ["0", "99999"] {
+        fcp()
+            .arg("verify")
+            .arg(edited(bad))
+            .assert()
+            .failure()
+            .stdout(predicate::str::contains(format!(
+                "tp {bad}: the tensor-parallel degree is 1 to 1024"
+            )));
+    }
+    fcp()
+        .args(["simulate", "--tp", "2"])
+        .arg(&shard)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unexpected argument '--tp'"));
 }
 
 #[test]
-fn compare_under_tp_names_it_and_ranks_the_schemes() {
+fn compare_under_tp_names_it_in_every_format() {
+    let run = |extra: &[&str]| {
+        let out = fcp()
+            .args([
+                "compare",
+                "--ranks",
+                "4",
+                "--tokens-per-rank",
+                "8192",
+                "--tp",
+                "2",
+            ])
+            .args(["--schemes", "ring,zigzag,fcp", "--batches", "1"])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let table = run(&["--layer"]);
+    assert!(
+        table.contains("h100 / llama3-70b · TP 2 · causal"),
+        "{table}"
+    );
+    assert!(table.lines().nth(1).unwrap().ends_with("tp_ms"), "{table}");
+    let rows: Value = serde_json::from_str(&run(&["--json"])).unwrap();
+    for r in rows.as_array().unwrap() {
+        assert_eq!(r["tp"], 2, "{r}");
+    }
+    let csv = run(&["--csv", "--layer"]);
+    let header = csv.lines().next().unwrap();
+    assert!(header.ends_with(",tp_comm_max_ms,tp"), "{header}");
+    assert!(csv.lines().nth(1).unwrap().ends_with(",2"), "{csv}");
+    // Without TP neither column, nor the key.
+    let plain = fcp()
+        .args(["compare", "--ranks", "4", "--tokens-per-rank", "8192"])
+        .args(["--schemes", "ring", "--batches", "1", "--csv", "--layer"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let plain = String::from_utf8(plain).unwrap();
+    assert!(
+        plain.lines().next().unwrap().ends_with(",act_max_bytes"),
+        "{plain}"
+    );
+}
+
+/// Regression (bug hunt): `--tp-overlap` without TP changes nothing, and says so.
+#[test]
+fn tp_overlap_without_tp_says_it_changes_nothing() {
     fcp()
         .args([
             "compare",
@@ -166,14 +249,13 @@ fn compare_under_tp_names_it_and_ranks_the_schemes() {
             "4",
             "--tokens-per-rank",
             "8192",
-            "--tp",
-            "2",
+            "--layer",
         ])
-        .args(["--schemes", "ring,zigzag,fcp", "--batches", "1", "--layer"])
+        .args(["--tp-overlap", "--schemes", "ring", "--batches", "1"])
         .assert()
         .success()
-        .stdout(predicate::str::contains(
-            "h100 / llama3-70b · TP 2 · causal",
+        .stderr(predicate::str::contains(
+            "--tp-overlap changes nothing without tensor parallelism",
         ));
 }
 
@@ -195,6 +277,22 @@ fn a_sweep_under_tp_tags_its_cells() {
     assert_eq!(cells.len(), 1);
     let cell = std::fs::read_to_string(cells[0].as_ref().unwrap().path()).unwrap();
     assert!(cell.contains(";layer=true;tp=4"), "{cell}");
+    // Regression (bug hunt): the TP collectives are a sweep metric too.
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",tp_comm_max_ms_max"),
+        "{csv}"
+    );
+    // Regression (bug hunt): overlap at TP 1 changed no number but renamed every cell.
+    std::fs::write(&cfg, format!("layer = true\ntp_overlap = true\n{grid}")).unwrap();
+    fcp()
+        .arg("sweep")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(dir.path().join("overlap1"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("it needs tp > 1"));
     std::fs::write(&cfg, format!("tp = 2\ntp_overlap = true\n{grid}")).unwrap();
     fcp()
         .arg("sweep")

@@ -227,3 +227,38 @@ fn bad_measurements_exit_2_with_a_message() {
         .assert()
         .code(2);
 }
+
+/// A plan made under `--tp` validates against one GPU's share of the model, and the report
+/// says so (bug hunt: its header and JSON did not, so a TP run read as a TP 1 one).
+#[test]
+fn validating_a_plan_made_under_tp_names_the_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tp.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "4", "--tp", "2"])
+        .args(["--tokens-per-rank", "4096", "-o"])
+        .arg(&p)
+        .assert()
+        .success();
+    let sim = simulate(&p, "fwd");
+    let m = dir.path().join("m.json");
+    std::fs::write(&m, synthetic(&p, &sim, 1.0, "fwd").to_string()).unwrap();
+    let run = |json: bool| {
+        let mut c = fcp();
+        c.args(["validate", "--plan"])
+            .arg(&p)
+            .arg("--measured")
+            .arg(&m);
+        if json {
+            c.arg("--json");
+        }
+        String::from_utf8(c.assert().success().get_output().stdout.clone()).unwrap()
+    };
+    assert!(run(false)
+        .lines()
+        .next()
+        .unwrap()
+        .contains("llama3-70b · TP 2 · pass fwd"));
+    let v: Value = serde_json::from_str(&run(true)).unwrap();
+    assert_eq!(v["tp"], 2);
+}

@@ -64,15 +64,11 @@ pub struct PlanProfileArgs {
     /// the plan was made for (its `model` field), llama3-70b when it names none.
     #[arg(long)]
     pub model: Option<String>,
-    /// Tensor-parallel degree the model is split by. Defaults to the plan's (its `tp` field),
-    /// 1 when it records none.
-    #[arg(long)]
-    pub tp: Option<u32>,
 }
 
 impl PlanProfileArgs {
     /// Load both profiles for `plan`, saying on stderr when a flag overrides what the plan
-    /// records.
+    /// records, and split them as the plan's `tp` says ([`fcp::tp::split`]).
     pub fn load(&self, plan: &fcp::plan::Plan) -> Result<(Hardware, Model)> {
         let hw_record = Recorded {
             kind: "hardware",
@@ -98,12 +94,11 @@ impl PlanProfileArgs {
         let model = Model::load(&model_name)?;
         hw_record.note(&hw_name, &hw.name);
         model_record.note(&model_name, &model.name);
-        let planned = plan.tp.unwrap_or(1);
-        let tp = self.tp.unwrap_or(planned);
-        if tp != planned {
-            eprintln!("note: the plan was made under --tp {planned}; using --tp {tp} as asked");
-        }
-        Ok(fcp::tp::split(&hw, &model, tp)?)
+        // The plan's heads are one GPU's share under its `tp`: split the model the same way
+        // (there is no other split its heads fit).
+        let tp = plan.tp.unwrap_or(1);
+        fcp::tp::split(&hw, &model, tp)
+            .with_context(|| format!("the plan records `tp` {tp} (made with `--tp {tp}`)"))
     }
 }
 
@@ -266,6 +261,9 @@ pub fn layer_sim(
         return Ok(sim);
     }
     let sim = sim.with_recompute(recompute.map_or(fcp::model::Recompute::None, Into::into))?;
+    if tp_overlap && sim.model().tp <= 1 {
+        eprintln!("note: --tp-overlap changes nothing without tensor parallelism (--tp 1)");
+    }
     Ok(sim.with_tp_overlap(tp_overlap))
 }
 

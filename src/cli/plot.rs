@@ -14,8 +14,8 @@ use fcp::study::traces::TraceSpec;
 use fcp::study::{load_results, CellResult};
 
 use super::common::{
-    layer_sim, load_verified_plan, recompute_words, refuse_overwriting_input, PassArg,
-    PlanProfileArgs, RecomputeArg,
+    layer_sim, load_verified_plan, profile_words, recompute_words, refuse_overwriting_input,
+    PassArg, PlanProfileArgs, RecomputeArg,
 };
 
 /// Arguments of `fcp plot`.
@@ -208,16 +208,19 @@ fn run_gantt(a: GanttArgs) -> Result<()> {
             )
         });
         format!(
-            "{} · {} ranks · {} docs · {} / {} · attention {:.2} ms{layer}",
+            "{} · {} ranks · {} docs · {} · attention {:.2} ms{layer}",
             plan.scheme.name,
             plan.num_ranks,
             plan.documents.len(),
-            hw.name,
-            model.name,
+            profile_words(&hw, &model),
             report.metrics.attention_time_ms
         )
     });
-    let opts = GanttOptions { title, pass_names };
+    let opts = GanttOptions {
+        title,
+        pass_names,
+        tp: a.layer && model.tp > 1,
+    };
     gantt(&a.output, &outcomes, &opts)?;
     outln!("wrote {}", a.output.display());
     Ok(())
@@ -334,17 +337,10 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
     let metric = a.metric.clone().unwrap_or_else(|| default_metric.into());
     if !fcp::study::is_metric(&metric) {
         bail!(
-            "unknown metric `{metric}` (known: {}; and with `layer = true` in the sweep: {})",
-            fcp::study::METRICS
-                .iter()
-                .map(|(m, _)| *m)
-                .collect::<Vec<_>>()
-                .join(", "),
-            fcp::study::LAYER_METRICS
-                .iter()
-                .map(|(m, _)| *m)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "unknown metric `{metric}` (known: {}; and with `layer = true` in the sweep: {}; with `tp` > 1 too: {})",
+            names(fcp::study::METRICS),
+            names(fcp::study::LAYER_METRICS),
+            names(fcp::study::TP_METRICS)
         );
     }
     let pick = |r: &CellResult, m: &str| {
@@ -501,4 +497,9 @@ fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
     line_chart(&a.output, &chart)?;
     outln!("wrote {}", a.output.display());
     Ok(())
+}
+
+/// The names of a metric table, comma-separated.
+fn names<F>(table: &[(&str, F)]) -> String {
+    table.iter().map(|(m, _)| *m).collect::<Vec<_>>().join(", ")
 }

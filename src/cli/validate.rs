@@ -110,11 +110,16 @@ fn pair(p: Option<Pair>) -> String {
 
 fn print_table(r: &ValidationReport) -> Result<()> {
     outln!(
-        "{} · {} ranks · simulated on {} · {} · pass {} · measured {} ({})",
+        "{} · {} ranks · simulated on {} · {}{} · pass {} · measured {} ({})",
         r.scheme,
         r.ranks.len(),
         r.hardware,
         r.model,
+        if r.tp > 1 {
+            format!(" · TP {}", r.tp)
+        } else {
+            String::new()
+        },
         r.pass,
         r.mode,
         r.measured_on

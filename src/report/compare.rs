@@ -48,6 +48,13 @@ pub struct CompareRow {
     pub comm_saving: Option<f64>,
     /// Why the scheme produced no result.
     pub error: Option<String>,
+    /// Tensor-parallel degree the model was split by (`--tp`); absent when 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub tp: u32,
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`
@@ -192,6 +199,7 @@ pub fn compare(
                         layer_speedup: None,
                         comm_saving: (!savings.is_empty()).then(|| mean(&savings)),
                         error: None,
+                        tp: ctx.model.tp.max(1),
                     }
                 }
                 Err(e) => CompareRow {
@@ -203,6 +211,7 @@ pub fn compare(
                     layer_speedup: None,
                     comm_saving: None,
                     error: Some(e),
+                    tp: ctx.model.tp.max(1),
                 },
             }
         })

@@ -155,10 +155,11 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// CSV with one row per scheme: the mean of every plan metric, p95 attention time, speedup,
 /// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
 /// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places; under tensor
-/// parallelism `tp_comm_max_ms` ends each row.
+/// parallelism `tp_comm_max_ms` (with the layer) and `tp` end each row.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
+    let tp_col = rows.iter().any(|r| r.tp > 1);
     let mut s = String::from(
         "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error",
     );
@@ -168,6 +169,9 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     }
     if tp {
         s.push_str(",tp_comm_max_ms");
+    }
+    if tp_col {
+        s.push_str(",tp");
     }
     s.push('\n');
     for r in rows {
@@ -219,6 +223,9 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             let t = r.mean.as_ref().and_then(|m| m.layer.as_ref());
             let t = t.and_then(|l| l.tp_comm_max_ms);
             s.push_str(&format!(",{}", t.map_or(String::new(), |t| t.to_string())));
+        }
+        if tp_col {
+            s.push_str(&format!(",{}", r.tp));
         }
         s.push('\n');
     }

@@ -355,6 +355,9 @@ pub struct ValidationReport {
     pub hardware: String,
     /// Model simulated.
     pub model: String,
+    /// Tensor-parallel degree the model is split by (the plan's `tp`); absent when 1.
+    #[serde(skip_serializing_if = "is_one")]
+    pub tp: u32,
     /// Passes compared.
     pub pass: String,
     /// How the measurement was taken.
@@ -370,6 +373,10 @@ pub struct ValidationReport {
 }
 
 const NS_TO_MS: f64 = 1e-6;
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
 
 /// Simulate `plan` for the measured passes and compare.
 pub fn validate(
@@ -495,6 +502,7 @@ pub fn validate(
         scheme: plan.scheme.name.clone(),
         hardware: report.hardware,
         model: report.model,
+        tp: report.tp,
         pass: measured.pass.clone(),
         mode: measured.mode.clone(),
         measured_on,

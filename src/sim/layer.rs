@@ -682,7 +682,7 @@ mod tests {
         );
         // A plan made under TP is not simulated on the whole model.
         let e = whole.simulate(&plan, PassSel::Fwd).unwrap_err().to_string();
-        assert!(e.contains("simulate it with --tp 8"), "{e}");
+        assert!(e.contains("split it as the plan's `tp` says"), "{e}");
         // Overlapped, each collective shows only what outlasts one run of its GEMM.
         let o = s
             .with_tp_overlap(true)

@@ -152,13 +152,26 @@ impl Simulator {
     /// The plan was made for this model's head counts.
     fn check_model(&self, plan: &Plan) -> Result<(), SimError> {
         let planned_tp = plan.tp.unwrap_or(1);
-        if planned_tp != self.model.tp.max(1) {
+        let split = self.model.tp.max(1);
+        if planned_tp != split {
             return Err(SimError::Mismatch(format!(
-                "the plan was made under tensor parallelism {planned_tp} ({} q / {} kv heads per GPU) but model {} is split {} way(s): simulate it with --tp {planned_tp}",
-                plan.q_heads, plan.kv_heads, self.model.name, self.model.tp.max(1),
+                "the plan was made under tensor parallelism {planned_tp} ({} q / {} kv heads per GPU) but model {} is split {split} way(s): split it as the plan's `tp` says (fcp::tp::split)",
+                plan.q_heads, plan.kv_heads, self.model.name,
             )));
         }
         if plan.q_heads != self.model.q_heads || plan.kv_heads != self.model.kv_heads {
+            // The model's own heads split another way: the plan's `tp` does not match its
+            // head counts (a hand edit), so the advice is the split, not another model.
+            let (q, kv) = (self.model.q_heads * split, self.model.kv_heads * split);
+            let other_split = (plan.q_heads > 0 && q % plan.q_heads == 0)
+                .then(|| q / plan.q_heads)
+                .filter(|&t| t != split && plan.kv_heads * t == kv);
+            if let Some(t) = other_split {
+                return Err(SimError::Mismatch(format!(
+                    "the plan holds {} q / {} kv heads, model {}'s split {t} ways, but records tensor parallelism {split}: its `tp` field does not match its heads; plan again with --tp {t}",
+                    plan.q_heads, plan.kv_heads, self.model.name,
+                )));
+            }
             return Err(SimError::Mismatch(format!(
                 "the plan was made for {} q / {} kv heads ({}) but model {} has {} / {}: simulate it with the model it was made for, or plan again with --model {}",
                 plan.q_heads,

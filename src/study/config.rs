@@ -242,6 +242,10 @@ impl SweepConfig {
                     .into(),
             );
         }
+        // It would change no number but rename every cell (and fail a baseline's settings).
+        if self.tp_overlap && self.tp == 1 {
+            return bad("tp_overlap = true overlaps TP collectives: it needs tp > 1".into());
+        }
         if !(1..=crate::tp::MAX_TP).contains(&self.tp) {
             return bad(format!(
                 "`tp` is {}: must be 1 to {}",

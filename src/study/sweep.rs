@@ -62,9 +62,17 @@ pub const LAYER_METRICS: &[(&str, LayerMetricFn)] = &[
     ("act_max_bytes", |l| l.act_max_bytes as f64),
 ];
 
-/// Whether `name` is a metric a sweep can report ([`METRICS`] or [`LAYER_METRICS`]).
+/// The whole-layer metrics of a sweep under tensor parallelism (`tp` > 1), after
+/// [`LAYER_METRICS`]: cells without TP leave them out.
+pub const TP_METRICS: &[(&str, LayerMetricFn)] =
+    &[("tp_comm_max_ms", |l| l.tp_comm_max_ms.unwrap_or(0.0))];
+
+/// Whether `name` is a metric a sweep can report ([`METRICS`], [`LAYER_METRICS`] or
+/// [`TP_METRICS`]).
 pub fn is_metric(name: &str) -> bool {
-    METRICS.iter().any(|(m, _)| *m == name) || LAYER_METRICS.iter().any(|(m, _)| *m == name)
+    METRICS.iter().any(|(m, _)| *m == name)
+        || LAYER_METRICS.iter().any(|(m, _)| *m == name)
+        || TP_METRICS.iter().any(|(m, _)| *m == name)
 }
 
 /// One metric over a cell's batches.
@@ -326,7 +334,9 @@ fn run_cell(
                 let layers: Option<Vec<&LayerMetrics>> =
                     all.iter().map(|m| m.layer.as_ref()).collect();
                 if let Some(layers) = layers {
-                    for (name, get) in LAYER_METRICS {
+                    let tp = layers.iter().all(|l| l.tp_comm_max_ms.is_some());
+                    let tp_metrics = TP_METRICS.iter().filter(|_| tp);
+                    for (name, get) in LAYER_METRICS.iter().chain(tp_metrics) {
                         let v: Vec<f64> = layers.iter().map(|l| get(l)).collect();
                         metrics.insert(name.to_string(), Agg::of(&v));
                     }
@@ -466,16 +476,17 @@ pub fn results_json(rows: &[CellResult]) -> String {
 }
 
 /// Rows as CSV: the key columns, `batches`, `error`, then `METRIC_{mean,p50,p95,max}` for
-/// every metric of [`METRICS`], and of [`LAYER_METRICS`] when a row has them. Empty fields for
+/// every metric of [`METRICS`], and of [`LAYER_METRICS`] and [`TP_METRICS`] when a row has
+/// them. Empty fields for
 /// what a row lacks.
 pub fn results_csv(rows: &[CellResult]) -> String {
-    let layer = rows
-        .iter()
-        .any(|r| r.metrics.contains_key(LAYER_METRICS[0].0));
+    let has = |m: &str| rows.iter().any(|r| r.metrics.contains_key(m));
+    let (layer, tp) = (has(LAYER_METRICS[0].0), has(TP_METRICS[0].0));
     let names: Vec<&str> = METRICS
         .iter()
         .map(|(m, _)| *m)
         .chain(LAYER_METRICS.iter().map(|(m, _)| *m).filter(|_| layer))
+        .chain(TP_METRICS.iter().map(|(m, _)| *m).filter(|_| tp))
         .collect();
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = [

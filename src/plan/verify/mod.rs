@@ -175,6 +175,17 @@ fn check_header(plan: &Plan, out: &mut Vec<Violation>) {
             ));
         }
     }
+    if let Some(tp) = plan.tp {
+        if !(1..=crate::tp::MAX_TP).contains(&tp) {
+            out.push(v(
+                Header,
+                format!(
+                    "tp {tp}: the tensor-parallel degree is 1 to {} (absent is 1)",
+                    crate::tp::MAX_TP
+                ),
+            ));
+        }
+    }
     if plan.q_heads == 0 || plan.kv_heads == 0 {
         out.push(v(Header, "q_heads and kv_heads must be at least 1".into()));
     } else if plan.q_heads % plan.kv_heads != 0 {

@@ -27,6 +27,9 @@ pub struct GanttOptions {
     pub title: String,
     /// Names of the passes in `outcomes` (`fwd`, `bwd`).
     pub pass_names: Vec<String>,
+    /// The token-linear bars hold TP collectives too (a whole layer under `--tp`): the legend
+    /// says so.
+    pub tp: bool,
 }
 
 const COMPUTE: RGBColor = RGBColor(31, 119, 180);
@@ -191,7 +194,11 @@ fn draw<DB: DrawingBackend>(
             0.28,
         ),
         (
-            "projections + MLP (token-linear)",
+            if opts.tp {
+                "projections + MLP + TP collectives"
+            } else {
+                "projections + MLP (token-linear)"
+            },
             &bars.linear,
             LINEAR,
             -0.28,
