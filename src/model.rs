@@ -164,6 +164,14 @@ impl Model {
         })
     }
 
+    /// Weights of one layer's projections and MLP on one GPU (its share under [`Model::tp`]):
+    /// half the forward FLOPs per token, one multiply-add per weight. Norm weights (2 ×
+    /// `hidden`) are left out. `None` without a [`LinearShape`].
+    pub fn weights_per_layer(&self) -> Option<u64> {
+        let LinearParts { qkv, out, mlp } = self.linear_parts()?;
+        Some(((qkv + out + mlp) / 2.0).round() as u64)
+    }
+
     /// Forward FLOPs per token of one of the layer's GEMMs (the MLP's input-side matrices
     /// together: gate and up for a gated MLP). `None` without a [`LinearShape`].
     pub fn gemm_flops_per_token(&self, gemm: Gemm) -> Option<f64> {

@@ -312,3 +312,125 @@ fn a_sweep_under_tp_tags_its_cells() {
         .code(2)
         .stderr(predicate::str::contains("tensor-parallel degree 5"));
 }
+
+/// `fcp tpcp` tries every TP that divides the GPUs and fits a node, on the same windows, and
+/// names the fastest split; its numbers are `compare --tp`'s.
+#[test]
+fn tpcp_splits_the_gpus_and_matches_compare() {
+    let args = [
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "16384",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag,hybrid:quick=true",
+    ];
+    let out = fcp()
+        .args(args)
+        .arg("--json")
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let rows: Value = serde_json::from_slice(&out).unwrap();
+    let rows = rows.as_array().unwrap();
+    let splits: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r["tp"].as_u64().unwrap(), r["cp"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        splits,
+        [
+            (8, 1),
+            (8, 1),
+            (4, 2),
+            (4, 2),
+            (2, 4),
+            (2, 4),
+            (1, 8),
+            (1, 8)
+        ]
+    );
+    // TP 4 × CP 2 is `compare --ranks 2 --tp 4` on the same window.
+    let cmp = fcp()
+        .args(["compare", "--ranks", "2", "--tp", "4", "--pack", "window"])
+        .args([
+            "--context",
+            "16384",
+            "--batches",
+            "1",
+            "--schemes",
+            "zigzag",
+        ])
+        .args(["--layer", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let cmp: Value = serde_json::from_slice(&cmp).unwrap();
+    assert_eq!(rows[2]["layer_time_ms"], cmp[0]["layer_time_ms"]);
+    assert_eq!(rows[2]["attention_time_ms"], cmp[0]["attention_time_ms"]);
+    // The table and its verdict; the same output twice.
+    let table = || {
+        let out = fcp()
+            .args(args)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let t = table();
+    assert!(
+        t.contains("Fastest layer: ") && t.contains("Each scheme's best split: zigzag TP"),
+        "{t}"
+    );
+    assert_eq!(t, table());
+}
+
+#[test]
+fn tpcp_refuses_what_it_cannot_price() {
+    fcp()
+        .args(["tpcp", "--gpus", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--gpus must be at least 1"));
+    // TP is priced in the whole layer: a model without its widths cannot say.
+    fcp()
+        .args(["tpcp", "--gpus", "8", "--model", "mha-16", "--batches", "1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("hidden"));
+    // A split the model cannot take is a row that says why, not a failure.
+    let out = fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "6",
+            "--context",
+            "12288",
+            "--batches",
+            "1",
+        ])
+        .args(["--schemes", "zigzag"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("cannot run: tensor-parallel degree 6"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cannot run: tensor-parallel degree 3"),
+        "{out}"
+    );
+}

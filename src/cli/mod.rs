@@ -36,6 +36,7 @@ mod plot;
 mod regress;
 mod simulate;
 mod sweep;
+mod tpcp;
 mod trace;
 mod validate;
 mod verify;
@@ -76,6 +77,8 @@ enum Command {
     Plot(plot::PlotArgs),
     /// DP×CP: straggler effect across data-parallel groups as CP grows, with a balancer.
     Dpcp(dpcp::DpcpArgs),
+    /// TP×CP: split the GPUs of one sequence between tensor and context parallelism, per scheme.
+    Tpcp(tpcp::TpCpArgs),
     /// Cross-check a scheme's heuristic against its exact ILP on one batch.
     Ilp(ilp::IlpArgs),
 }
@@ -118,6 +121,7 @@ pub fn main() -> ExitCode {
         Command::Regress(a) => regress::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Dpcp(a) => dpcp::run(a),
+        Command::Tpcp(a) => tpcp::run(a),
         Command::Ilp(a) => ilp::run(a),
     };
     match result {

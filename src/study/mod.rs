@@ -10,6 +10,8 @@
 //!   worse than the committed numbers beyond a tolerance.
 //! * [`dpcp`] — a cluster of G GPUs as G/CP data-parallel groups: straggler effect across
 //!   groups as CP grows, and a document balancer across groups before planning.
+//! * [`tpcp`] — the GPUs of one sequence split between tensor and context parallelism: each
+//!   split's whole layer, per scheme.
 //!
 //! Results never depend on the thread count: every cell and batch is computed independently
 //! and gathered back in grid order.
@@ -18,6 +20,7 @@ pub mod config;
 pub mod dpcp;
 pub mod regress;
 pub mod sweep;
+pub mod tpcp;
 pub mod traces;
 
 pub use config::{CellKey, Grid, SweepConfig};

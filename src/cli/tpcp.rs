@@ -1,0 +1,183 @@
+//! `fcp tpcp`: split the GPUs of one sequence between tensor and context parallelism.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use fcp::hardware::Hardware;
+use fcp::report::{human_bytes, parse_scheme_list};
+use fcp::study::tpcp::{best_split_per_scheme, fastest, run_tpcp, TpCpOptions, TpCpRow};
+use fcp::Model;
+
+use super::common::{recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg};
+use super::trace::{PackArgs, PackModeArg};
+
+/// Arguments of `fcp tpcp`.
+#[derive(Debug, Args)]
+pub struct TpCpArgs {
+    /// Trace file; defaults to the bundled trace.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// GPUs that hold one sequence (TP × CP). Every TP degree that divides it and fits a node
+    /// is tried.
+    #[arg(long)]
+    gpus: u32,
+    /// Tokens per sequence: the trace is packed into windows of this many (as `--pack window`).
+    #[arg(long, default_value_t = super::trace::DEFAULT_CONTEXT)]
+    context: u64,
+    /// Number of windows (from the start of the trace).
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+    /// Schemes, comma-separated (as `fcp compare --schemes`), or `all`.
+    #[arg(long, default_value = "zigzag,fcp,flashcp,hybrid")]
+    schemes: Vec<String>,
+    /// Mask inside each document.
+    #[arg(long, value_enum, default_value_t = MaskArg::Causal)]
+    mask: MaskArg,
+    /// Passes: fwd (inference), bwd, or both (training).
+    #[arg(long, value_enum, default_value_t = PassArg::Both)]
+    pass: PassArg,
+    /// Hardware profile: a bundled name (h100, h200, b200) or a TOML file.
+    #[arg(long, default_value = "h100")]
+    hardware: String,
+    /// Model preset or TOML file; it must give the layer's widths (`hidden`, `ffn_hidden`).
+    #[arg(long, default_value = "llama3-70b")]
+    model: String,
+    /// What the backward pass recomputes (none, mlp, full; as `fcp simulate --recompute`).
+    #[arg(long, value_enum)]
+    recompute: Option<RecomputeArg>,
+    /// TP collectives overlap their GEMMs (as `fcp simulate --tp-overlap`).
+    #[arg(long)]
+    tp_overlap: bool,
+    /// Print JSON: one object per (split, scheme).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: TpCpArgs) -> Result<()> {
+    let schemes = parse_scheme_list(&a.schemes)?;
+    if schemes.is_empty() {
+        bail!("--schemes lists no scheme (give names, comma-separated, or `all`)");
+    }
+    if a.batches == 0 {
+        bail!("--batches must be at least 1");
+    }
+    if a.gpus == 0 {
+        bail!("--gpus must be at least 1");
+    }
+    let hw = Hardware::load(&a.hardware)?;
+    let model = Model::load(&a.model)?;
+    // Window packing depends on the context alone: every split sees these windows.
+    let windows = BatchArgs {
+        trace: a.trace.clone(),
+        ranks: a.gpus.min(fcp::planners::MAX_RANKS),
+        tokens_per_rank: None,
+        pack: PackArgs {
+            pack: PackModeArg::Window,
+            context: Some(a.context),
+        },
+        mask: a.mask,
+    }
+    .load(a.batches)?;
+    windows.note_all_cuts();
+    let opts = TpCpOptions {
+        gpus: a.gpus,
+        context: a.context,
+        schemes: schemes.clone(),
+        mask: a.mask.into(),
+        pass: a.pass.into(),
+        recompute: a.recompute.map_or(Default::default(), Into::into),
+        tp_overlap: a.tp_overlap,
+    };
+    let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    outln!(
+        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}",
+        a.gpus,
+        a.context,
+        windows.batches.len(),
+        a.trace
+            .as_ref()
+            .map_or("the bundled trace".to_string(), |p| p.display().to_string()),
+        hw.name,
+        model.name,
+        if a.mask == MaskArg::Full {
+            "full"
+        } else {
+            "causal"
+        },
+        opts.pass.name(),
+        recompute_words(a.recompute),
+        if a.tp_overlap {
+            " · TP collectives overlapped"
+        } else {
+            ""
+        }
+    );
+    out!("{}", table(&rows));
+    let Some(best) = fastest(&rows) else {
+        bail!("no split could run any scheme");
+    };
+    outln!(
+        "\nFastest layer: {} at TP {} × CP {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
+        best.scheme,
+        best.tp,
+        best.cp,
+        best.layer_time_ms.unwrap_or(0.0),
+        best.tp_comm_max_ms.unwrap_or(0.0)
+    );
+    let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
+        .iter()
+        .map(|r| {
+            format!(
+                "{} TP {} × CP {} ({:.3} ms)",
+                r.scheme,
+                r.tp,
+                r.cp,
+                r.layer_time_ms.unwrap_or(0.0)
+            )
+        })
+        .collect();
+    outln!("Each scheme's best split: {}.", per.join("; "));
+    outln!(
+        "Not in the times: where a low TP's weights (weights/layer × the layers a GPU holds, with gradients and optimizer state on top) do not fit, the weight sharding that makes them fit and its traffic; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism)."
+    );
+    Ok(())
+}
+
+/// One line per (split, scheme); a split or scheme that cannot run shows why.
+fn table(rows: &[TpCpRow]) -> String {
+    let mut s = format!(
+        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8} {:>11} {:>13} {:>6}\n",
+        "TP", "CP", "scheme", "attn_ms", "layer_ms", "tp_ms", "act/layer", "weights/layer", "MFU"
+    );
+    for r in rows {
+        match (r.layer_time_ms, &r.error) {
+            (Some(layer), None) => s.push_str(&format!(
+                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3} {:>11} {:>13} {:>5.1}%\n",
+                r.tp,
+                r.cp,
+                r.scheme,
+                r.attention_time_ms.unwrap_or(0.0),
+                layer,
+                r.tp_comm_max_ms.unwrap_or(0.0),
+                human_bytes(r.act_max_bytes.unwrap_or(0)),
+                human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),
+                100.0 * r.layer_mfu.unwrap_or(0.0)
+            )),
+            _ => s.push_str(&format!(
+                "{:>4} {:>5}  {:<22} cannot run: {}\n",
+                r.tp,
+                r.cp,
+                r.scheme,
+                r.error.as_deref().unwrap_or("no result")
+            )),
+        }
+    }
+    s.push_str("(means over windows; layer = attention, projections, MLP and exposed TP collectives; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer)\n");
+    s
+}

@@ -1,0 +1,271 @@
+//! TP×CP: how to split the GPUs that hold one sequence between tensor parallelism (inside a
+//! node) and context parallelism, per scheme ([`crate::tp`]).
+//!
+//! Every split sees the same windows of the trace (window packing depends on the context
+//! alone), so their layer times compare directly: TP `T` × CP `G / T`, each CP rank holding
+//! `1/(G/T)` of a window and each GPU `1/T` of the heads. Each split is planned and simulated
+//! with every scheme asked for, on the whole layer (attention, the projections and MLP, and
+//! the TP collectives), which is where TP and CP trade: TP shrinks attention and K/V per GPU
+//! but adds collectives on every layer's activations; CP spreads the tokens thinner.
+//!
+//! Splits the node or the model cannot take (`T` not dividing the GPUs per node or the heads)
+//! are kept as rows with the reason, as `compare` keeps a scheme that cannot run.
+
+use serde::Serialize;
+
+use crate::hardware::Hardware;
+use crate::model::{Model, Recompute};
+use crate::plan::Mask;
+use crate::planners::PlanContext;
+use crate::report::{compare, CompareOptions};
+use crate::sim::{PassSel, Simulator};
+use crate::trace::{Batch, PackMode};
+
+use super::StudyError;
+
+/// What a TP×CP study runs.
+#[derive(Debug, Clone)]
+pub struct TpCpOptions {
+    /// GPUs per sequence (TP × CP).
+    pub gpus: u32,
+    /// Tokens per window (the sequence the GPUs hold).
+    pub context: u64,
+    /// Scheme entries, as `compare` takes them.
+    pub schemes: Vec<String>,
+    /// Mask inside each document.
+    pub mask: Mask,
+    /// Passes simulated.
+    pub pass: PassSel,
+    /// What the backward pass recomputes.
+    pub recompute: Recompute,
+    /// TP collectives overlap their GEMMs.
+    pub tp_overlap: bool,
+}
+
+/// One scheme at one split, means over the windows; or why it has no numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TpCpRow {
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Context-parallel degree (`gpus / tp`).
+    pub cp: u32,
+    /// Scheme entry.
+    pub scheme: String,
+    /// Attention time per window (fwd + bwd by default), ms.
+    pub attention_time_ms: Option<f64>,
+    /// The whole layer's time per window, ms.
+    pub layer_time_ms: Option<f64>,
+    /// Exposed TP collectives of the slowest rank, ms (0 at TP 1).
+    pub tp_comm_max_ms: Option<f64>,
+    /// Activations one layer keeps on the fullest GPU, bytes.
+    pub act_max_bytes: Option<u64>,
+    /// The layer's model FLOPs utilisation.
+    pub layer_mfu: Option<f64>,
+    /// Bytes of one layer's projection and MLP weights on each GPU, in the model's dtype
+    /// ([`Model::weights_per_layer`]): what a low TP leaves on every GPU, times the layers it
+    /// holds (gradients and optimizer state come on top).
+    pub weight_bytes_per_layer: Option<u64>,
+    /// Why this split or scheme has no numbers.
+    pub error: Option<String>,
+}
+
+impl TpCpRow {
+    fn failed(tp: u32, cp: u32, scheme: &str, error: String) -> TpCpRow {
+        TpCpRow {
+            tp,
+            cp,
+            scheme: scheme.to_string(),
+            attention_time_ms: None,
+            layer_time_ms: None,
+            tp_comm_max_ms: None,
+            act_max_bytes: None,
+            layer_mfu: None,
+            weight_bytes_per_layer: None,
+            error: Some(error),
+        }
+    }
+}
+
+/// The TP degrees a study of `gpus` GPUs tries: every divisor of `gpus` up to the GPUs of one
+/// node (a TP group stays inside its NVLink domain), smallest CP first.
+pub fn candidate_tps(gpus: u32, hw: &Hardware) -> Vec<u32> {
+    let mut tps: Vec<u32> = (1..=hw.gpus_per_node.min(gpus))
+        .filter(|t| gpus % t == 0)
+        .collect();
+    tps.reverse();
+    tps
+}
+
+/// Plan and simulate `windows` at every split of [`candidate_tps`], with every scheme: one
+/// row per (split, scheme), largest TP first. Errors only on what no split could run: a
+/// model or hardware without the layer's cost (TP's collectives are priced there, so an
+/// attention-only comparison would leave them out).
+pub fn run_tpcp(
+    windows: &[Batch],
+    hw: &Hardware,
+    model: &Model,
+    opts: &TpCpOptions,
+) -> Result<Vec<TpCpRow>, StudyError> {
+    if opts.gpus == 0 {
+        return Err(StudyError::Config("--gpus must be at least 1".into()));
+    }
+    // The layer is what the comparison is about: refuse up front what cannot price it.
+    crate::sim::LayerCost::new(hw, model).map_err(|e| StudyError::Config(e.to_string()))?;
+    let mut rows = Vec::new();
+    for tp in candidate_tps(opts.gpus, hw) {
+        let cp = opts.gpus / tp;
+        let (hw_t, model_t) = match crate::tp::split(hw, model, tp) {
+            Ok(s) => s,
+            Err(e) => {
+                rows.push(TpCpRow::failed(tp, cp, "-", e.to_string()));
+                continue;
+            }
+        };
+        let sim = Simulator::new(hw_t.clone(), model_t.clone())?
+            .with_recompute(opts.recompute)?
+            .with_tp_overlap(opts.tp_overlap);
+        let ctx = PlanContext {
+            ranks: cp,
+            tokens_per_rank: PackMode::Window.default_tokens_per_rank(cp, opts.context),
+            mask: opts.mask,
+            model: &model_t,
+            hardware: &hw_t,
+        };
+        let compared = compare(
+            windows,
+            &ctx,
+            &sim,
+            &CompareOptions {
+                schemes: opts.schemes.clone(),
+                baseline: None,
+                pass: opts.pass,
+                verify: true,
+            },
+        );
+        for r in compared {
+            let row = match (&r.mean, &r.error) {
+                (Some(m), None) => {
+                    let l = m.layer.as_ref();
+                    TpCpRow {
+                        tp,
+                        cp,
+                        scheme: r.scheme.clone(),
+                        attention_time_ms: Some(m.attention_time_ms),
+                        layer_time_ms: l.map(|l| l.layer_time_ms),
+                        tp_comm_max_ms: l.map(|l| l.tp_comm_max_ms.unwrap_or(0.0)),
+                        act_max_bytes: l.map(|l| l.act_max_bytes),
+                        layer_mfu: l.map(|l| l.layer_mfu),
+                        weight_bytes_per_layer: model_t
+                            .weights_per_layer()
+                            .map(|w| w * u64::from(model_t.dtype_bytes)),
+                        error: None,
+                    }
+                }
+                _ => TpCpRow::failed(
+                    tp,
+                    cp,
+                    &r.scheme,
+                    r.error.clone().unwrap_or_else(|| "no result".into()),
+                ),
+            };
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// The fastest row on the whole layer, over all splits and schemes.
+pub fn fastest(rows: &[TpCpRow]) -> Option<&TpCpRow> {
+    rows.iter()
+        .filter(|r| r.layer_time_ms.is_some())
+        .min_by(|a, b| {
+            a.layer_time_ms
+                .unwrap()
+                .total_cmp(&b.layer_time_ms.unwrap())
+        })
+}
+
+/// Per scheme, its fastest split: (scheme, row), in the order the schemes were given.
+pub fn best_split_per_scheme<'r>(rows: &'r [TpCpRow], schemes: &[String]) -> Vec<&'r TpCpRow> {
+    schemes
+        .iter()
+        .filter_map(|s| fastest_of(rows.iter().filter(|r| &r.scheme == s)))
+        .collect()
+}
+
+fn fastest_of<'r>(rows: impl Iterator<Item = &'r TpCpRow>) -> Option<&'r TpCpRow> {
+    rows.filter(|r| r.layer_time_ms.is_some()).min_by(|a, b| {
+        a.layer_time_ms
+            .unwrap()
+            .total_cmp(&b.layer_time_ms.unwrap())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(gpus: u32) -> TpCpOptions {
+        TpCpOptions {
+            gpus,
+            context: 16384,
+            schemes: vec!["zigzag".into(), "hybrid:quick=true".into()],
+            mask: Mask::Causal,
+            pass: PassSel::Both,
+            recompute: Recompute::None,
+            tp_overlap: false,
+        }
+    }
+
+    #[test]
+    fn candidates_divide_the_gpus_and_fit_a_node() {
+        let h100 = Hardware::load("h100").unwrap();
+        assert_eq!(candidate_tps(64, &h100), vec![8, 4, 2, 1]);
+        assert_eq!(candidate_tps(12, &h100), vec![6, 4, 3, 2, 1]);
+        assert_eq!(candidate_tps(2, &h100), vec![2, 1]);
+    }
+
+    #[test]
+    fn every_split_sees_the_same_windows_and_odd_ones_say_why() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let windows = vec![Batch::new(0, vec![9000, 4000, 2000, 1384])];
+        let rows = run_tpcp(&windows, &hw, &model, &opts(12)).unwrap();
+        // 6 and 3 divide neither 64 query heads nor 8 KV heads.
+        for tp in [6, 3] {
+            let r: Vec<_> = rows.iter().filter(|r| r.tp == tp).collect();
+            assert_eq!(r.len(), 1);
+            assert!(r[0].error.as_deref().unwrap().contains("does not divide"));
+        }
+        for tp in [4, 2, 1] {
+            let r: Vec<_> = rows.iter().filter(|r| r.tp == tp).collect();
+            assert_eq!(r.len(), 2, "{r:?}");
+            for x in r {
+                assert_eq!(x.cp, 12 / tp);
+                // Llama-3-70B: 855.6M weights a layer in bf16, split TP ways.
+                let w = 2 * (8192 * 80 * 128 + 64 * 128 * 8192 + 3 * 8192 * 28672) / tp as u64;
+                assert_eq!(x.weight_bytes_per_layer, Some(w));
+                assert!(x.layer_time_ms.unwrap() > x.attention_time_ms.unwrap());
+                assert_eq!(x.tp_comm_max_ms.unwrap() > 0.0, tp > 1);
+            }
+        }
+        let best = fastest(&rows).unwrap();
+        assert!(rows
+            .iter()
+            .filter_map(|r| r.layer_time_ms)
+            .all(|t| t >= best.layer_time_ms.unwrap()));
+        let per = best_split_per_scheme(&rows, &opts(12).schemes);
+        assert_eq!(per.len(), 2);
+        assert_eq!(per[0].scheme, "zigzag");
+        // Deterministic.
+        assert_eq!(rows, run_tpcp(&windows, &hw, &model, &opts(12)).unwrap());
+    }
+
+    #[test]
+    fn a_model_without_the_layers_cost_is_refused() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("mha-16").unwrap();
+        let e = run_tpcp(&[Batch::new(0, vec![100])], &hw, &model, &opts(8)).unwrap_err();
+        assert!(e.to_string().contains("hidden"), "{e}");
+    }
+}
