@@ -238,7 +238,8 @@ impl LineLog {
 /// or a commented kernel table named the wrong line; its byte offsets are right, and this
 /// turns them into lines.
 ///
-/// It also passes every `\r` on as `\n` (byte for byte, so offsets still match the file):
+/// It also passes every `\r` on as `\n` (byte for byte, so offsets still match the file),
+/// and ends a last line that has no line end (after the file's last byte):
 /// the csv crate ends a `#` comment only at `\n`, so a comment in a file with old-Mac `\r`
 /// endings ran on to the end of the file and the trace read as empty. A `\r\n` becomes an
 /// end and a blank line, which the reader skips; the log counts the file's own bytes.
@@ -247,6 +248,10 @@ pub struct LineLogging<R> {
     offset: u64,
     /// Whether the last byte passed on was `\r` (a `\r\n` may straddle two reads).
     prev_cr: bool,
+    /// Whether the last byte passed on ended a line (or nothing was read yet).
+    at_line_start: bool,
+    /// Whether the end of the input was reached and a missing last line end supplied.
+    closed: bool,
     log: std::rc::Rc<std::cell::RefCell<LineLog>>,
 }
 
@@ -259,6 +264,8 @@ impl<R> LineLogging<R> {
                 inner,
                 offset: 0,
                 prev_cr: false,
+                at_line_start: true,
+                closed: false,
                 log: log.clone(),
             },
             log,
@@ -270,11 +277,22 @@ impl<R: Read> Read for LineLogging<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         let mut log = self.log.borrow_mut();
+        if n == 0 && !buf.is_empty() && !self.at_line_start && !self.closed {
+            // The csv crate reads a `#` comment on a last line with no line end as a record
+            // (a trace ending `# end` had a document of length ``): end that line here. After
+            // every byte of the file, so no offset moves.
+            self.closed = true;
+            buf[0] = b'\n';
+            log.pending.push_back(self.offset);
+            self.offset += 1;
+            return Ok(1);
+        }
         for (i, &b) in buf[..n].iter().enumerate() {
             if LineEnds::Csv.ends_at(b, self.prev_cr) {
                 log.pending.push_back(self.offset + i as u64);
             }
             self.prev_cr = b == b'\r';
+            self.at_line_start = LineEnds::Csv.is_end_byte(b);
         }
         for b in &mut buf[..n] {
             if *b == b'\r' {

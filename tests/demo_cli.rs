@@ -241,7 +241,8 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
     let out = demo(&args);
     let header = out.lines().next().unwrap();
     assert!(
-        header.contains("h100 / llama3-70b · TP 4") && header.ends_with("· recompute full"),
+        header.contains("h100 / llama3-70b · TP 4")
+            && header.ends_with("· recompute full · TP collectives overlapped"),
         "{header}"
     );
     next_line_reproduces(

@@ -434,3 +434,101 @@ fn tpcp_refuses_what_it_cannot_price() {
         "{out}"
     );
 }
+
+/// Regression (bug hunt): `tpcp --json` exited 0 when no split could run (the table exited
+/// 2, as `compare` does); a scheme that ran nowhere vanished from the summary; and overlap
+/// that changed nothing was announced.
+#[test]
+fn tpcp_says_what_did_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join("odd.toml");
+    std::fs::write(
+        &odd,
+        "name = \"odd\"\nq_heads = 7\nkv_heads = 7\nhead_dim = 128\ndtype_bytes = 2\nhidden = 896\nffn_hidden = 3584\n",
+    )
+    .unwrap();
+    let base = [
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "16384",
+        "--batches",
+        "1",
+    ];
+    for json in [false, true] {
+        let mut c = fcp();
+        c.args(base)
+            .arg("--model")
+            .arg(&odd)
+            .args(["--schemes", "ulysses"]);
+        if json {
+            c.arg("--json");
+        }
+        c.assert()
+            .code(2)
+            .stderr(predicate::str::contains("no split could run any scheme"));
+    }
+    let out = fcp()
+        .args(base)
+        .arg("--model")
+        .arg(&odd)
+        .args(["--schemes", "ulysses,zigzag"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("ulysses ran at no split; zigzag TP 1 × CP 8"),
+        "{out}"
+    );
+    fcp()
+        .args(["tpcp", "--gpus", "1", "--context", "8192", "--batches", "1"])
+        .args(["--schemes", "zigzag", "--tp-overlap"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("overlapped").not())
+        .stderr(predicate::str::contains("--tp-overlap changes nothing"));
+}
+
+/// Overlap shows in `compare`'s header and CSV, so two runs differ in more than numbers.
+#[test]
+fn compare_names_tp_overlap() {
+    let run = |csv: bool| {
+        let mut c = fcp();
+        c.args([
+            "compare",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--tp",
+            "2",
+        ])
+        .args([
+            "--layer",
+            "--tp-overlap",
+            "--schemes",
+            "zigzag",
+            "--batches",
+            "1",
+        ]);
+        if csv {
+            c.arg("--csv");
+        }
+        String::from_utf8(c.assert().success().get_output().stdout.clone()).unwrap()
+    };
+    assert!(run(false)
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with("pass both · TP collectives overlapped"));
+    let csv = run(true);
+    assert!(
+        csv.lines().next().unwrap().ends_with(",tp,tp_overlap"),
+        "{csv}"
+    );
+    assert!(csv.lines().nth(1).unwrap().ends_with(",2,true"), "{csv}");
+}

@@ -230,7 +230,6 @@ impl From<RecomputeArg> for fcp::model::Recompute {
     }
 }
 
-/// " · recompute R" for a header or title when the backward pass recomputes, else nothing.
 /// `hardware / model` as report headers write them, with ` · TP N` under tensor parallelism.
 pub fn profile_words(hw: &Hardware, model: &Model) -> String {
     let tp = if model.tp > 1 {
@@ -241,6 +240,17 @@ pub fn profile_words(hw: &Hardware, model: &Model) -> String {
     format!("{} / {}{tp}", hw.name, model.name)
 }
 
+/// ` · TP collectives overlapped` for report headers when `--tp-overlap` changed anything
+/// (a model split by TP), else nothing.
+pub fn overlap_words(tp_overlap: bool, model: &Model) -> &'static str {
+    if tp_overlap && model.tp > 1 {
+        " · TP collectives overlapped"
+    } else {
+        ""
+    }
+}
+
+/// " · recompute R" for a header or title when the backward pass recomputes, else nothing.
 pub fn recompute_words(recompute: Option<RecomputeArg>) -> String {
     match recompute.map(fcp::model::Recompute::from) {
         None | Some(fcp::model::Recompute::None) => String::new(),

@@ -7,7 +7,8 @@ use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, Compar
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, profile_words, recompute_words, BatchArgs, PassArg, ProfileArgs, RecomputeArg,
+    layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, PassArg, ProfileArgs,
+    RecomputeArg,
 };
 
 /// Arguments of `fcp compare`.
@@ -90,14 +91,15 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
             profile_words(&hw, &model),
             a.batch.mask_name(),
             fcp::sim::PassSel::from(a.pass).name(),
-            recompute_words(a.recompute)
+            recompute_words(a.recompute),
+            overlap_words(a.tp_overlap, &model)
         );
         out!(
             "{}",

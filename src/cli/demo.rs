@@ -13,8 +13,8 @@ use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{LayerCost, PassSel, Simulator};
 
 use super::common::{
-    layer_sim, profile_words, recompute_words, BatchArgs, MaskArg, PassArg, ProfileArgs,
-    RecomputeArg,
+    layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, MaskArg, PassArg,
+    ProfileArgs, RecomputeArg,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -105,7 +105,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let docs: usize = batches.iter().map(|b| b.doc_lens.len()).sum();
     let tokens: u64 = batches.iter().map(|b| b.tokens()).sum();
     outln!(
-        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} · {} · {}{}\n",
+        "{} batch(es) of {} · {docs} docs, {tokens} tokens · {} ranks × {} tokens{} · {} · {} · {}{}{}\n",
         batches.len(),
         a.trace
             .as_ref()
@@ -120,7 +120,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         profile_words(&hw, &model),
         batch_args.mask_name(),
         pass_words(pass),
-        recompute_words(a.recompute)
+        recompute_words(a.recompute),
+        overlap_words(a.tp_overlap, &model)
     );
     out!("{}", compare_table(&rows, &schemes[0]));
     if let Some(bad) = rows.iter().find(|r| {
@@ -172,7 +173,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         if let Some(r) = a.recompute {
             simulate_flags += &format!(" --recompute {}", fcp::model::Recompute::from(r).name());
         }
-        if a.tp_overlap {
+        if a.tp_overlap && a.profile.tp > 1 {
             simulate_flags += " --tp-overlap";
         }
     }

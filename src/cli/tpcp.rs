@@ -91,6 +91,20 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         tp_overlap: a.tp_overlap,
     };
     let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
+    // As `compare`: a study in which nothing ran is a failure, in every format.
+    let Some(best) = fastest(&rows) else {
+        bail!(
+            "no split could run any scheme: {}",
+            rows.first()
+                .and_then(|r| r.error.as_deref())
+                .unwrap_or("no rows")
+        );
+    };
+    // Overlap matters only where some split with TP ran.
+    let overlapped = a.tp_overlap && rows.iter().any(|r| r.tp > 1 && r.error.is_none());
+    if a.tp_overlap && !overlapped {
+        eprintln!("note: --tp-overlap changes nothing: no split with TP above 1 ran");
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
@@ -112,16 +126,13 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         },
         opts.pass.name(),
         recompute_words(a.recompute),
-        if a.tp_overlap {
+        if overlapped {
             " · TP collectives overlapped"
         } else {
             ""
         }
     );
     out!("{}", table(&rows));
-    let Some(best) = fastest(&rows) else {
-        bail!("no split could run any scheme");
-    };
     outln!(
         "\nFastest layer: {} at TP {} × CP {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
         best.scheme,
@@ -132,14 +143,14 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     );
     let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
         .iter()
-        .map(|r| {
-            format!(
-                "{} TP {} × CP {} ({:.3} ms)",
-                r.scheme,
+        .map(|(scheme, r)| match r {
+            Some(r) => format!(
+                "{scheme} TP {} × CP {} ({:.3} ms)",
                 r.tp,
                 r.cp,
                 r.layer_time_ms.unwrap_or(0.0)
-            )
+            ),
+            None => format!("{scheme} ran at no split"),
         })
         .collect();
     outln!("Each scheme's best split: {}.", per.join("; "));

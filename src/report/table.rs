@@ -155,11 +155,19 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// CSV with one row per scheme: the mean of every plan metric, p95 attention time, speedup,
 /// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
 /// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places; under tensor
-/// parallelism `tp_comm_max_ms` (with the layer) and `tp` end each row.
+/// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
+/// their GEMMs, `tp_overlap` end each row.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
     let tp_col = rows.iter().any(|r| r.tp > 1);
+    let overlap = |r: &CompareRow| {
+        r.mean
+            .as_ref()
+            .and_then(|m| m.layer.as_ref())
+            .is_some_and(|l| l.tp_overlap)
+    };
+    let overlap_col = rows.iter().any(overlap);
     let mut s = String::from(
         "scheme,batches,attention_time_ms,attention_time_ms_p95,speedup,mfu,compute_imbalance,comm_imbalance,max_over_mean,comm_bytes_total,mem_max_bytes,lower_bound_ms,vs_lower_bound,comm_saving,error",
     );
@@ -172,6 +180,9 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     }
     if tp_col {
         s.push_str(",tp");
+    }
+    if overlap_col {
+        s.push_str(",tp_overlap");
     }
     s.push('\n');
     for r in rows {
@@ -226,6 +237,9 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
         }
         if tp_col {
             s.push_str(&format!(",{}", r.tp));
+        }
+        if overlap_col {
+            s.push_str(&format!(",{}", overlap(r)));
         }
         s.push('\n');
     }

@@ -114,6 +114,20 @@ pub fn run_tpcp(
     let mut rows = Vec::new();
     for tp in candidate_tps(opts.gpus, hw) {
         let cp = opts.gpus / tp;
+        // Regression (bug hunt): 2³² − 1 GPUs planned a CP group of that size and aborted
+        // allocating it; a split no plan may hold is a row, as `compare --ranks` refuses it.
+        if cp > crate::planners::MAX_RANKS {
+            rows.push(TpCpRow::failed(
+                tp,
+                cp,
+                "-",
+                format!(
+                    "CP {cp} is more than the {} ranks a plan may have",
+                    crate::planners::MAX_RANKS
+                ),
+            ));
+            continue;
+        }
         let (hw_t, model_t) = match crate::tp::split(hw, model, tp) {
             Ok(s) => s,
             Err(e) => {
@@ -185,11 +199,19 @@ pub fn fastest(rows: &[TpCpRow]) -> Option<&TpCpRow> {
         })
 }
 
-/// Per scheme, its fastest split: (scheme, row), in the order the schemes were given.
-pub fn best_split_per_scheme<'r>(rows: &'r [TpCpRow], schemes: &[String]) -> Vec<&'r TpCpRow> {
+/// Per scheme, in the order given: its fastest split, `None` when it ran at none.
+pub fn best_split_per_scheme<'r>(
+    rows: &'r [TpCpRow],
+    schemes: &'r [String],
+) -> Vec<(&'r str, Option<&'r TpCpRow>)> {
     schemes
         .iter()
-        .filter_map(|s| fastest_of(rows.iter().filter(|r| &r.scheme == s)))
+        .map(|s| {
+            (
+                s.as_str(),
+                fastest_of(rows.iter().filter(|r| &r.scheme == s)),
+            )
+        })
         .collect()
 }
 
@@ -254,11 +276,32 @@ mod tests {
             .iter()
             .filter_map(|r| r.layer_time_ms)
             .all(|t| t >= best.layer_time_ms.unwrap()));
-        let per = best_split_per_scheme(&rows, &opts(12).schemes);
+        let schemes = opts(12).schemes;
+        let per = best_split_per_scheme(&rows, &schemes);
         assert_eq!(per.len(), 2);
-        assert_eq!(per[0].scheme, "zigzag");
+        assert_eq!(per[0].0, "zigzag");
+        assert!(per.iter().all(|(s, r)| r.is_some_and(|r| r.scheme == *s)));
         // Deterministic.
         assert_eq!(rows, run_tpcp(&windows, &hw, &model, &opts(12)).unwrap());
+    }
+
+    /// Regression (bug hunt): a CP group larger than any plan may hold aborted allocating.
+    #[test]
+    fn a_cp_past_the_rank_limit_is_a_row() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let gpus = 8 * crate::planners::MAX_RANKS * 2;
+        let rows = run_tpcp(&[Batch::new(0, vec![100])], &hw, &model, &opts(gpus)).unwrap();
+        assert_eq!(rows.len(), 4);
+        for r in &rows {
+            assert!(
+                r.error
+                    .as_deref()
+                    .unwrap()
+                    .contains("ranks a plan may have"),
+                "{r:?}"
+            );
+        }
     }
 
     #[test]

@@ -649,6 +649,26 @@ mod tests {
         assert_eq!(lens(&t), vec![4, 5]);
     }
 
+    /// Regression (bug hunt): a `#` comment on a last line with no line end was read as a
+    /// document of length ``, whatever the line endings.
+    #[test]
+    fn a_comment_on_an_unended_last_line_is_a_comment() {
+        for text in [
+            "doc_len\n5000\n3000\n# end",
+            "doc_len\r\n5000\r\n3000\r\n# end",
+            "doc_len\r5000\r3000\r#",
+        ] {
+            let t = Trace::from_csv_str(text).unwrap();
+            assert_eq!(lens(&t), vec![5000, 3000], "{text:?}");
+        }
+        // A last line without an end is still read, and errors name it.
+        assert_eq!(lens(&Trace::from_csv_str("doc_len\n7").unwrap()), vec![7]);
+        match Trace::from_csv_str("doc_len\n7\nx") {
+            Err(TraceError::BadLength { line: 3, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn csv_missing_column_and_empty() {
         assert!(matches!(
