@@ -3,7 +3,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use support::fcp;
+use support::{fcp, stdout_of};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -24,16 +24,8 @@ fn read(path: &Path) -> Value {
 }
 
 fn simulate_json(args: &[&str], plan: &Path) -> Value {
-    let out = fcp()
-        .args(["simulate", "--json"])
-        .args(args)
-        .arg(plan)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    serde_json::from_slice(&out).unwrap()
+    let out = stdout_of(fcp().args(["simulate", "--json"]).args(args).arg(plan));
+    serde_json::from_str(&out).unwrap()
 }
 
 #[test]
@@ -190,24 +182,20 @@ fn a_plan_whose_tp_does_not_match_its_heads_says_so() {
 #[test]
 fn compare_under_tp_names_it_in_every_format() {
     let run = |extra: &[&str]| {
-        let out = fcp()
-            .args([
-                "compare",
-                "--ranks",
-                "4",
-                "--tokens-per-rank",
-                "8192",
-                "--tp",
-                "2",
-            ])
-            .args(["--schemes", "ring,zigzag,fcp", "--batches", "1"])
-            .args(extra)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        String::from_utf8(out).unwrap()
+        stdout_of(
+            fcp()
+                .args([
+                    "compare",
+                    "--ranks",
+                    "4",
+                    "--tokens-per-rank",
+                    "8192",
+                    "--tp",
+                    "2",
+                ])
+                .args(["--schemes", "ring,zigzag,fcp", "--batches", "1"])
+                .args(extra),
+        )
     };
     let table = run(&["--layer"]);
     assert!(
@@ -224,15 +212,11 @@ fn compare_under_tp_names_it_in_every_format() {
     assert!(header.ends_with(",tp_comm_max_ms,tp"), "{header}");
     assert!(csv.lines().nth(1).unwrap().ends_with(",2"), "{csv}");
     // Without TP neither column, nor the key.
-    let plain = fcp()
-        .args(["compare", "--ranks", "4", "--tokens-per-rank", "8192"])
-        .args(["--schemes", "ring", "--batches", "1", "--csv", "--layer"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let plain = String::from_utf8(plain).unwrap();
+    let plain = stdout_of(
+        fcp()
+            .args(["compare", "--ranks", "4", "--tokens-per-rank", "8192"])
+            .args(["--schemes", "ring", "--batches", "1", "--csv", "--layer"]),
+    );
     assert!(
         plain.lines().next().unwrap().ends_with(",act_max_bytes"),
         "{plain}"
@@ -283,34 +267,22 @@ fn a_sweep_under_tp_tags_its_cells() {
         csv.lines().next().unwrap().ends_with(",tp_comm_max_ms_max"),
         "{csv}"
     );
-    // Regression (bug hunt): overlap at TP 1 changed no number but renamed every cell.
-    std::fs::write(&cfg, format!("layer = true\ntp_overlap = true\n{grid}")).unwrap();
-    fcp()
-        .arg("sweep")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(dir.path().join("overlap1"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("it needs tp > 1"));
-    std::fs::write(&cfg, format!("tp = 2\ntp_overlap = true\n{grid}")).unwrap();
-    fcp()
-        .arg("sweep")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(dir.path().join("overlap"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("it needs layer = true"));
-    std::fs::write(&cfg, format!("tp = 5\n{grid}")).unwrap();
-    fcp()
-        .arg("sweep")
-        .arg(&cfg)
-        .arg("-o")
-        .arg(dir.path().join("out5"))
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("tensor-parallel degree 5"));
+    for (config, why) in [
+        // Regression (bug hunt): overlap at TP 1 changed no number but renamed every cell.
+        ("layer = true\ntp_overlap = true\n", "it needs tp > 1"),
+        ("tp = 2\ntp_overlap = true\n", "it needs layer = true"),
+        ("tp = 5\n", "tensor-parallel degree 5"),
+    ] {
+        std::fs::write(&cfg, format!("{config}{grid}")).unwrap();
+        fcp()
+            .arg("sweep")
+            .arg(&cfg)
+            .arg("-o")
+            .arg(dir.path().join("refused"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(why));
+    }
 }
 
 /// `fcp tpcp` tries every TP that divides the GPUs and fits a node, on the same windows, and
@@ -328,15 +300,8 @@ fn tpcp_splits_the_gpus_and_matches_compare() {
         "--schemes",
         "zigzag,hybrid:quick=true",
     ];
-    let out = fcp()
-        .args(args)
-        .arg("--json")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let rows: Value = serde_json::from_slice(&out).unwrap();
+    let out = stdout_of(fcp().args(args).arg("--json"));
+    let rows: Value = serde_json::from_str(&out).unwrap();
     let rows = rows.as_array().unwrap();
     let splits: Vec<(u64, u64)> = rows
         .iter()
@@ -356,36 +321,24 @@ fn tpcp_splits_the_gpus_and_matches_compare() {
         ]
     );
     // TP 4 × CP 2 is `compare --ranks 2 --tp 4` on the same window.
-    let cmp = fcp()
-        .args(["compare", "--ranks", "2", "--tp", "4", "--pack", "window"])
-        .args([
-            "--context",
-            "16384",
-            "--batches",
-            "1",
-            "--schemes",
-            "zigzag",
-        ])
-        .args(["--layer", "--json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let cmp: Value = serde_json::from_slice(&cmp).unwrap();
+    let cmp = stdout_of(
+        fcp()
+            .args(["compare", "--ranks", "2", "--tp", "4", "--pack", "window"])
+            .args([
+                "--context",
+                "16384",
+                "--batches",
+                "1",
+                "--schemes",
+                "zigzag",
+            ])
+            .args(["--layer", "--json"]),
+    );
+    let cmp: Value = serde_json::from_str(&cmp).unwrap();
     assert_eq!(rows[2]["layer_time_ms"], cmp[0]["layer_time_ms"]);
     assert_eq!(rows[2]["attention_time_ms"], cmp[0]["attention_time_ms"]);
     // The table and its verdict; the same output twice.
-    let table = || {
-        let out = fcp()
-            .args(args)
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-        String::from_utf8(out).unwrap()
-    };
+    let table = || stdout_of(fcp().args(args));
     let t = table();
     assert!(
         t.contains("Fastest layer: ") && t.contains("Each scheme's best split: zigzag TP"),
@@ -408,23 +361,19 @@ fn tpcp_refuses_what_it_cannot_price() {
         .code(2)
         .stderr(predicate::str::contains("hidden"));
     // A split the model cannot take is a row that says why, not a failure.
-    let out = fcp()
-        .args([
-            "tpcp",
-            "--gpus",
-            "6",
-            "--context",
-            "12288",
-            "--batches",
-            "1",
-        ])
-        .args(["--schemes", "zigzag"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let out = String::from_utf8(out).unwrap();
+    let out = stdout_of(
+        fcp()
+            .args([
+                "tpcp",
+                "--gpus",
+                "6",
+                "--context",
+                "12288",
+                "--batches",
+                "1",
+            ])
+            .args(["--schemes", "zigzag"]),
+    );
     assert!(
         out.contains("cannot run: tensor-parallel degree 6"),
         "{out}"
@@ -469,17 +418,13 @@ fn tpcp_says_what_did_not_run() {
             .code(2)
             .stderr(predicate::str::contains("no split could run any scheme"));
     }
-    let out = fcp()
-        .args(base)
-        .arg("--model")
-        .arg(&odd)
-        .args(["--schemes", "ulysses,zigzag"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let out = String::from_utf8(out).unwrap();
+    let out = stdout_of(
+        fcp()
+            .args(base)
+            .arg("--model")
+            .arg(&odd)
+            .args(["--schemes", "ulysses,zigzag"]),
+    );
     assert!(
         out.contains("ulysses ran at no split; zigzag TP 1 × CP 8"),
         "{out}"
@@ -518,7 +463,7 @@ fn compare_names_tp_overlap() {
         if csv {
             c.arg("--csv");
         }
-        String::from_utf8(c.assert().success().get_output().stdout.clone()).unwrap()
+        stdout_of(&mut c)
     };
     assert!(run(false)
         .lines()

@@ -9,6 +9,11 @@ pub fn fcp() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("fcp").expect("binary built")
 }
 
+/// What `cmd` prints on stdout, once it has succeeded.
+pub fn stdout_of(cmd: &mut assert_cmd::Command) -> String {
+    String::from_utf8(cmd.assert().success().get_output().stdout.clone()).expect("UTF-8 output")
+}
+
 /// Property-test budget: fewer cases and no shrinking on CI (fail fast), more locally (small
 /// reproducers) — pubgrub's convention.
 pub fn proptest_config() -> ProptestConfig {
