@@ -30,16 +30,8 @@ pub struct Model {
     /// head counts and `ffn_hidden` above are already divided by it, and with sequence
     /// parallelism the `hidden`-wide activations are spread over it. 1 (left out of JSON):
     /// the whole layer runs on each CP rank's GPU.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::tp::one", skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
 }
 
 /// Dimensions of the token-linear part of one transformer layer: the Q/K/V projection before

@@ -25,6 +25,18 @@
 use crate::hardware::{Collective, Hardware, HardwareError, Pass};
 use crate::model::{Gemm, Model, Recompute};
 
+/// The tensor-parallel degree a model, plan, report or sweep has when it says none: 1 (serde
+/// default).
+pub fn one() -> u32 {
+    1
+}
+
+/// Whether a tensor-parallel degree is 1: left out of JSON and TOML, so that every output
+/// without TP keeps its earlier form byte for byte.
+pub fn is_one(tp: &u32) -> bool {
+    *tp == 1
+}
+
 /// The largest tensor-parallel degree accepted: far beyond any NVLink domain, low enough that
 /// a typo is an error rather than a model of zero heads.
 pub const MAX_TP: u32 = 1024;

@@ -230,14 +230,18 @@ impl From<RecomputeArg> for fcp::model::Recompute {
     }
 }
 
-/// `hardware / model` as report headers write them, with ` · TP N` under tensor parallelism.
-pub fn profile_words(hw: &Hardware, model: &Model) -> String {
-    let tp = if model.tp > 1 {
-        format!(" · TP {}", model.tp)
+/// ` · TP N` for report headers under tensor parallelism, else nothing.
+pub fn tp_words(tp: u32) -> String {
+    if tp > 1 {
+        format!(" · TP {tp}")
     } else {
         String::new()
-    };
-    format!("{} / {}{tp}", hw.name, model.name)
+    }
+}
+
+/// `hardware / model` as report headers write them, with ` · TP N` under tensor parallelism.
+pub fn profile_words(hw: &Hardware, model: &Model) -> String {
+    format!("{} / {}{}", hw.name, model.name, tp_words(model.tp))
 }
 
 /// ` · TP collectives overlapped` for report headers when `--tp-overlap` changed anything

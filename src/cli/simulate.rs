@@ -7,7 +7,9 @@ use clap::Args;
 
 use fcp::sim::{SimReport, Simulator};
 
-use super::common::{bytes, layer_sim, load_verified_plan, PassArg, PlanProfileArgs, RecomputeArg};
+use super::common::{
+    bytes, layer_sim, load_verified_plan, tp_words, PassArg, PlanProfileArgs, RecomputeArg,
+};
 
 /// Arguments of `fcp simulate`.
 #[derive(Debug, Args)]
@@ -69,11 +71,7 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         r.num_ranks,
         r.hardware,
         r.model,
-        if r.tp > 1 {
-            format!(" · TP {}", r.tp)
-        } else {
-            String::new()
-        },
+        tp_words(r.tp),
         r.pass
     );
     outln!(

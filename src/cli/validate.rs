@@ -9,7 +9,7 @@ use fcp::report::validate::{ErrorStats, Pair};
 use fcp::report::{validate, Measured, ValidationReport};
 use fcp::sim::Simulator;
 
-use super::common::{load_verified_plan, PlanProfileArgs};
+use super::common::{load_verified_plan, tp_words, PlanProfileArgs};
 use super::Exit;
 
 /// Arguments of `fcp validate`.
@@ -115,11 +115,7 @@ fn print_table(r: &ValidationReport) -> Result<()> {
         r.ranks.len(),
         r.hardware,
         r.model,
-        if r.tp > 1 {
-            format!(" · TP {}", r.tp)
-        } else {
-            String::new()
-        },
+        tp_words(r.tp),
         r.pass,
         r.mode,
         r.measured_on

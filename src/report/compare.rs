@@ -49,12 +49,8 @@ pub struct CompareRow {
     /// Why the scheme produced no result.
     pub error: Option<String>,
     /// Tensor-parallel degree the model was split by (`--tp`); absent when 1.
-    #[serde(skip_serializing_if = "is_one")]
+    #[serde(skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
-}
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
 }
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`

@@ -356,7 +356,7 @@ pub struct ValidationReport {
     /// Model simulated.
     pub model: String,
     /// Tensor-parallel degree the model is split by (the plan's `tp`); absent when 1.
-    #[serde(skip_serializing_if = "is_one")]
+    #[serde(skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
     /// Passes compared.
     pub pass: String,
@@ -373,10 +373,6 @@ pub struct ValidationReport {
 }
 
 const NS_TO_MS: f64 = 1e-6;
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
-}
 
 /// Simulate `plan` for the measured passes and compare.
 pub fn validate(

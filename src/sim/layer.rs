@@ -288,8 +288,18 @@ pub fn run(
     let tp_ns =
         |t: u64, stages: &[crate::tp::Stage]| tp.map_or(Ok(0), |tp| tp.exposed_ns(stages, t, cost));
     let (mut before, mut after, mut tp_total) = (Vec::new(), Vec::new(), Vec::new());
+    // Ranks mostly hold equal tokens: price each count's collectives once (each is an NCCL
+    // table lookup per stage).
+    let mut priced: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     for &t in tokens {
-        let (b, a) = (tp_ns(t, &tp_before)?, tp_ns(t, &tp_after)?);
+        let (b, a) = match priced.get(&t) {
+            Some(&ba) => ba,
+            None => {
+                let ba = (tp_ns(t, &tp_before)?, tp_ns(t, &tp_after)?);
+                priced.insert(t, ba);
+                ba
+            }
+        };
         before.push(cost.ns(t, f.before) + b);
         after.push(cost.ns(t, f.after) + a);
         tp_total.push(b + a);

@@ -111,7 +111,7 @@ pub struct SimReport {
     /// CP group size.
     pub num_ranks: u32,
     /// Tensor-parallel degree the model is split by (`--tp`); absent when 1.
-    #[serde(skip_serializing_if = "is_one")]
+    #[serde(skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
     /// Plan-level metrics.
     #[serde(flatten)]
@@ -121,10 +121,6 @@ pub struct SimReport {
 }
 
 const MS: f64 = 1e-6;
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
-}
 
 /// Lower bound in milliseconds: Σ over documents of the whole-document kernel time, ÷ N.
 pub fn lower_bound_ms(

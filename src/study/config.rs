@@ -48,14 +48,6 @@ fn default_mask() -> String {
 fn default_pack() -> String {
     "budget".into()
 }
-fn default_tp() -> u32 {
-    1
-}
-
-fn is_one(v: &u32) -> bool {
-    *v == 1
-}
-
 fn default_hardware() -> Vec<String> {
     vec!["h100".into()]
 }
@@ -113,7 +105,7 @@ pub struct SweepConfig {
     pub recompute: Recompute,
     /// Tensor-parallel degree every cell's model and hardware are split by
     /// ([`crate::tp::split`]): each CP rank is a group of `tp` GPUs in one node.
-    #[serde(default = "default_tp", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::tp::one", skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
     /// With `layer`: TP collectives overlap the GEMMs they feed or drain
     /// ([`crate::sim::LayerCost::with_tp_overlap`]).

@@ -190,13 +190,7 @@ pub fn run_tpcp(
 
 /// The fastest row on the whole layer, over all splits and schemes.
 pub fn fastest(rows: &[TpCpRow]) -> Option<&TpCpRow> {
-    rows.iter()
-        .filter(|r| r.layer_time_ms.is_some())
-        .min_by(|a, b| {
-            a.layer_time_ms
-                .unwrap()
-                .total_cmp(&b.layer_time_ms.unwrap())
-        })
+    fastest_of(rows.iter())
 }
 
 /// Per scheme, in the order given: its fastest split, `None` when it ran at none.
