@@ -15,6 +15,7 @@
 //! * [`study`] runs sweeps, the regression gate and the DP×CP study over planners + simulator.
 
 pub mod comm;
+pub mod footprint;
 pub mod hardware;
 pub mod hashing;
 pub mod ilp;

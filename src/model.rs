@@ -32,6 +32,24 @@ pub struct Model {
     /// the whole layer runs on each CP rank's GPU.
     #[serde(default = "crate::tp::one", skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
+    /// The whole network around the layer, when the model file gives it: what a GPU's memory
+    /// for a training step needs ([`crate::footprint`]): how many layers it holds and the
+    /// embedding and output layer beside them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Stack>,
+}
+
+/// The network a layer is one of: its depth and its vocabulary. The parameters a GPU holds,
+/// and so its weights, gradients and optimizer state, come from these and the layer's
+/// widths ([`Model::params_per_gpu`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stack {
+    /// Transformer layers (`num_hidden_layers`).
+    pub layers: u32,
+    /// Vocabulary size: the input embedding and the output layer are `vocab × hidden`.
+    pub vocab: u32,
+    /// The output layer reuses the input embedding's weights (`tie_word_embeddings`).
+    pub tied_embeddings: bool,
 }
 
 /// Dimensions of the token-linear part of one transformer layer: the Q/K/V projection before
@@ -48,6 +66,20 @@ pub struct LinearShape {
     /// Weight matrices of `hidden × ffn_hidden` in the MLP: 3 for a gated MLP (SwiGLU: gate,
     /// up, down, as in Llama), 2 for a plain one.
     pub ffn_matrices: u32,
+}
+
+/// Parameters of a network's parts on one GPU ([`Model::param_parts`]): what each pipeline
+/// stage holds is made of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamParts {
+    /// One transformer layer: projections, MLP and its two norms.
+    pub layer: u64,
+    /// The input embedding (`vocab × hidden`, this GPU's rows).
+    pub embedding: u64,
+    /// The output layer, 0 when tied to the embedding.
+    pub output: u64,
+    /// The final norm.
+    pub final_norm: u64,
 }
 
 /// FLOPs per token of the token-linear work of one layer, split at attention.
@@ -162,6 +194,30 @@ impl Model {
     pub fn weights_per_layer(&self) -> Option<u64> {
         let LinearParts { qkv, out, mlp } = self.linear_parts()?;
         Some(((qkv + out + mlp) / 2.0).round() as u64)
+    }
+
+    /// Parameters one GPU holds for the whole network (its share under [`Model::tp`]): see
+    /// [`Model::param_parts`]. `None` without a [`Stack`].
+    pub fn params_per_gpu(&self) -> Option<u64> {
+        let p = self.param_parts()?;
+        Some(p.layer * u64::from(self.stack?.layers) + p.embedding + p.output + p.final_norm)
+    }
+
+    /// The parameters of the network's parts on one GPU (its share under [`Model::tp`]):
+    /// a layer's projections and MLP ([`Model::weights_per_layer`]) and its two norms; the
+    /// input embedding and, unless tied, the output layer, both split by vocabulary rows over
+    /// the TP group as Megatron's vocab-parallel embedding does; the final norm. Norms are
+    /// whole on every GPU of the group. `None` without a [`Stack`].
+    pub fn param_parts(&self) -> Option<ParamParts> {
+        let s = self.stack?;
+        let hidden = u64::from(self.linear?.hidden);
+        let table = u64::from(s.vocab).div_ceil(u64::from(self.tp.max(1))) * hidden;
+        Some(ParamParts {
+            layer: self.weights_per_layer()? + 2 * hidden,
+            embedding: table,
+            output: if s.tied_embeddings { 0 } else { table },
+            final_norm: hidden,
+        })
     }
 
     /// Forward FLOPs per token of one of the layer's GEMMs (the MLP's input-side matrices
@@ -294,7 +350,61 @@ struct ModelFile {
     #[serde(default)]
     ffn_matrices: Option<u32>,
     #[serde(default)]
+    layers: Option<u32>,
+    #[serde(default)]
+    vocab: Option<u32>,
+    #[serde(default)]
+    tied_embeddings: Option<bool>,
+    #[serde(default)]
     source: Option<String>,
+}
+
+/// The file's [`Stack`]: `layers` and `vocab` together or neither, and only with the layer's
+/// widths (the embedding is `vocab × hidden`); `tied_embeddings` (default false, as in Llama
+/// 3) only with them.
+fn stack(
+    f: &ModelFile,
+    linear: Option<LinearShape>,
+    label: &str,
+) -> Result<Option<Stack>, HardwareError> {
+    let bad = |field: &str, message: &str| HardwareError::Invalid {
+        file: label.to_string(),
+        field: field.to_string(),
+        message: message.to_string(),
+    };
+    match (f.layers, f.vocab) {
+        (None, None) => match f.tied_embeddings {
+            Some(_) => Err(bad("tied_embeddings", "needs layers and vocab")),
+            None => Ok(None),
+        },
+        (Some(_), None) => Err(bad(
+            "vocab",
+            "missing: layers and vocab go together (the embedding is vocab × hidden)",
+        )),
+        (None, Some(_)) => Err(bad(
+            "layers",
+            "missing: layers and vocab go together (the number of transformer layers)",
+        )),
+        (Some(layers), Some(vocab)) => {
+            if linear.is_none() {
+                return Err(bad(
+                    "layers",
+                    "needs hidden and ffn_hidden (a layer's weights come from its widths)",
+                ));
+            }
+            if !(1..=100_000).contains(&layers) {
+                return Err(bad("layers", "must be 1 to 100000"));
+            }
+            if !(1..=100_000_000).contains(&vocab) {
+                return Err(bad("vocab", "must be 1 to 100000000"));
+            }
+            Ok(Some(Stack {
+                layers,
+                vocab,
+                tied_embeddings: f.tied_embeddings.unwrap_or(false),
+            }))
+        }
+    }
 }
 
 /// The file's [`LinearShape`]: `hidden` and `ffn_hidden` together or neither; `ffn_matrices`
@@ -362,6 +472,7 @@ impl Model {
         let f: ModelFile =
             toml::from_str(text).map_err(|e| bundled::toml_error(label, text, &e))?;
         let linear = linear_shape(&f, label)?;
+        let stack = stack(&f, linear, label)?;
         let model = Model {
             name: if f.name.is_empty() {
                 name.to_string()
@@ -374,6 +485,7 @@ impl Model {
             dtype_bytes: f.dtype_bytes,
             linear,
             tp: 1,
+            stack,
         };
         model.validate(label)?;
         Ok(model)

@@ -315,6 +315,27 @@ fn point_to_point(plan: &fcp::Plan) -> fcp::Plan {
     out
 }
 
+/// One GPU's share of Llama-3-8B on an H100 node under TP `tp`.
+fn llama3_8b_on_h100(tp: u32) -> (Hardware, Model) {
+    fcp::tp::split(
+        &Hardware::load("h100").unwrap(),
+        &Model::load("llama3-8b").unwrap(),
+        tp,
+    )
+    .unwrap()
+}
+
+/// A causal CP group of `ranks` ranks of 4,096 tokens.
+fn causal_4096<'a>(ranks: u32, hw: &'a Hardware, model: &'a Model) -> PlanContext<'a> {
+    PlanContext {
+        ranks,
+        tokens_per_rank: 4096,
+        mask: Mask::Causal,
+        model,
+        hardware: hw,
+    }
+}
+
 proptest! {
     #![proptest_config(support::proptest_config())]
 
@@ -329,20 +350,9 @@ proptest! {
         ranks in 1u32..9,
         tp in prop_oneof![Just(2u32), Just(4), Just(8)],
     ) {
-        let (hw, model) = fcp::tp::split(
-            &Hardware::load("h100").unwrap(),
-            &Model::load("llama3-8b").unwrap(),
-            tp,
-        )
-        .unwrap();
+        let (hw, model) = llama3_8b_on_h100(tp);
         let sim = Simulator::new(hw.clone(), model.clone()).unwrap().with_layer().unwrap();
-        let ctx = PlanContext {
-            ranks,
-            tokens_per_rank: 4096,
-            mask: Mask::Causal,
-            model: &model,
-            hardware: &hw,
-        };
+        let ctx = causal_4096(ranks, &hw, &model);
         let batch = Batch::new(0, lens);
         for scheme in SCHEMES.iter().chain(&["hybrid:quick=true"]) {
             let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
@@ -357,6 +367,72 @@ proptest! {
                 l.layer_time_ms >= (l.linear_max_ms + tp_ms) * (1.0 - 1e-9),
                 "{scheme}: layer {} < linear {} + TP {}", l.layer_time_ms, l.linear_max_ms, tp_ms
             );
+        }
+    }
+
+    /// What a GPU holds over a training step, on every scheme's plan of random batches: the
+    /// parts add up and the verdict follows them; the fullest GPU holds at least the model
+    /// state and the fullest rank's activations of every layer; and each lever shrinks it
+    /// (recomputing more, sharding more, pipelining), never grows it.
+    #[test]
+    fn a_gpus_training_footprint_adds_up_and_every_lever_shrinks_it(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in 1u32..9,
+        tp in prop_oneof![Just(1u32), Just(2)],
+    ) {
+        use fcp::footprint::{Counter, RankLoad, Training};
+        use fcp::model::Recompute;
+        let (hw, model) = llama3_8b_on_h100(tp);
+        let ctx = causal_4096(ranks, &hw, &model);
+        let batch = Batch::new(0, lens);
+        let hbm = hw.hbm_bytes();
+        let base = Training::default();
+        for scheme in SCHEMES {
+            let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
+            let mut totals = Vec::new();
+            for recompute in [Recompute::None, Recompute::Mlp, Recompute::Full] {
+                let sim = Simulator::new(hw.clone(), model.clone())
+                    .unwrap()
+                    .with_recompute(recompute)
+                    .unwrap()
+                    .with_training(base)
+                    .unwrap();
+                let r = sim.simulate(&plan, PassSel::Both).unwrap();
+                let l = r.metrics.layer.as_ref().unwrap();
+                let f = l.footprint.unwrap();
+                let parts = f.weight_bytes + f.grad_bytes + f.optimizer_bytes
+                    + f.activation_bytes + f.transient_bytes;
+                prop_assert_eq!(f.total_bytes, parts, "{}", scheme);
+                prop_assert_eq!(f.fits, hbm.map(|h| parts <= h));
+                prop_assert!(f.activation_bytes <= 32 * l.act_max_bytes, "{}", scheme);
+                prop_assert!(f.total_bytes >= f.state_bytes() + 32 * l.act_max_bytes, "{}", scheme);
+                totals.push(f.total_bytes);
+                // The same ranks under other settings, from the library directly.
+                let tokens = plan.tokens_per_rank();
+                let loads: Vec<RankLoad> = r.ranks.iter().zip(&tokens).map(|(x, &t)| RankLoad {
+                    rank: x.rank,
+                    tokens: t,
+                    attention_bytes: x.mem_bytes,
+                }).collect();
+                let at = |zero, dp, pp| {
+                    Counter {
+                        model: &model,
+                        training: Training::new(zero, dp, pp).unwrap(),
+                        recompute,
+                        cp: plan.num_ranks,
+                        hbm_bytes: hbm,
+                    }
+                    .fullest(&loads)
+                    .unwrap()
+                    .unwrap()
+                    .total_bytes
+                };
+                prop_assert_eq!(at(1, 1, 1), f.total_bytes);
+                prop_assert!(at(0, 1, 1) >= at(1, 1, 1) && at(1, 1, 1) >= at(2, 1, 1), "{}", scheme);
+                prop_assert!(at(2, 8, 1) <= at(2, 1, 1), "{}", scheme);
+                prop_assert!(at(1, 1, 4) <= at(1, 1, 1) && at(1, 1, 32) <= at(1, 1, 4), "{}", scheme);
+            }
+            prop_assert!(totals[0] >= totals[1] && totals[1] >= totals[2], "{}: {:?}", scheme, totals);
         }
     }
 }

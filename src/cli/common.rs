@@ -230,6 +230,111 @@ impl From<RecomputeArg> for fcp::model::Recompute {
     }
 }
 
+/// How a training step holds its model state, for the GPU-memory count (`fcp tpcp` always
+/// counts it; `simulate` and `compare` with `--memory`).
+#[derive(Debug, Clone, Args)]
+pub struct TrainingArgs {
+    /// ZeRO stage of the model state: 0 replicated, 1 optimizer state sharded (Megatron's
+    /// distributed optimizer; the default), 2 gradients sharded too. Sharded state spreads
+    /// over the data-parallel replicas' CP ranks (dp × CP GPUs).
+    #[arg(long)]
+    zero: Option<u8>,
+    /// Data-parallel replicas of the TP × CP group (default 1): more replicas spread sharded
+    /// state thinner.
+    #[arg(long)]
+    dp: Option<u32>,
+    /// Pipeline stages the layers are split over (default 1, Megatron's 1F1B schedule; must
+    /// divide the model's layers): each holds its share of the layers' state, while the first
+    /// still keeps every layer's worth of activations in flight.
+    #[arg(long)]
+    pp: Option<u32>,
+}
+
+impl TrainingArgs {
+    /// The setting, Megatron's distributed optimizer over one replica unless told otherwise.
+    pub fn training(&self) -> Result<fcp::footprint::Training> {
+        let d = fcp::footprint::Training::default();
+        Ok(fcp::footprint::Training::new(
+            self.zero.unwrap_or(d.zero),
+            self.dp.unwrap_or(d.dp),
+            self.pp.unwrap_or(d.pp),
+        )?)
+    }
+
+    /// The setting when `memory` asks for the count; an error when `--zero` or `--dp` is
+    /// given without it (they would change nothing).
+    pub fn when(&self, memory: bool) -> Result<Option<fcp::footprint::Training>> {
+        if !memory {
+            if let Some(flag) = [
+                ("--zero", self.zero.is_some()),
+                ("--dp", self.dp.is_some()),
+                ("--pp", self.pp.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(f, given)| given.then_some(f))
+            {
+                bail!("{flag} sets how the GPU-memory count holds model state: it needs --memory");
+            }
+            return Ok(None);
+        }
+        self.training().map(Some)
+    }
+}
+
+/// `sim` counting each GPU's memory over a training step under `training`, when given.
+pub fn memory_sim(
+    sim: fcp::sim::Simulator,
+    training: Option<fcp::footprint::Training>,
+) -> Result<fcp::sim::Simulator> {
+    Ok(match training {
+        Some(t) => sim.with_training(t)?,
+        None => sim,
+    })
+}
+
+/// One line on what the fullest GPU holds: its total against the GPU's memory, the verdict,
+/// and the parts.
+pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
+    use fcp::report::human_bytes;
+    let verdict = match (f.hbm_bytes, f.fits) {
+        (Some(h), Some(fits)) => format!(
+            " of {} ({} GB HBM, {:.1}%): {}",
+            human_bytes(h),
+            h as f64 / 1e9,
+            100.0 * f.hbm_fraction().unwrap_or(0.0),
+            if fits { "fits" } else { "does NOT fit" }
+        ),
+        _ => " (the hardware profile gives no hbm_gb to check it against)".to_string(),
+    };
+    let stage = if f.pp > 1 {
+        format!(", pipeline stage {} of {}", f.stage + 1, f.pp)
+    } else {
+        String::new()
+    };
+    let layers = if f.activation_layers != f.layers {
+        format!(
+            "{} layers' worth: {} micro-batches in flight × {} layers",
+            f.activation_layers,
+            f.activation_layers / f.layers.max(1),
+            f.layers
+        )
+    } else {
+        format!("{} layers", f.layers)
+    };
+    format!(
+        "GPU memory, training step: {}{verdict} · rank {}{stage} · weights {}, gradients {}, optimizer {} (ZeRO {} over DP {} × CP {cp}) · activations {} ({layers}) · transient {}",
+        human_bytes(f.total_bytes),
+        f.rank,
+        human_bytes(f.weight_bytes),
+        human_bytes(f.grad_bytes),
+        human_bytes(f.optimizer_bytes),
+        f.zero,
+        f.dp,
+        human_bytes(f.activation_bytes),
+        human_bytes(f.transient_bytes),
+    )
+}
+
 /// ` · TP N` for report headers under tensor parallelism, else nothing.
 pub fn tp_words(tp: u32) -> String {
     if tp > 1 {

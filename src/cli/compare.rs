@@ -7,8 +7,8 @@ use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, Compar
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, PassArg, ProfileArgs,
-    RecomputeArg,
+    layer_sim, memory_sim, overlap_words, profile_words, recompute_words, BatchArgs, PassArg,
+    ProfileArgs, RecomputeArg, TrainingArgs,
 };
 
 /// Arguments of `fcp compare`.
@@ -49,6 +49,13 @@ pub struct CompareArgs {
     /// `fcp simulate --tp-overlap`).
     #[arg(long, requires = "layer")]
     tp_overlap: bool,
+    /// With `--layer`: also count what the fullest GPU holds over a training step, in the
+    /// fullest batch, against the hardware's `hbm_gb` (as `fcp simulate --memory`): adds the
+    /// `mem/GPU` and `fits` columns.
+    #[arg(long, requires = "layer")]
+    memory: bool,
+    #[command(flatten)]
+    training: TrainingArgs,
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
@@ -67,6 +74,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     if a.batches == 0 {
         bail!("--batches must be at least 1");
     }
+    let training = a.training.when(a.memory)?;
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
     packed.note_all_cuts();
@@ -77,6 +85,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         a.recompute,
         a.tp_overlap,
     )?;
+    let sim = memory_sim(sim, training)?;
     let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
         schemes: schemes.clone(),

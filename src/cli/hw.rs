@@ -294,6 +294,10 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
             hw.gemm_tflops
                 .map_or("-".to_string(), |g| format!("{g} TFLOP/s")),
         ),
+        (
+            "hbm_gb",
+            hw.hbm_gb.map_or("-".to_string(), |g| format!("{g} GB")),
+        ),
     ];
     debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
     for (field, value) in values {

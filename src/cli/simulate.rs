@@ -8,7 +8,8 @@ use clap::Args;
 use fcp::sim::{SimReport, Simulator};
 
 use super::common::{
-    bytes, layer_sim, load_verified_plan, tp_words, PassArg, PlanProfileArgs, RecomputeArg,
+    bytes, footprint_words, layer_sim, load_verified_plan, memory_sim, tp_words, PassArg,
+    PlanProfileArgs, RecomputeArg, TrainingArgs,
 };
 
 /// Arguments of `fcp simulate`.
@@ -41,11 +42,20 @@ pub struct SimulateArgs {
     /// (Megatron's `--tp-comm-overlap`); only what outlasts that GEMM is exposed.
     #[arg(long, requires = "layer")]
     tp_overlap: bool,
+    /// With `--layer`: also count what the fullest GPU holds over a training step (weights,
+    /// gradients and optimizer state, every layer's activations, the largest transient) and
+    /// check it against the hardware's `hbm_gb`. Needs a model with `layers` and `vocab`.
+    /// Adds `footprint` to the JSON (docs/cost-model.md § GPU memory).
+    #[arg(long, requires = "layer")]
+    memory: bool,
+    #[command(flatten)]
+    training: TrainingArgs,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
+    let training = a.training.when(a.memory)?;
     let (hw, model) = a.profile.load(&plan)?;
     let sim = layer_sim(
         Simulator::new(hw, model)?,
@@ -53,6 +63,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.recompute,
         a.tp_overlap,
     )?;
+    let sim = memory_sim(sim, training)?;
     let report = sim.simulate(&plan, a.pass.into())?;
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
@@ -112,6 +123,9 @@ pub fn print_table(r: &SimReport) -> Result<()> {
                     "all-gathers and reduce-scatters of its tokens, exposed"
                 }
             );
+        }
+        if let Some(f) = &l.footprint {
+            outln!("{}", footprint_words(f, r.num_ranks));
         }
     }
     let layer = m.layer.is_some();

@@ -6,11 +6,16 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use fcp::hardware::Hardware;
-use fcp::report::{human_bytes, parse_scheme_list};
-use fcp::study::tpcp::{best_split_per_scheme, fastest, run_tpcp, TpCpOptions, TpCpRow};
+use fcp::report::{fits_word, human_bytes, parse_scheme_list};
+use fcp::study::tpcp::{
+    best_split_per_scheme, fastest, fastest_that_fits, run_tpcp, smallest_footprint, TpCpOptions,
+    TpCpRow,
+};
 use fcp::Model;
 
-use super::common::{recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg};
+use super::common::{
+    footprint_words, recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg, TrainingArgs,
+};
 use super::trace::{PackArgs, PackModeArg};
 
 /// Arguments of `fcp tpcp`.
@@ -50,6 +55,8 @@ pub struct TpCpArgs {
     /// TP collectives overlap their GEMMs (as `fcp simulate --tp-overlap`).
     #[arg(long)]
     tp_overlap: bool,
+    #[command(flatten)]
+    training: TrainingArgs,
     /// Print JSON: one object per (split, scheme).
     #[arg(long)]
     json: bool,
@@ -89,6 +96,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         pass: a.pass.into(),
         recompute: a.recompute.map_or(Default::default(), Into::into),
         tp_overlap: a.tp_overlap,
+        training: a.training.training()?,
     };
     let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
     // As `compare`: a study in which nothing ran is a failure, in every format.
@@ -133,14 +141,53 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         }
     );
     out!("{}", table(&rows));
-    outln!(
-        "\nFastest layer: {} at TP {} × CP {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
-        best.scheme,
-        best.tp,
-        best.cp,
-        best.layer_time_ms.unwrap_or(0.0),
-        best.tp_comm_max_ms.unwrap_or(0.0)
-    );
+    let counted = rows.iter().any(|r| r.footprint.is_some());
+    match fastest_that_fits(&rows) {
+        Some(fit) => {
+            outln!(
+                "\nFastest layer{}: {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
+                if counted { " that fits in memory" } else { "" },
+                at_split(fit),
+                fit.layer_time_ms.unwrap_or(0.0),
+                fit.tp_comm_max_ms.unwrap_or(0.0)
+            );
+            if let Some(f) = &fit.footprint {
+                outln!("  {}", footprint_words(f, fit.cp));
+            }
+            if best.overflows() {
+                outln!(
+                    "Faster, but it does not fit: {}, {:.3} ms per layer, {} on its fullest GPU.",
+                    at_split(best),
+                    best.layer_time_ms.unwrap_or(0.0),
+                    needs(best)
+                );
+            }
+        }
+        None => {
+            outln!(
+                "\nNo split fits in memory. The fastest, {} ({:.3} ms per layer), needs {} on its fullest GPU.",
+                at_split(best),
+                best.layer_time_ms.unwrap_or(0.0),
+                needs(best)
+            );
+            if let Some(small) = smallest_footprint(&rows) {
+                if let Some(f) = &small.footprint {
+                    outln!(
+                        "Closest: {}.\n  {}",
+                        at_split(small),
+                        footprint_words(f, small.cp)
+                    );
+                }
+            }
+            outln!("To fit: recompute activations (--recompute full), shard more state (--zero 2, more --dp replicas), or use more GPUs per window.");
+        }
+    }
+    if !counted {
+        outln!(
+            "GPU memory not counted: model {} gives no `layers` and `vocab`.",
+            model.name
+        );
+    }
     let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
         .iter()
         .map(|(scheme, r)| match r {
@@ -150,26 +197,47 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 r.cp,
                 r.layer_time_ms.unwrap_or(0.0)
             ),
+            None if counted => format!("{scheme} fits at no split it ran at"),
             None => format!("{scheme} ran at no split"),
         })
         .collect();
     outln!("Each scheme's best split: {}.", per.join("; "));
     outln!(
-        "Not in the times: where a low TP's weights (weights/layer × the layers a GPU holds, with gradients and optimizer state on top) do not fit, the weight sharding that makes them fit and its traffic; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism)."
+        "Not in the times: the data-parallel gradient and parameter traffic of the sharded state; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory)."
     );
     Ok(())
+}
+
+/// "SCHEME at TP T × CP C", as the answer lines name a row.
+fn at_split(r: &TpCpRow) -> String {
+    format!("{} at TP {} × CP {}", r.scheme, r.tp, r.cp)
+}
+
+/// What a row's fullest GPU holds.
+fn needs(r: &TpCpRow) -> String {
+    human_bytes(r.footprint.map_or(0, |f| f.total_bytes))
 }
 
 /// One line per (split, scheme); a split or scheme that cannot run shows why.
 fn table(rows: &[TpCpRow]) -> String {
     let mut s = format!(
-        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8} {:>11} {:>13} {:>6}\n",
-        "TP", "CP", "scheme", "attn_ms", "layer_ms", "tp_ms", "act/layer", "weights/layer", "MFU"
+        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
+        "TP",
+        "CP",
+        "scheme",
+        "attn_ms",
+        "layer_ms",
+        "tp_ms",
+        "act/layer",
+        "weights/layer",
+        "MFU",
+        "mem/GPU",
+        "fits"
     );
     for r in rows {
         match (r.layer_time_ms, &r.error) {
             (Some(layer), None) => s.push_str(&format!(
-                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3} {:>11} {:>13} {:>5.1}%\n",
+                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3} {:>11} {:>13} {:>5.1}% {:>11} {:>5}\n",
                 r.tp,
                 r.cp,
                 r.scheme,
@@ -178,7 +246,10 @@ fn table(rows: &[TpCpRow]) -> String {
                 r.tp_comm_max_ms.unwrap_or(0.0),
                 human_bytes(r.act_max_bytes.unwrap_or(0)),
                 human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),
-                100.0 * r.layer_mfu.unwrap_or(0.0)
+                100.0 * r.layer_mfu.unwrap_or(0.0),
+                r.footprint
+                    .map_or("-".to_string(), |f| human_bytes(f.total_bytes)),
+                fits_word(r.footprint.as_ref())
             )),
             _ => s.push_str(&format!(
                 "{:>4} {:>5}  {:<22} cannot run: {}\n",
@@ -189,6 +260,6 @@ fn table(rows: &[TpCpRow]) -> String {
             )),
         }
     }
-    s.push_str("(means over windows; layer = attention, projections, MLP and exposed TP collectives; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer)\n");
+    s.push_str("(means over windows; layer = attention, projections, MLP and exposed TP collectives; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n");
     s
 }

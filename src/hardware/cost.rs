@@ -131,6 +131,7 @@ mod tests {
             dtype_bytes: 2,
             linear: None,
             tp: 1,
+            stack: None,
         }
     }
 

@@ -45,6 +45,11 @@ pub struct Hardware {
     /// figure (best-shape `torch.matmul`), not the peak; absent, the layer is not simulated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_tflops: Option<f64>,
+    /// Memory of one GPU, GB (10^9 bytes), as the datasheet gives it: what a training step's
+    /// weights, gradients, optimizer state and activations must fit in
+    /// ([`crate::footprint`]); absent, the footprint is reported without a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_gb: Option<f64>,
     /// Kernel throughput table: a bundled name (`h100-fa3`) or a CSV path (relative paths are
     /// resolved against the TOML's directory at load time).
     pub kernel_profile: String,
@@ -68,6 +73,7 @@ pub const NUMERIC_FIELDS: &[&str] = &[
     "comm_sms",
     "launch_overhead_us",
     "gemm_tflops",
+    "hbm_gb",
 ];
 
 /// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
@@ -189,6 +195,17 @@ impl Hardware {
                 ));
             }
         }
+        if let Some(m) = self.hbm_gb {
+            if !(m.is_finite() && (0.001..=1e6).contains(&m)) {
+                return Err(bad(
+                    "hbm_gb",
+                    format!(
+                        "{} GB is outside 0.001..=1e6 GB (one GPU's memory, in 10^9 bytes)",
+                        shown(m)
+                    ),
+                ));
+            }
+        }
         if self.sm_count == 0 {
             return Err(bad("sm_count", "must be >= 1".into()));
         }
@@ -249,6 +266,11 @@ impl Hardware {
     pub fn gemm_flops_per_s(&self) -> Option<f64> {
         self.gemm_tflops
             .map(|g| g * 1e12 * self.compute_sm_fraction())
+    }
+
+    /// One GPU's memory in bytes (`hbm_gb` × 10^9), when the profile gives it.
+    pub fn hbm_bytes(&self) -> Option<u64> {
+        self.hbm_gb.map(|g| (g * 1e9).round() as u64)
     }
 
     /// Per-launch overhead in seconds.

@@ -194,6 +194,7 @@ mod tests {
             dtype_bytes: 2,
             linear: None,
             tp: 1,
+            stack: None,
         };
         let hw = crate::hardware::Hardware::load("h100").unwrap();
         let ctx = PlanContext {

@@ -144,6 +144,12 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
             .collect::<Option<Vec<f64>>>()
             .map(|v| f(&v)),
         tp_overlap: layers.first().is_some_and(|l| l.tp_overlap),
+        // Memory is decided by the fullest batch, not a typical one: the mean and the p95
+        // rows both carry the batch whose GPU holds the most.
+        footprint: layers
+            .iter()
+            .filter_map(|l| l.footprint)
+            .max_by_key(|f| f.total_bytes),
     })
 }
 

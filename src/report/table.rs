@@ -57,6 +57,25 @@ fn has_tp(rows: &[CompareRow]) -> bool {
     })
 }
 
+/// Whether any row counted the GPU memory of a training step (`--memory`).
+fn has_footprint(rows: &[CompareRow]) -> bool {
+    rows.iter().any(|r| footprint(r).is_some())
+}
+
+/// The fullest GPU's footprint of a row, when counted.
+fn footprint(r: &CompareRow) -> Option<crate::footprint::Footprint> {
+    r.mean.as_ref()?.layer.as_ref()?.footprint
+}
+
+/// `yes`, `NO`, or `-` when the GPU's memory is unknown.
+pub fn fits_word(f: Option<&crate::footprint::Footprint>) -> &'static str {
+    match f.and_then(|f| f.fits) {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    }
+}
+
 /// A table for people: means, p95 of attention time, speedup; failed schemes show their reason.
 /// When the whole layer was simulated, columns follow: its time, its speedup, the token
 /// imbalance and the activations kept; under tensor parallelism, the TP collectives too.
@@ -86,6 +105,10 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     }
     if tp {
         s.push_str(&format!(" {:>8}", "tp_ms"));
+    }
+    let mem = has_footprint(rows);
+    if mem {
+        s.push_str(&format!(" {:>11} {:>5}", "mem/GPU", "fits"));
     }
     s.push('\n');
     for r in rows {
@@ -120,6 +143,13 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                     if let Some(t) = l.tp_comm_max_ms {
                         s.push_str(&format!(" {t:>8.3}"));
                     }
+                    if let Some(f) = &l.footprint {
+                        s.push_str(&format!(
+                            " {:>11} {:>5}",
+                            human_bytes(f.total_bytes),
+                            fits_word(Some(f))
+                        ));
+                    }
                 }
                 s.push('\n');
             }
@@ -148,6 +178,11 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         note
     };
+    let note = if mem {
+        format!("{note}; mem/GPU what the fullest GPU holds over a training step in the fullest batch (weights, gradients, optimizer state, every layer's activations, the largest transient), fits whether it is within the GPU's memory")
+    } else {
+        note
+    };
     s.push_str(&format!("(means over batches; {note})\n"));
     s
 }
@@ -156,7 +191,8 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// and the error (empty when the scheme ran). When the whole layer was simulated, its columns
 /// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places; under tensor
 /// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
-/// their GEMMs, `tp_overlap` end each row.
+/// their GEMMs, `tp_overlap` end each row; with the GPU memory counted (`--memory`),
+/// `gpu_mem_bytes`, `hbm_bytes` and `fits` after them.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
@@ -183,6 +219,10 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     }
     if overlap_col {
         s.push_str(",tp_overlap");
+    }
+    let mem = has_footprint(rows);
+    if mem {
+        s.push_str(",gpu_mem_bytes,hbm_bytes,fits");
     }
     s.push('\n');
     for r in rows {
@@ -240,6 +280,16 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
         }
         if overlap_col {
             s.push_str(&format!(",{}", overlap(r)));
+        }
+        if mem {
+            let f = footprint(r);
+            let cell = |v: Option<String>| v.unwrap_or_default();
+            s.push_str(&format!(
+                ",{},{},{}",
+                cell(f.map(|f| f.total_bytes.to_string())),
+                cell(f.and_then(|f| f.hbm_bytes).map(|h| h.to_string())),
+                cell(f.and_then(|f| f.fits).map(|x| x.to_string()))
+            ));
         }
         s.push('\n');
     }

@@ -401,6 +401,10 @@ pub struct LayerMetrics {
     /// when not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tp_overlap: bool,
+    /// What the fullest GPU holds over a training step, when the simulator counts it
+    /// ([`super::Simulator::with_training`]); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub footprint: Option<crate::footprint::Footprint>,
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
@@ -466,6 +470,7 @@ pub fn metrics(
                 .fold(0.0, f64::max)
         }),
         tp_overlap: cost.tp > 1 && cost.tp_overlap,
+        footprint: None,
     }
 }
 

@@ -39,6 +39,9 @@ pub enum SimError {
     /// The plan does not fit the model (head counts differ, ...).
     #[error("{0}")]
     Mismatch(String),
+    /// A GPU's memory for a training step cannot be counted ([`crate::footprint`]).
+    #[error(transparent)]
+    Footprint(#[from] crate::footprint::FootprintError),
 }
 
 /// Which passes to simulate.
@@ -83,6 +86,9 @@ pub struct Simulator {
     layer: Option<LayerCost>,
     /// One TP group's node, when the model is a tensor-parallel share ([`Model::tp`]).
     tp_node: Option<Network>,
+    /// How a training step holds its model state, when reports count each GPU's memory
+    /// ([`Simulator::with_training`]).
+    training: Option<crate::footprint::Training>,
 }
 
 impl Simulator {
@@ -100,6 +106,7 @@ impl Simulator {
             net,
             layer: None,
             tp_node,
+            training: None,
         })
     }
 
@@ -122,6 +129,30 @@ impl Simulator {
     pub fn with_tp_overlap(mut self, tp_overlap: bool) -> Simulator {
         self.layer = self.layer.map(|c| c.with_tp_overlap(tp_overlap));
         self
+    }
+
+    /// With the whole layer on, also count what each GPU holds over a training step under
+    /// `training` ([`crate::footprint`]): every report's layer metrics then carry the fullest
+    /// GPU's [`crate::footprint::Footprint`]. An error when the layer is off or the model gives
+    /// no `layers` and `vocab`.
+    pub fn with_training(
+        mut self,
+        training: crate::footprint::Training,
+    ) -> Result<Simulator, SimError> {
+        if self.layer.is_none() {
+            return Err(SimError::Mismatch(
+                "a GPU's memory for a training step needs the whole layer (--layer): activations are counted there".into(),
+            ));
+        }
+        if self.model.stack.is_none() {
+            return Err(crate::footprint::FootprintError::Model {
+                model: self.model.name.clone(),
+                missing: "`layers` and `vocab`".into(),
+            }
+            .into());
+        }
+        self.training = Some(training);
+        Ok(self)
     }
 
     /// The layer cost, when [`Simulator::with_layer`] turned the whole layer on.
@@ -292,7 +323,7 @@ impl Simulator {
             .layer
             .as_ref()
             .map(|c| (c, layers.as_slice(), lower + rerun_lower + tp_lower));
-        let report = metrics::report(
+        let mut report = metrics::report(
             plan,
             &idx,
             &self.hw,
@@ -302,6 +333,30 @@ impl Simulator {
             lower,
             layer,
         );
+        if let (Some(training), Some(cost)) = (self.training, &self.layer) {
+            let tokens = plan.tokens_per_rank();
+            let loads: Vec<crate::footprint::RankLoad> = report
+                .ranks
+                .iter()
+                .zip(&tokens)
+                .map(|(r, &tokens)| crate::footprint::RankLoad {
+                    rank: r.rank,
+                    tokens,
+                    attention_bytes: r.mem_bytes,
+                })
+                .collect();
+            let fullest = crate::footprint::Counter {
+                model: &self.model,
+                training,
+                recompute: cost.recompute,
+                cp: plan.num_ranks,
+                hbm_bytes: self.hw.hbm_bytes(),
+            }
+            .fullest(&loads)?;
+            if let Some(l) = report.metrics.layer.as_mut() {
+                l.footprint = fullest;
+            }
+        }
         Ok((report, outcomes, layers))
     }
 }

@@ -13,6 +13,7 @@
 
 use serde::Serialize;
 
+use crate::footprint::{Footprint, Training};
 use crate::hardware::Hardware;
 use crate::model::{Model, Recompute};
 use crate::plan::Mask;
@@ -40,6 +41,9 @@ pub struct TpCpOptions {
     pub recompute: Recompute,
     /// TP collectives overlap their GEMMs.
     pub tp_overlap: bool,
+    /// How the model state is held, for each GPU's memory ([`crate::footprint`]); counted
+    /// when the model gives its `layers` and `vocab`.
+    pub training: Training,
 }
 
 /// One scheme at one split, means over the windows; or why it has no numbers.
@@ -65,6 +69,11 @@ pub struct TpCpRow {
     /// ([`Model::weights_per_layer`]): what a low TP leaves on every GPU, times the layers it
     /// holds (gradients and optimizer state come on top).
     pub weight_bytes_per_layer: Option<u64>,
+    /// What the fullest GPU holds over a training step, in the fullest window
+    /// ([`crate::footprint`]), with the verdict against the GPU's memory; absent when the
+    /// model gives no `layers` and `vocab`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub footprint: Option<Footprint>,
     /// Why this split or scheme has no numbers.
     pub error: Option<String>,
 }
@@ -81,6 +90,7 @@ impl TpCpRow {
             act_max_bytes: None,
             layer_mfu: None,
             weight_bytes_per_layer: None,
+            footprint: None,
             error: Some(error),
         }
     }
@@ -138,6 +148,10 @@ pub fn run_tpcp(
         let sim = Simulator::new(hw_t.clone(), model_t.clone())?
             .with_recompute(opts.recompute)?
             .with_tp_overlap(opts.tp_overlap);
+        let sim = match model_t.stack {
+            Some(_) => sim.with_training(opts.training)?,
+            None => sim,
+        };
         let ctx = PlanContext {
             ranks: cp,
             tokens_per_rank: PackMode::Window.default_tokens_per_rank(cp, opts.context),
@@ -172,6 +186,7 @@ pub fn run_tpcp(
                         weight_bytes_per_layer: model_t
                             .weights_per_layer()
                             .map(|w| w * u64::from(model_t.dtype_bytes)),
+                        footprint: l.and_then(|l| l.footprint),
                         error: None,
                     }
                 }
@@ -188,12 +203,34 @@ pub fn run_tpcp(
     Ok(rows)
 }
 
+impl TpCpRow {
+    /// Whether its footprint is known not to fit in the GPU's memory.
+    pub fn overflows(&self) -> bool {
+        self.footprint.and_then(|f| f.fits) == Some(false)
+    }
+}
+
 /// The fastest row on the whole layer, over all splits and schemes.
 pub fn fastest(rows: &[TpCpRow]) -> Option<&TpCpRow> {
     fastest_of(rows.iter())
 }
 
-/// Per scheme, in the order given: its fastest split, `None` when it ran at none.
+/// The fastest row whose GPUs are not known to overflow their memory: what a user can run.
+pub fn fastest_that_fits(rows: &[TpCpRow]) -> Option<&TpCpRow> {
+    fastest_of(rows.iter().filter(|r| !r.overflows()))
+}
+
+/// The row holding least on its fullest GPU, among those with a footprint.
+pub fn smallest_footprint(rows: &[TpCpRow]) -> Option<&TpCpRow> {
+    rows.iter()
+        .filter(|r| r.error.is_none())
+        .filter_map(|r| r.footprint.map(|f| (r, f.total_bytes)))
+        .min_by_key(|&(_, b)| b)
+        .map(|(r, _)| r)
+}
+
+/// Per scheme, in the order given: its fastest split that fits (any split when no memory
+/// is known), `None` when it ran at none that fits.
 pub fn best_split_per_scheme<'r>(
     rows: &'r [TpCpRow],
     schemes: &'r [String],
@@ -203,7 +240,7 @@ pub fn best_split_per_scheme<'r>(
         .map(|s| {
             (
                 s.as_str(),
-                fastest_of(rows.iter().filter(|r| &r.scheme == s)),
+                fastest_of(rows.iter().filter(|r| &r.scheme == s && !r.overflows())),
             )
         })
         .collect()
@@ -230,6 +267,7 @@ mod tests {
             pass: PassSel::Both,
             recompute: Recompute::None,
             tp_overlap: false,
+            training: Training::default(),
         }
     }
 
@@ -246,7 +284,13 @@ mod tests {
         let hw = Hardware::load("h100").unwrap();
         let model = Model::load("llama3-70b").unwrap();
         let windows = vec![Batch::new(0, vec![9000, 4000, 2000, 1384])];
-        let rows = run_tpcp(&windows, &hw, &model, &opts(12)).unwrap();
+        // ZeRO 2 over 64 replicas: Llama-3-70B fits at TP 4; at TP 1 its 141 GB of bf16
+        // weights, whole on every GPU, do not.
+        let o = TpCpOptions {
+            training: Training::new(2, 64, 1).unwrap(),
+            ..opts(12)
+        };
+        let rows = run_tpcp(&windows, &hw, &model, &o).unwrap();
         // 6 and 3 divide neither 64 query heads nor 8 KV heads.
         for tp in [6, 3] {
             let r: Vec<_> = rows.iter().filter(|r| r.tp == tp).collect();
@@ -270,13 +314,52 @@ mod tests {
             .iter()
             .filter_map(|r| r.layer_time_ms)
             .all(|t| t >= best.layer_time_ms.unwrap()));
+        for r in rows.iter().filter(|r| r.error.is_none()) {
+            let f = r.footprint.unwrap();
+            assert_eq!(f.fits, Some(r.tp == 4), "{r:?}");
+            // Bf16 weights: everything but the norms split TP ways.
+            let (_, m) = crate::tp::split(&hw, &model, r.tp).unwrap();
+            assert_eq!(f.weight_bytes, 2 * m.params_per_gpu().unwrap());
+        }
         let schemes = opts(12).schemes;
         let per = best_split_per_scheme(&rows, &schemes);
         assert_eq!(per.len(), 2);
         assert_eq!(per[0].0, "zigzag");
         assert!(per.iter().all(|(s, r)| r.is_some_and(|r| r.scheme == *s)));
         // Deterministic.
-        assert_eq!(rows, run_tpcp(&windows, &hw, &model, &opts(12)).unwrap());
+        assert_eq!(rows, run_tpcp(&windows, &hw, &model, &o).unwrap());
+    }
+
+    #[test]
+    fn a_split_that_overflows_memory_is_never_the_answer() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let windows = vec![Batch::new(0, vec![9000, 4000, 2000, 1384])];
+        // Replicated state: 18 bytes a parameter, 1.27 TB at TP 1 and 159 GB at TP 8.
+        let o = TpCpOptions {
+            training: Training::new(0, 1, 1).unwrap(),
+            ..opts(8)
+        };
+        let rows = run_tpcp(&windows, &hw, &model, &o).unwrap();
+        assert!(rows.iter().all(TpCpRow::overflows), "{rows:?}");
+        assert!(fastest(&rows).is_some());
+        assert!(fastest_that_fits(&rows).is_none());
+        let per = best_split_per_scheme(&rows, &o.schemes);
+        assert!(per.iter().all(|(_, r)| r.is_none()));
+        // The closest is at the largest TP, which splits the state most.
+        assert_eq!(smallest_footprint(&rows).unwrap().tp, 8);
+        // Sharded over 16 replicas at TP 8, it fits, and only the fitting splits answer.
+        let o = TpCpOptions {
+            training: Training::new(2, 16, 1).unwrap(),
+            ..opts(8)
+        };
+        let rows = run_tpcp(&windows, &hw, &model, &o).unwrap();
+        let fit = fastest_that_fits(&rows).unwrap();
+        assert!(!fit.overflows());
+        assert!(rows.iter().any(|r| r.tp == 8 && !r.overflows()));
+        for (_, r) in best_split_per_scheme(&rows, &o.schemes) {
+            assert!(!r.unwrap().overflows());
+        }
     }
 
     /// Regression (bug hunt): a CP group larger than any plan may hold aborted allocating.

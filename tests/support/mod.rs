@@ -14,6 +14,19 @@ pub fn stdout_of(cmd: &mut assert_cmd::Command) -> String {
     String::from_utf8(cmd.assert().success().get_output().stdout.clone()).expect("UTF-8 output")
 }
 
+/// Plan the bundled trace's first batch with `scheme` on 4 ranks of 8,192 tokens, the model
+/// split `tp` ways, into `DIR/SCHEME-tpTP.json`.
+pub fn plan_with_tp(dir: &std::path::Path, scheme: &str, tp: u32) -> std::path::PathBuf {
+    let out = dir.join(format!("{scheme}-tp{tp}.json"));
+    fcp()
+        .args(["plan", "--scheme", scheme, "--ranks", "4"])
+        .args(["--tokens-per-rank", "8192", "--tp", &tp.to_string(), "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
 /// Property-test budget: fewer cases and no shrinking on CI (fail fast), more locally (small
 /// reproducers) — pubgrub's convention.
 pub fn proptest_config() -> ProptestConfig {

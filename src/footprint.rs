@@ -1,0 +1,518 @@
+//! What one GPU holds during a training step, and whether it fits in the GPU's memory.
+//!
+//! A CP plan decides how many tokens, and so how many activations, each GPU keeps; the
+//! parallel layout decides how much model state sits beside them. A placement that wins on
+//! time but does not fit is no answer, so the study commands check both:
+//!
+//! - **model state**, for mixed-precision Adam as Megatron-Core runs it with bf16 weights:
+//!   the weights in the model's dtype, fp32 main gradients ([`GRAD_BYTES`]) and fp32 master
+//!   weights with Adam's two moments ([`OPTIMIZER_BYTES`]): 18 bytes a parameter, 6 + 12/d
+//!   with the distributed optimizer sharding over `d` GPUs (Megatron-Core developer guide,
+//!   "Distributed Optimizer", table of bytes per parameter for bf16 parameters and fp32
+//!   gradients; ZeRO stage 1, Rajbhandari et al. 2020, arXiv:1910.02054 §5). ZeRO stage 2
+//!   also shards the gradients. The sharding group is the data-parallel group with the CP
+//!   ranks folded in, `dp × cp`: CP ranks hold the same weights and reduce their gradients
+//!   together (Megatron-Core's `get_data_parallel_group(with_context_parallel=True)`).
+//! - **activations**: what each of the GPU's layers keeps for the backward pass
+//!   ([`Model::saved_bytes_per_token`] under the chosen recomputation) times its tokens;
+//! - **transients**, the largest of what lives only for a moment: the fp32 logits of the
+//!   loss (`tokens × vocab / tp`), or one layer's attention working set (the simulator's
+//!   `mem_bytes`) plus, when recomputing, the tensors the rerun layer rebuilds.
+//!
+//! Under pipeline parallelism (`pp` stages, Megatron's 1F1B schedule; `pp` must divide the
+//! layers) each stage holds `layers / pp` layers, the first the embedding too and the last the output layer and the
+//! loss. The first stage keeps `pp` micro-batches in flight, so it holds as many layers'
+//! activations as the whole network has (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.3);
+//! the last keeps one. The fullest GPU is on one of those two stages; both are counted.
+//! That assumes at least `pp` micro-batches per step, as 1F1B needs to fill the pipeline.
+//!
+//! Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation and the
+//! framework's own workspaces, which together take a few GB a real job cannot use (the
+//! datasheet's GB are 10⁹ bytes, a little under what the GPU has: docs/cost-model.md);
+//! interleaved pipeline schedules. ZeRO stage 3 (sharded weights) is refused rather than
+//! counted: its per-layer weight gathers cost time the layer model does not price yet.
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::model::{Model, Recompute};
+
+/// Bytes a parameter's gradient takes: Megatron-Core accumulates and reduces gradients in
+/// fp32 when training in bf16 (`accumulate_allreduce_grads_in_fp32`), the "bf16 param, fp32
+/// grads" row of its distributed-optimizer table.
+pub const GRAD_BYTES: u64 = 4;
+
+/// Bytes of optimizer state a parameter takes: an fp32 master copy and Adam's first and
+/// second moments in fp32 (the 12 of the 6 + 12/d in Megatron-Core's table; ZeRO's K = 12).
+pub const OPTIMIZER_BYTES: u64 = 12;
+
+/// Bytes a logit takes in the loss: the cross-entropy runs on fp32 logits.
+pub const LOGIT_BYTES: u64 = 4;
+
+/// The highest ZeRO stage whose cost is modelled (see the module docs).
+pub const MAX_ZERO: u8 = 2;
+
+/// Why a footprint cannot be computed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FootprintError {
+    /// A setting outside what is modelled.
+    #[error("{0}")]
+    Setting(String),
+    /// The model lacks what the footprint is computed from.
+    #[error("model {model} gives no {missing}, which a GPU's memory for a training step needs (add them to a model TOML, see docs/hardware.md)")]
+    Model {
+        /// The model's name.
+        model: String,
+        /// The keys it lacks.
+        missing: String,
+    },
+}
+
+/// How a training step holds its model state: which ZeRO stage, over how many data-parallel
+/// replicas of the CP group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Training {
+    /// 0: everything replicated; 1: optimizer state sharded (Megatron's distributed
+    /// optimizer); 2: gradients sharded too.
+    pub zero: u8,
+    /// Data-parallel replicas of the whole TP × CP group.
+    pub dp: u32,
+    /// Pipeline stages the layers are split over.
+    pub pp: u32,
+}
+
+impl Default for Training {
+    /// Megatron's distributed optimizer, one replica: what long-context recipes run.
+    fn default() -> Training {
+        Training {
+            zero: 1,
+            dp: 1,
+            pp: 1,
+        }
+    }
+}
+
+impl Training {
+    /// A training setting, refused outside what is modelled.
+    pub fn new(zero: u8, dp: u32, pp: u32) -> Result<Training, FootprintError> {
+        if zero > MAX_ZERO {
+            return Err(FootprintError::Setting(format!(
+                "ZeRO stage {zero} is not modelled: 0 (replicated), 1 (optimizer state sharded, Megatron's distributed optimizer) or 2 (gradients too); stage 3 shards the weights and gathers them every layer, a cost the layer model does not price"
+            )));
+        }
+        if !(1..=1 << 20).contains(&dp) {
+            return Err(FootprintError::Setting(format!(
+                "--dp {dp}: data-parallel replicas must be 1 to {}",
+                1 << 20
+            )));
+        }
+        if !(1..=100_000).contains(&pp) {
+            return Err(FootprintError::Setting(format!(
+                "--pp {pp}: pipeline stages must be 1 to 100000"
+            )));
+        }
+        Ok(Training { zero, dp, pp })
+    }
+
+    /// GPUs the sharded state is spread over: every replica's CP ranks.
+    pub fn shard_ranks(&self, cp: u32) -> u64 {
+        u64::from(self.dp) * u64::from(cp.max(1))
+    }
+}
+
+/// What one GPU holds at its fullest moment of a training step, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Footprint {
+    /// The CP rank this is (the fullest one, where a plan gives several).
+    pub rank: u32,
+    /// The weights, in the model's dtype.
+    pub weight_bytes: u64,
+    /// Main gradients (fp32), sharded under ZeRO 2.
+    pub grad_bytes: u64,
+    /// Master weights and Adam's moments (fp32), sharded under ZeRO 1 and 2.
+    pub optimizer_bytes: u64,
+    /// What all the GPU's layers keep for the backward pass.
+    pub activation_bytes: u64,
+    /// The largest of what lives only for a moment: the loss's logits, or one layer's
+    /// attention working set plus what recomputation rebuilds.
+    pub transient_bytes: u64,
+    /// All of the above.
+    pub total_bytes: u64,
+    /// The GPU's memory, when the hardware profile gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hbm_bytes: Option<u64>,
+    /// `total_bytes <= hbm_bytes`, when the memory is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fits: Option<bool>,
+    /// The training setting it was counted for.
+    pub zero: u8,
+    /// Data-parallel replicas.
+    pub dp: u32,
+    /// Pipeline stages.
+    pub pp: u32,
+    /// The pipeline stage the GPU is in (0 is the first).
+    pub stage: u32,
+    /// Layers the GPU holds.
+    pub layers: u32,
+    /// Layers' worth of activations it keeps: its layers times the micro-batches in
+    /// flight on its stage.
+    pub activation_layers: u32,
+}
+
+impl Footprint {
+    /// The model state alone (weights, gradients, optimizer), which no placement changes.
+    pub fn state_bytes(&self) -> u64 {
+        self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+    }
+
+    /// Share of the GPU's memory the step takes, when the memory is known.
+    pub fn hbm_fraction(&self) -> Option<f64> {
+        self.hbm_bytes
+            .map(|h| self.total_bytes as f64 / h.max(1) as f64)
+    }
+}
+
+/// One CP rank of a plan, as the footprint reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct RankLoad {
+    /// CP rank.
+    pub rank: u32,
+    /// Tokens whose rows it computes (padding included: it is stored like data).
+    pub tokens: u64,
+    /// Its peak attention working set (the simulator's `mem_bytes`).
+    pub attention_bytes: u64,
+}
+
+/// What the count needs besides a rank's load: the model (one GPU's share under its
+/// [`Model::tp`]), how the state is held, what is recomputed, the CP group's size and the
+/// GPU's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Counter<'a> {
+    /// One GPU's share of the model.
+    pub model: &'a Model,
+    /// How the model state is held.
+    pub training: Training,
+    /// What the backward pass recomputes.
+    pub recompute: Recompute,
+    /// CP ranks (the sharded state spreads over `dp ×` these).
+    pub cp: u32,
+    /// The GPU's memory, when known.
+    pub hbm_bytes: Option<u64>,
+}
+
+impl Counter<'_> {
+    /// The footprint of the fullest of `ranks` (ties: the lowest rank).
+    pub fn fullest(&self, ranks: &[RankLoad]) -> Result<Option<Footprint>, FootprintError> {
+        let mut best: Option<Footprint> = None;
+        for r in ranks {
+            let f = self.of_rank(r)?;
+            if best.is_none_or(|b| f.total_bytes > b.total_bytes) {
+                best = Some(f);
+            }
+        }
+        Ok(best)
+    }
+
+    /// The footprint of one rank: of its fuller pipeline stage, the first or the last.
+    pub fn of_rank(&self, load: &RankLoad) -> Result<Footprint, FootprintError> {
+        let first = self.of_stage(load, 0)?;
+        if self.training.pp == 1 {
+            return Ok(first);
+        }
+        let last = self.of_stage(load, self.training.pp - 1)?;
+        Ok(if last.total_bytes > first.total_bytes {
+            last
+        } else {
+            first
+        })
+    }
+
+    /// The footprint of one rank on pipeline stage `stage`.
+    fn of_stage(&self, load: &RankLoad, stage: u32) -> Result<Footprint, FootprintError> {
+        let Counter {
+            model,
+            training,
+            recompute,
+            cp,
+            hbm_bytes,
+        } = *self;
+        let missing = |what: &str| FootprintError::Model {
+            model: model.name.clone(),
+            missing: what.to_string(),
+        };
+        let s = model.stack.ok_or_else(|| missing("`layers` and `vocab`"))?;
+        let parts = model
+            .param_parts()
+            .ok_or_else(|| missing("`hidden` and `ffn_hidden`"))?;
+        let pp = training.pp;
+        if s.layers % pp != 0 {
+            return Err(FootprintError::Setting(format!(
+                "--pp {pp} does not divide model {}'s {} layers (each pipeline stage holds an equal share, as Megatron requires)",
+                model.name, s.layers
+            )));
+        }
+        let (is_first, is_last) = (stage == 0, stage + 1 == pp);
+        let layers = s.layers / pp;
+        // A tied output layer keeps a copy of the embedding on the last stage when it is not
+        // also the first (Megatron's shared word embedding).
+        let output = if s.tied_embeddings && !is_first {
+            parts.embedding
+        } else {
+            parts.output
+        };
+        let params = u64::from(layers) * parts.layer
+            + if is_first { parts.embedding } else { 0 }
+            + if is_last {
+                output + parts.final_norm
+            } else {
+                0
+            };
+        let d = training.shard_ranks(cp);
+        let sharded = |bytes_per_param: u64, shard: bool| {
+            let all = params.saturating_mul(bytes_per_param);
+            if shard {
+                all.div_ceil(d)
+            } else {
+                all
+            }
+        };
+        let weight_bytes = sharded(u64::from(model.dtype_bytes), false);
+        let grad_bytes = sharded(GRAD_BYTES, training.zero >= 2);
+        let optimizer_bytes = sharded(OPTIMIZER_BYTES, training.zero >= 1);
+        // 1F1B: stage i keeps pp − i micro-batches in flight.
+        let activation_layers = layers.saturating_mul(pp - stage);
+        let saved = |r: Recompute| model.saved_bytes_per_token(r).unwrap_or(0);
+        let activation_bytes = u64::from(activation_layers)
+            .saturating_mul(load.tokens)
+            .saturating_mul(saved(recompute));
+        let logits = if is_last {
+            let vocab_rows = u64::from(s.vocab).div_ceil(u64::from(model.tp.max(1)));
+            load.tokens
+                .saturating_mul(vocab_rows)
+                .saturating_mul(LOGIT_BYTES)
+        } else {
+            0
+        };
+        let rebuilt = load
+            .tokens
+            .saturating_mul(saved(Recompute::None) - saved(recompute));
+        let transient_bytes = logits.max(load.attention_bytes.saturating_add(rebuilt));
+        let total_bytes = [
+            weight_bytes,
+            grad_bytes,
+            optimizer_bytes,
+            activation_bytes,
+            transient_bytes,
+        ]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+        Ok(Footprint {
+            rank: load.rank,
+            weight_bytes,
+            grad_bytes,
+            optimizer_bytes,
+            activation_bytes,
+            transient_bytes,
+            total_bytes,
+            hbm_bytes,
+            fits: hbm_bytes.map(|h| total_bytes <= h),
+            zero: training.zero,
+            dp: training.dp,
+            pp,
+            stage,
+            layers,
+            activation_layers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::Hardware;
+
+    fn llama70() -> Model {
+        Model::load("llama3-70b").unwrap()
+    }
+
+    fn load(rank: u32, tokens: u64, attention_bytes: u64) -> RankLoad {
+        RankLoad {
+            rank,
+            tokens,
+            attention_bytes,
+        }
+    }
+
+    /// A counter for `model` on a CP group of 8, no memory given unless `hbm_bytes`.
+    fn count(model: &Model, training: Training, recompute: Recompute) -> Counter<'_> {
+        Counter {
+            model,
+            training,
+            recompute,
+            cp: 8,
+            hbm_bytes: None,
+        }
+    }
+
+    fn training(zero: u8, dp: u32, pp: u32) -> Training {
+        Training::new(zero, dp, pp).unwrap()
+    }
+
+    #[test]
+    fn llama3_70b_has_the_parameters_its_card_gives() {
+        // 70,553,706,496: the parameter count of Meta-Llama-3-70B's safetensors index.
+        assert_eq!(llama70().params_per_gpu(), Some(70_553_706_496));
+        // Llama 3 8B: 8,030,261,248.
+        let m = Model::load("llama3-8b").unwrap();
+        assert_eq!(m.params_per_gpu(), Some(8_030_261_248));
+        assert_eq!(Model::load("mha-16").unwrap().params_per_gpu(), None);
+    }
+
+    #[test]
+    fn state_follows_megatrons_bytes_per_parameter() {
+        let m = Model::load("llama3-8b").unwrap();
+        let p = m.params_per_gpu().unwrap();
+        let f = |zero, dp, cp| {
+            Counter {
+                cp,
+                ..count(&m, training(zero, dp, 1), Recompute::None)
+            }
+            .of_rank(&load(0, 0, 0))
+            .unwrap()
+        };
+        // Replicated: 18 bytes a parameter.
+        assert_eq!(f(0, 1, 8).state_bytes(), 18 * p);
+        // Distributed optimizer over d = dp × cp: 6 + 12/d.
+        let z1 = f(1, 2, 8);
+        assert_eq!(z1.weight_bytes + z1.grad_bytes, 6 * p);
+        assert_eq!(z1.optimizer_bytes, (12 * p).div_ceil(16));
+        // ZeRO 2: 2 + 16/d.
+        let z2 = f(2, 1, 4);
+        assert_eq!(z2.weight_bytes, 2 * p);
+        assert_eq!(
+            z2.grad_bytes + z2.optimizer_bytes,
+            (4 * p).div_ceil(4) + (12 * p).div_ceil(4)
+        );
+        assert_eq!(z2.fits, None);
+    }
+
+    #[test]
+    fn activations_and_transients_follow_the_tokens() {
+        let m = llama70();
+        let hbm_bytes = Hardware::load("h100").unwrap().hbm_bytes();
+        let at = |tokens| load(3, tokens, 1 << 30);
+        let counter = |recompute| Counter {
+            hbm_bytes,
+            ..count(&m, Training::default(), recompute)
+        };
+        let none = counter(Recompute::None).of_rank(&at(4096)).unwrap();
+        let per = m.saved_bytes_per_token(Recompute::None).unwrap();
+        assert_eq!(none.activation_bytes, 80 * 4096 * per);
+        // Logits: 4096 × 128256 fp32 = 2.1 GB, more than the 1 GiB working set.
+        assert_eq!(none.transient_bytes, 4096 * 128_256 * 4);
+        let full = counter(Recompute::Full).of_rank(&at(4096)).unwrap();
+        assert_eq!(full.activation_bytes, 80 * 4096 * 8192 * 2);
+        // Recomputing one layer rebuilds its whole set on top of the working set.
+        let rebuilt = 4096 * (per - 8192 * 2);
+        assert_eq!(
+            full.transient_bytes,
+            (4096 * 128_256 * 4).max((1 << 30) + rebuilt)
+        );
+        assert_eq!(full.state_bytes(), none.state_bytes());
+        assert!(full.total_bytes < none.total_bytes);
+        assert_eq!(none.fits, Some(none.total_bytes <= 80_000_000_000));
+        // The fullest of several ranks is the one with most tokens.
+        let f = counter(Recompute::None)
+            .fullest(&[at(10), at(4096), at(20)])
+            .unwrap();
+        assert_eq!(f, Some(none));
+    }
+
+    #[test]
+    fn tensor_parallelism_splits_weights_and_logits() {
+        let m = llama70();
+        let h100 = Hardware::load("h100").unwrap();
+        let (_, m8) = crate::tp::split(&h100, &m, 8).unwrap();
+        let p1 = m.params_per_gpu().unwrap();
+        let p8 = m8.params_per_gpu().unwrap();
+        // Everything but the norms is split eight ways.
+        let norms = 80 * 2 * 8192 + 8192;
+        assert_eq!(p8 - norms, (p1 - norms) / 8);
+        let f = count(&m8, Training::default(), Recompute::None)
+            .of_rank(&load(0, 1000, 0))
+            .unwrap();
+        assert_eq!(f.transient_bytes, 1000 * (128_256 / 8) * 4);
+    }
+
+    #[test]
+    fn what_is_not_modelled_is_refused() {
+        let e = Training::new(3, 1, 1).unwrap_err().to_string();
+        assert!(e.contains("stage 3"), "{e}");
+        assert!(Training::new(1, 0, 1).is_err());
+        assert!(Training::new(1, 1, 0).is_err());
+        let refused = |m: &Model, t| {
+            count(m, t, Recompute::None)
+                .of_rank(&load(0, 1, 0))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = refused(&Model::load("mha-16").unwrap(), Training::default());
+        assert!(e.contains("layers"), "{e}");
+        // Pipeline stages hold equal shares of the layers.
+        for pp in [81, 3] {
+            let e = refused(&llama70(), training(1, 1, pp));
+            assert!(
+                e.contains("does not divide") && e.contains("80 layers"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn pipeline_stages_split_the_state_but_the_first_keeps_every_layers_activations() {
+        let m = llama70();
+        let parts = m.param_parts().unwrap();
+        let rank = load(0, 8192, 0);
+        let per = m.saved_bytes_per_token(Recompute::None).unwrap();
+        let one = count(&m, Training::default(), Recompute::None)
+            .of_rank(&rank)
+            .unwrap();
+        let four = count(&m, training(1, 1, 4), Recompute::None);
+        let first = four.of_stage(&rank, 0).unwrap();
+        let last = four.of_stage(&rank, 3).unwrap();
+        // 20 layers a stage; the first adds the embedding, the last the output layer and norm.
+        assert_eq!(first.weight_bytes, 2 * (20 * parts.layer + parts.embedding));
+        assert_eq!(
+            last.weight_bytes,
+            2 * (20 * parts.layer + parts.output + parts.final_norm)
+        );
+        // 1F1B: the first stage has 4 micro-batches of 20 layers in flight, as many as the
+        // whole network without a pipeline; the last has one, and the logits.
+        assert_eq!((first.activation_layers, last.activation_layers), (80, 20));
+        assert_eq!(first.activation_bytes, one.activation_bytes);
+        assert_eq!(last.activation_bytes, 20 * 8192 * per);
+        assert_eq!(first.transient_bytes, 0);
+        assert_eq!(last.transient_bytes, 8192 * 128_256 * 4);
+        // The rank's footprint is its fuller stage.
+        let f = four.of_rank(&rank).unwrap();
+        assert_eq!(f, first);
+        assert!(f.state_bytes() * 3 < one.state_bytes());
+        // A tied output layer keeps a copy of the embedding on the last stage.
+        let mut tied = m.clone();
+        tied.stack.as_mut().unwrap().tied_embeddings = true;
+        let last = count(&tied, training(1, 1, 4), Recompute::None)
+            .of_stage(&rank, 3)
+            .unwrap();
+        assert_eq!(
+            last.weight_bytes,
+            2 * (20 * parts.layer + parts.embedding + parts.final_norm)
+        );
+        let only = count(&tied, Training::default(), Recompute::None)
+            .of_rank(&rank)
+            .unwrap();
+        assert_eq!(
+            only.weight_bytes,
+            2 * (80 * parts.layer + parts.embedding + parts.final_norm)
+        );
+    }
+}

@@ -1,0 +1,291 @@
+//! End-to-end: a GPU's memory over a training step (`--memory`, and always in `fcp tpcp`).
+
+mod support;
+
+use std::path::Path;
+use support::{fcp, plan_with_tp as plan, stdout_of};
+
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn json(cmd: &mut assert_cmd::Command) -> Value {
+    serde_json::from_str(&stdout_of(cmd)).unwrap()
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn simulate_counts_the_fullest_gpu_and_its_parts_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 8);
+    let r = json(
+        fcp()
+            .args([
+                "simulate",
+                "--json",
+                "--layer",
+                "--memory",
+                "--recompute",
+                "full",
+            ])
+            .arg(&p),
+    );
+    let f = &r["footprint"];
+    let parts: u64 = [
+        "weight_bytes",
+        "grad_bytes",
+        "optimizer_bytes",
+        "activation_bytes",
+        "transient_bytes",
+    ]
+    .iter()
+    .map(|k| u(f, k))
+    .sum();
+    assert_eq!(u(f, "total_bytes"), parts);
+    assert_eq!(u(f, "hbm_bytes"), 80_000_000_000);
+    assert_eq!(f["fits"], Value::Bool(parts <= 80_000_000_000));
+    // Megatron's distributed optimizer: 2 + 4 bytes a parameter whole, 12 spread over 4 CP
+    // ranks.
+    assert_eq!(u(f, "grad_bytes"), 2 * u(f, "weight_bytes"));
+    assert_eq!(
+        u(f, "optimizer_bytes"),
+        (6 * u(f, "weight_bytes")).div_ceil(4)
+    );
+    // 80 layers of the fullest rank's activations: one layer's, as the layer metrics give it.
+    assert_eq!(u(f, "activation_bytes"), 80 * u(&r, "act_max_bytes"));
+    // Without --memory, reports keep their old form.
+    let plain = json(fcp().args(["simulate", "--json", "--layer"]).arg(&p));
+    assert_eq!(plain.get("footprint"), None);
+    // The text names the verdict and the parts.
+    fcp()
+        .args(["simulate", "--layer", "--memory", "--recompute", "full"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("GPU memory, training step:"))
+        .stdout(predicate::str::contains("ZeRO 1 over DP 1 × CP 4"))
+        .stdout(predicate::str::contains("80 layers"));
+}
+
+#[test]
+fn sharding_and_pipelining_shrink_the_state_and_recomputation_the_activations() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 8);
+    let fp = |args: &[&str]| {
+        let r = json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--memory"])
+                .args(args)
+                .arg(&p),
+        );
+        r["footprint"].clone()
+    };
+    let base = fp(&[]);
+    let zero2 = fp(&["--zero", "2", "--dp", "8"]);
+    assert_eq!(u(&zero2, "weight_bytes"), u(&base, "weight_bytes"));
+    assert!(u(&zero2, "grad_bytes") * 30 < u(&base, "grad_bytes"));
+    assert_eq!(u(&zero2, "dp"), 8);
+    let full = fp(&["--recompute", "full"]);
+    assert!(u(&full, "activation_bytes") * 10 < u(&base, "activation_bytes"));
+    let pp = fp(&["--pp", "4"]);
+    assert_eq!((u(&pp, "pp"), u(&pp, "layers")), (4, 20));
+    assert!(u(&pp, "weight_bytes") * 3 < u(&base, "weight_bytes"));
+    // The first stage keeps four micro-batches of its 20 layers: every layer's worth.
+    assert_eq!(u(&pp, "activation_layers"), 80);
+    assert_eq!(u(&pp, "activation_bytes"), u(&base, "activation_bytes"));
+}
+
+#[test]
+fn compare_adds_the_memory_columns_and_agrees_with_simulate() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = [
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--tp",
+        "8",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag,fcp",
+        "--layer",
+        "--memory",
+    ];
+    let rows = json(fcp().args(common).arg("--json"));
+    let p = plan(dir.path(), "zigzag", 8);
+    let sim = json(
+        fcp()
+            .args(["simulate", "--json", "--layer", "--memory"])
+            .arg(&p),
+    );
+    assert_eq!(rows[0]["footprint"], sim["footprint"]);
+    let table = stdout_of(fcp().args(common));
+    let header = table.lines().nth(1).unwrap();
+    assert!(header.ends_with("mem/GPU  fits"), "{header}");
+    let csv = stdout_of(fcp().args(common).arg("--csv"));
+    let mut lines = csv.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .ends_with(",gpu_mem_bytes,hbm_bytes,fits"));
+    let zigzag = lines.next().unwrap();
+    let total = u(&sim["footprint"], "total_bytes");
+    assert!(
+        zigzag.ends_with(&format!(",{total},80000000000,{}", total <= 80_000_000_000)),
+        "{zigzag}"
+    );
+    // Without --memory the CSV keeps its columns.
+    let plain = stdout_of(fcp().args(&common[..common.len() - 1]).arg("--csv"));
+    assert!(!plain.contains("gpu_mem_bytes"));
+}
+
+#[test]
+fn memory_settings_without_memory_or_past_the_model_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "ring", 1);
+    for (args, says) in [
+        (vec!["--layer", "--zero", "2"], "--zero sets how"),
+        (vec!["--layer", "--pp", "2"], "it needs --memory"),
+        (vec!["--layer", "--memory", "--zero", "3"], "stage 3"),
+        (vec!["--layer", "--memory", "--dp", "0"], "--dp 0"),
+        (vec!["--layer", "--memory", "--pp", "81"], "80 layers"),
+        // --memory needs the layer, where activations are counted.
+        (vec!["--memory"], "--layer"),
+    ] {
+        fcp()
+            .arg("simulate")
+            .args(&args)
+            .arg(&p)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+    }
+}
+
+/// `compare` of ring on one batch of 4 ranks, with the GPU memory counted.
+fn ring_with_memory() -> assert_cmd::Command {
+    let mut cmd = fcp();
+    cmd.args([
+        "compare",
+        "--ranks",
+        "4",
+        "--batches",
+        "1",
+        "--schemes",
+        "ring",
+    ])
+    .args(["--layer", "--memory"]);
+    cmd
+}
+
+#[test]
+fn a_model_without_layers_or_a_gpu_without_memory_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.toml");
+    std::fs::write(
+        &model,
+        "q_heads = 32\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\nhidden = 4096\nffn_hidden = 14336\n",
+    )
+    .unwrap();
+    ring_with_memory()
+        .args(["--model"])
+        .arg(&model)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("gives no `layers` and `vocab`"));
+    // Half a stack is an error naming the missing key.
+    let half = dir.path().join("half.toml");
+    std::fs::write(
+        &half,
+        "q_heads = 32\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\nhidden = 4096\nffn_hidden = 14336\nlayers = 32\n",
+    )
+    .unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware", "h100", "--model"])
+        .arg(&half)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("vocab"));
+    // A profile without hbm_gb still counts, without a verdict.
+    let hw = dir.path().join("hw.toml");
+    let h100 = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    let without: String = h100
+        .lines()
+        .filter(|l| !l.starts_with("hbm_gb"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&hw, without).unwrap();
+    let rows = json(ring_with_memory().args(["--json", "--hardware"]).arg(&hw));
+    let f = &rows[0]["footprint"];
+    assert!(u(f, "total_bytes") > 0);
+    assert_eq!(f.get("fits"), None);
+    // A GPU memory outside any GPU is a typo.
+    assert!(h100.contains("hbm_gb = 80.0 "));
+    std::fs::write(&hw, h100.replace("hbm_gb = 80.0 ", "hbm_gb = 80e12 ")).unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware"])
+        .arg(&hw)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("hbm_gb"));
+}
+
+#[test]
+fn tpcp_answers_with_a_split_that_fits() {
+    // Replicated state (ZeRO 0) does not fit an H100 at any split: the fastest is named with
+    // what it needs, and the closest with a way out.
+    let tpcp = [
+        "tpcp",
+        "--gpus",
+        "16",
+        "--context",
+        "32768",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+    ];
+    let out = stdout_of(fcp().args(tpcp).args(["--zero", "0"]));
+    assert!(out.contains("No split fits in memory."), "{out}");
+    assert!(out.contains("Closest: zigzag at TP 8 × CP 2."), "{out}");
+    assert!(out.contains("zigzag fits at no split it ran at"), "{out}");
+    // Sharded over replicas with full recomputation, some split fits, and the answer is one
+    // that does.
+    let args: Vec<&str> = tpcp
+        .iter()
+        .copied()
+        .chain(["--zero", "2", "--dp", "16", "--recompute", "full"])
+        .collect();
+    let rows = json(fcp().args(&args).arg("--json"));
+    let fits: Vec<&Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["footprint"]["fits"] == Value::Bool(true))
+        .collect();
+    assert!(!fits.is_empty(), "{rows}");
+    let out = stdout_of(fcp().args(&args));
+    let fastest_fit = fits
+        .iter()
+        .min_by(|a, b| {
+            a["layer_time_ms"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["layer_time_ms"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert!(
+        out.contains(&format!(
+            "that fits in memory: zigzag at TP {} × CP {},",
+            fastest_fit["tp"], fastest_fit["cp"]
+        )),
+        "{out}"
+    );
+}
