@@ -337,10 +337,11 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
     let metric = a.metric.clone().unwrap_or_else(|| default_metric.into());
     if !fcp::study::is_metric(&metric) {
         bail!(
-            "unknown metric `{metric}` (known: {}; and with `layer = true` in the sweep: {}; with `tp` > 1 too: {})",
+            "unknown metric `{metric}` (known: {}; and with `layer = true` in the sweep: {}; with `tp` > 1 too: {}; with a `[memory]` table: {})",
             names(fcp::study::METRICS),
             names(fcp::study::LAYER_METRICS),
-            names(fcp::study::TP_METRICS)
+            names(fcp::study::TP_METRICS),
+            names(fcp::study::MEMORY_METRICS)
         );
     }
     let pick = |r: &CellResult, m: &str| {

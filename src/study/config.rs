@@ -11,6 +11,11 @@
 //! tp = 1                   # tensor-parallel degree: each CP rank is a TP group of this many GPUs
 //! tp_overlap = false       # with layer and tp > 1: TP collectives overlap their GEMMs
 //!
+//! [memory]                 # optional, with layer: each GPU's memory over a training step
+//! zero = 1                 # 0 | 1 | 2: ZeRO stage of the model state
+//! dp = 1                   # data-parallel replicas (sharded state spreads over dp × ranks)
+//! pp = 1                   # pipeline stages (must divide the model's layers)
+//!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
 //! schemes = ["ring", "zigzag", "fcp"]
@@ -111,8 +116,39 @@ pub struct SweepConfig {
     /// ([`crate::sim::LayerCost::with_tp_overlap`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tp_overlap: bool,
+    /// With `layer`: count each GPU's memory over a training step ([`crate::footprint`]);
+    /// cells gain the [`super::MEMORY_METRICS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySetting>,
     /// The axes.
     pub grid: Grid,
+}
+
+/// A sweep's `[memory]` table: how the model state is held ([`crate::footprint::Training`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySetting {
+    /// ZeRO stage (0, 1 or 2).
+    #[serde(default = "default_zero")]
+    pub zero: u8,
+    /// Data-parallel replicas.
+    #[serde(default = "crate::tp::one")]
+    pub dp: u32,
+    /// Pipeline stages.
+    #[serde(default = "crate::tp::one")]
+    pub pp: u32,
+}
+
+fn default_zero() -> u8 {
+    crate::footprint::Training::default().zero
+}
+
+impl MemorySetting {
+    /// The training setting, refused outside what is modelled.
+    pub fn training(&self) -> Result<crate::footprint::Training, StudyError> {
+        crate::footprint::Training::new(self.zero, self.dp, self.pp)
+            .map_err(|e| StudyError::Config(format!("[memory]: {e}")))
+    }
 }
 
 /// The axes of a sweep; the cells are their Cartesian product.
@@ -233,6 +269,15 @@ impl SweepConfig {
                 "tp_overlap = true prices the whole layer's TP collectives: it needs layer = true"
                     .into(),
             );
+        }
+        if let Some(m) = &self.memory {
+            if !self.layer {
+                return bad(
+                    "[memory] counts every layer's activations, priced with the layer: it needs layer = true"
+                        .into(),
+                );
+            }
+            m.training()?;
         }
         // It would change no number but rename every cell (and fail a baseline's settings).
         if self.tp_overlap && self.tp == 1 {
@@ -364,7 +409,9 @@ impl SweepConfig {
             ";tp_overlap=true"
         } else {
             ""
-        }
+        } + &self.memory.map_or(String::new(), |m| {
+            format!(";memory=zero{},dp{},pp{}", m.zero, m.dp, m.pp)
+        })
     }
 
     /// Every cell, in grid order (traces outermost, models innermost).
@@ -490,6 +537,32 @@ mod tests {
         // Without it, the tag (and every earlier sweep's cell names) is unchanged.
         let cfg = SweepConfig::parse(&format!("layer = true\n{grid}")).unwrap();
         assert!(cfg.settings_tag().ends_with(";layer=true"));
+    }
+
+    #[test]
+    fn a_memory_table_needs_the_layer_a_modelled_setting_and_names_its_cells() {
+        let grid = "[grid]\ntraces=[\"default\"]\nschemes=[\"ring\"]\nranks=[2]\n";
+        let parse = |top: &str, memory: &str| {
+            SweepConfig::parse(&format!("{top}\n[memory]\n{memory}\n{grid}"))
+                .map_err(|e| e.to_string())
+        };
+        let e = parse("", "zero = 1").unwrap_err();
+        assert!(e.contains("needs layer = true"), "{e}");
+        let e = parse("layer = true", "zero = 3").unwrap_err();
+        assert!(e.contains("[memory]") && e.contains("stage 3"), "{e}");
+        let e = parse("layer = true", "zeros = 1").unwrap_err();
+        assert!(e.contains("zeros"), "{e}");
+        // Defaults: Megatron's distributed optimizer, one replica, one stage.
+        let cfg = parse("layer = true", "").unwrap();
+        assert_eq!(
+            cfg.memory.unwrap().training().unwrap(),
+            crate::footprint::Training::default()
+        );
+        assert!(cfg
+            .settings_tag()
+            .ends_with(";layer=true;memory=zero1,dp1,pp1"));
+        let cfg = parse("layer = true", "zero = 2\ndp = 4\npp = 2").unwrap();
+        assert!(cfg.settings_tag().ends_with(";memory=zero2,dp4,pp2"));
     }
 
     /// Regression (bug hunt): a stdin trace hashed as 0, so a rerun with other data reused

@@ -26,8 +26,8 @@ pub mod traces;
 pub use config::{CellKey, Grid, SweepConfig};
 pub use sweep::{
     cell_file_name, is_metric, load_results, results_csv, results_json, run_cells, run_sweep, Agg,
-    CellResult, LayerMetricFn, MetricFn, Progress, SweepOutcome, LAYER_METRICS, METRICS,
-    TP_METRICS,
+    CellResult, LayerMetricFn, MetricFn, Progress, SweepOutcome, LAYER_METRICS, MEMORY_METRICS,
+    METRICS, TP_METRICS,
 };
 
 /// Errors of studies (bad configs, unreadable inputs, output failures).

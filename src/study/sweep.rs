@@ -67,12 +67,28 @@ pub const LAYER_METRICS: &[(&str, LayerMetricFn)] = &[
 pub const TP_METRICS: &[(&str, LayerMetricFn)] =
     &[("tp_comm_max_ms", |l| l.tp_comm_max_ms.unwrap_or(0.0))];
 
-/// Whether `name` is a metric a sweep can report ([`METRICS`], [`LAYER_METRICS`] or
-/// [`TP_METRICS`]).
+/// The GPU-memory metrics of a sweep with a `[memory]` table, after the others: the fullest
+/// GPU's footprint over a training step ([`crate::footprint`]) and its share of the GPU's
+/// memory (present only when every hardware profile gives `hbm_gb`). A cell's `max` is its
+/// fullest batch: the one that decides whether the cell fits.
+pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
+    ("gpu_mem_bytes", |l| {
+        l.footprint.map_or(f64::NAN, |f| f.total_bytes as f64)
+    }),
+    ("gpu_mem_fraction", |l| {
+        l.footprint
+            .and_then(|f| f.hbm_fraction())
+            .unwrap_or(f64::NAN)
+    }),
+];
+
+/// Whether `name` is a metric a sweep can report ([`METRICS`], [`LAYER_METRICS`],
+/// [`TP_METRICS`] or [`MEMORY_METRICS`]).
 pub fn is_metric(name: &str) -> bool {
     METRICS.iter().any(|(m, _)| *m == name)
         || LAYER_METRICS.iter().any(|(m, _)| *m == name)
         || TP_METRICS.iter().any(|(m, _)| *m == name)
+        || MEMORY_METRICS.iter().any(|(m, _)| *m == name)
 }
 
 /// One metric over a cell's batches.
@@ -241,6 +257,9 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
                     .with_recompute(cfg.recompute)?
                     .with_tp_overlap(cfg.tp_overlap);
             }
+            if let Some(m) = &cfg.memory {
+                sim = sim.with_training(m.training()?)?;
+            }
             e.insert(Arc::new((sim, hw, model)));
         }
     }
@@ -336,9 +355,13 @@ fn run_cell(
                 if let Some(layers) = layers {
                     let tp = layers.iter().all(|l| l.tp_comm_max_ms.is_some());
                     let tp_metrics = TP_METRICS.iter().filter(|_| tp);
-                    for (name, get) in LAYER_METRICS.iter().chain(tp_metrics) {
+                    for (name, get) in LAYER_METRICS.iter().chain(tp_metrics).chain(MEMORY_METRICS)
+                    {
                         let v: Vec<f64> = layers.iter().map(|l| get(l)).collect();
-                        metrics.insert(name.to_string(), Agg::of(&v));
+                        // A metric some batch lacks (no `[memory]`, no `hbm_gb`) is left out.
+                        if v.iter().all(|x| x.is_finite()) {
+                            metrics.insert(name.to_string(), Agg::of(&v));
+                        }
                     }
                 }
                 metrics
@@ -476,8 +499,8 @@ pub fn results_json(rows: &[CellResult]) -> String {
 }
 
 /// Rows as CSV: the key columns, `batches`, `error`, then `METRIC_{mean,p50,p95,max}` for
-/// every metric of [`METRICS`], and of [`LAYER_METRICS`] and [`TP_METRICS`] when a row has
-/// them. Empty fields for
+/// every metric of [`METRICS`], and of [`LAYER_METRICS`], [`TP_METRICS`] and
+/// [`MEMORY_METRICS`] when a row has them. Empty fields for
 /// what a row lacks.
 pub fn results_csv(rows: &[CellResult]) -> String {
     let has = |m: &str| rows.iter().any(|r| r.metrics.contains_key(m));
@@ -487,6 +510,7 @@ pub fn results_csv(rows: &[CellResult]) -> String {
         .map(|(m, _)| *m)
         .chain(LAYER_METRICS.iter().map(|(m, _)| *m).filter(|_| layer))
         .chain(TP_METRICS.iter().map(|(m, _)| *m).filter(|_| tp))
+        .chain(MEMORY_METRICS.iter().map(|(m, _)| *m).filter(|m| has(m)))
         .collect();
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<String> = [
@@ -562,6 +586,31 @@ mod tests {
         "#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_memory_table_adds_the_fullest_gpus_footprint() {
+        let cfg = |memory: &str| {
+            SweepConfig::parse(&format!(
+                "batches = 2\nlayer = true\n{memory}\n[grid]\ntraces = [\"default\"]\nschemes = [\"zigzag\"]\nranks = [2]\ntokens_per_rank = [8192]\nmodel = [\"llama3-8b\"]\n"
+            ))
+            .unwrap()
+        };
+        let plain = cfg("");
+        let rows = run_cells(&plain, &plain.cells(), &|_| {}).unwrap();
+        assert!(!rows[0].metrics.contains_key("gpu_mem_bytes"));
+        assert!(!results_csv(&rows).contains("gpu_mem_bytes"));
+        let counted = cfg("[memory]\nzero = 1");
+        let rows = run_cells(&counted, &counted.cells(), &|_| {}).unwrap();
+        let bytes = rows[0].metrics["gpu_mem_bytes"];
+        let fraction = rows[0].metrics["gpu_mem_fraction"];
+        assert!(bytes.max >= bytes.mean && bytes.mean > 0.0);
+        assert!((fraction.max - bytes.max / 80e9).abs() < 1e-12);
+        // Its columns follow the others in the CSV.
+        let csv = results_csv(&rows);
+        let header = csv.lines().next().unwrap();
+        assert!(header.ends_with("gpu_mem_fraction_p95,gpu_mem_fraction_max"));
+        assert!(is_metric("gpu_mem_bytes") && is_metric("gpu_mem_fraction"));
     }
 
     #[test]
