@@ -35,7 +35,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::model::{Model, Recompute};
+use crate::model::{Model, ParamParts, Recompute, Stack};
 
 /// Bytes a parameter's gradient takes: Megatron-Core accumulates and reduces gradients in
 /// fp32 when training in bf16 (`accumulate_allreduce_grads_in_fp32`), the "bf16 param, fp32
@@ -112,6 +112,32 @@ impl Training {
             )));
         }
         Ok(Training { zero, dp, pp })
+    }
+
+    /// Whether `model` can be counted under this setting: it gives its `layers` and `vocab`
+    /// and the pipeline stages divide its layers (each holds an equal share, as Megatron
+    /// requires). Checked where the setting meets the model, before anything runs.
+    pub fn check(&self, model: &Model) -> Result<(), FootprintError> {
+        self.parts_of(model).map(|_| ())
+    }
+
+    /// The model's stack and parameter parts, once [`Training::check`] holds.
+    fn parts_of(&self, model: &Model) -> Result<(Stack, ParamParts), FootprintError> {
+        let missing = |what: &str| FootprintError::Model {
+            model: model.name.clone(),
+            missing: what.to_string(),
+        };
+        let s = model.stack.ok_or_else(|| missing("`layers` and `vocab`"))?;
+        let parts = model
+            .param_parts()
+            .ok_or_else(|| missing("`hidden` and `ffn_hidden`"))?;
+        if s.layers % self.pp != 0 {
+            return Err(FootprintError::Setting(format!(
+                "--pp {} does not divide model {}'s {} layers (each pipeline stage holds an equal share, as Megatron requires)",
+                self.pp, model.name, s.layers
+            )));
+        }
+        Ok((s, parts))
     }
 
     /// GPUs the sharded state is spread over: every replica's CP ranks.
@@ -236,21 +262,8 @@ impl Counter<'_> {
             cp,
             hbm_bytes,
         } = *self;
-        let missing = |what: &str| FootprintError::Model {
-            model: model.name.clone(),
-            missing: what.to_string(),
-        };
-        let s = model.stack.ok_or_else(|| missing("`layers` and `vocab`"))?;
-        let parts = model
-            .param_parts()
-            .ok_or_else(|| missing("`hidden` and `ffn_hidden`"))?;
+        let (s, parts) = training.parts_of(model)?;
         let pp = training.pp;
-        if s.layers % pp != 0 {
-            return Err(FootprintError::Setting(format!(
-                "--pp {pp} does not divide model {}'s {} layers (each pipeline stage holds an equal share, as Megatron requires)",
-                model.name, s.layers
-            )));
-        }
         let (is_first, is_last) = (stage == 0, stage + 1 == pp);
         let layers = s.layers / pp;
         // A tied output layer keeps a copy of the embedding on the last stage when it is not

@@ -65,7 +65,9 @@ fn simulate_counts_the_fullest_gpu_and_its_parts_add_up() {
         .assert()
         .success()
         .stdout(predicate::str::contains("GPU memory, training step:"))
-        .stdout(predicate::str::contains("ZeRO 1 over DP 1 × CP 4"))
+        .stdout(predicate::str::contains(
+            "ZeRO 1: optimizer sharded over DP 1 × CP 4",
+        ))
         .stdout(predicate::str::contains("80 layers"));
 }
 
@@ -131,11 +133,14 @@ fn compare_adds_the_memory_columns_and_agrees_with_simulate() {
     assert!(lines
         .next()
         .unwrap()
-        .ends_with(",gpu_mem_bytes,hbm_bytes,fits"));
+        .ends_with(",gpu_mem_bytes,hbm_bytes,fits,zero,dp,pp"));
     let zigzag = lines.next().unwrap();
     let total = u(&sim["footprint"], "total_bytes");
     assert!(
-        zigzag.ends_with(&format!(",{total},80000000000,{}", total <= 80_000_000_000)),
+        zigzag.ends_with(&format!(
+            ",{total},80000000000,{},1,1,1",
+            total <= 80_000_000_000
+        )),
         "{zigzag}"
     );
     // Without --memory the CSV keeps its columns.
@@ -255,7 +260,11 @@ fn tpcp_answers_with_a_split_that_fits() {
     let out = stdout_of(fcp().args(tpcp).args(["--zero", "0"]));
     assert!(out.contains("No split fits in memory."), "{out}");
     assert!(out.contains("Closest: zigzag at TP 8 × CP 2."), "{out}");
-    assert!(out.contains("zigzag fits at no split it ran at"), "{out}");
+    assert!(
+        out.contains("zigzag fits at none of the splits it ran at"),
+        "{out}"
+    );
+    assert!(out.contains("split the layers over pipeline stages (--pp)"));
     // Sharded over replicas with full recomputation, some split fits, and the answer is one
     // that does.
     let args: Vec<&str> = tpcp
@@ -288,4 +297,153 @@ fn tpcp_answers_with_a_split_that_fits() {
         )),
         "{out}"
     );
+}
+
+/// Regression (bug hunt): the footprint followed the simulated pass, so `--pass fwd` counted
+/// a training step without the backward pass's gradient buffers, and its verdict could flip.
+#[test]
+fn a_training_steps_memory_is_the_same_whatever_pass_is_simulated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 1);
+    let fp = |pass: &str| {
+        json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--memory", "--pass", pass])
+                .arg(&p),
+        )["footprint"]
+            .clone()
+    };
+    assert_eq!(fp("fwd"), fp("both"));
+    assert_eq!(fp("bwd"), fp("both"));
+}
+
+/// Regression (bug hunt): without `hbm_gb`, `tpcp` announced the fastest split "that fits
+/// in memory" though nothing had been checked.
+#[test]
+fn tpcp_says_when_memory_was_counted_but_not_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let hw = dir.path().join("hw.toml");
+    let h100 = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    let without: String = h100
+        .lines()
+        .filter(|l| !l.starts_with("hbm_gb"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&hw, without).unwrap();
+    let out = fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "16",
+            "--batches",
+            "1",
+            "--schemes",
+            "zigzag",
+        ])
+        .arg("--hardware")
+        .arg(&hw)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("counted but not checked"));
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(text.contains("\nFastest layer: "), "{text}");
+    assert!(!text.contains("fits in memory"), "{text}");
+    assert!(text.contains("no hbm_gb to check it against"), "{text}");
+}
+
+/// Regression (bug hunt): a `--pp` that divides no layer count failed every split as a
+/// batch error, and settings a model without layers cannot use passed silently.
+#[test]
+fn tpcp_refuses_a_pipeline_up_front_and_notes_settings_it_cannot_use() {
+    fcp()
+        .args(["tpcp", "--gpus", "16", "--batches", "1", "--pp", "81"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--pp 81 does not divide"))
+        .stderr(predicate::str::contains("batch 0").not());
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.toml");
+    std::fs::write(
+        &model,
+        "q_heads = 32\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\nhidden = 4096\nffn_hidden = 14336\n",
+    )
+    .unwrap();
+    fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "8",
+            "--batches",
+            "1",
+            "--schemes",
+            "zigzag",
+        ])
+        .args(["--pp", "1000", "--json", "--model"])
+        .arg(&model)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("GPU memory not counted"))
+        .stderr(predicate::str::contains("change nothing"));
+}
+
+/// Regression (bug hunt): a saved comparison did not say which setting its memory was counted
+/// under, ZeRO 0 read as if sharded, and a footprint at the edge of the GPU's memory passed
+/// without a word.
+#[test]
+fn reports_name_the_memory_setting_and_a_tight_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 8);
+    let header = stdout_of(ring_with_memory().args(["--zero", "2", "--dp", "4", "--pp", "4"]));
+    assert!(
+        header
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(" · memory ZeRO 2, DP 4, PP 4"),
+        "{header}"
+    );
+    let text = stdout_of(
+        fcp()
+            .args(["simulate", "--layer", "--memory", "--zero", "0"])
+            .arg(&p),
+    );
+    assert!(text.contains("(ZeRO 0: all replicated)"), "{text}");
+    // A GPU just big enough for this footprint: it fits, tightly.
+    let total = u(
+        &json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--memory"])
+                .arg(&p),
+        )["footprint"],
+        "total_bytes",
+    );
+    let hw = dir.path().join("hw.toml");
+    let h100 = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    let gb = (total as f64 / 1e9 / 0.95).to_string();
+    std::fs::write(
+        &hw,
+        h100.replace("hbm_gb = 80.0 ", &format!("hbm_gb = {gb} ")),
+    )
+    .unwrap();
+    let text = stdout_of(
+        fcp()
+            .args(["simulate", "--layer", "--memory", "--hardware"])
+            .arg(&hw)
+            .arg(&p),
+    );
+    assert!(text.contains("fits, tightly"), "{text}");
+    // `hw show` gives the count the footprint is built on.
+    fcp()
+        .args(["hw", "show", "--hardware", "h100"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "layers 80, vocab 128256 · 70553706496 parameters (70.55 B)",
+        ));
 }

@@ -251,6 +251,11 @@ pub struct TrainingArgs {
 }
 
 impl TrainingArgs {
+    /// Whether any of `--zero`, `--dp`, `--pp` was given.
+    pub fn given(&self) -> bool {
+        self.zero.is_some() || self.dp.is_some() || self.pp.is_some()
+    }
+
     /// The setting, Megatron's distributed optimizer over one replica unless told otherwise.
     pub fn training(&self) -> Result<fcp::footprint::Training> {
         let d = fcp::footprint::Training::default();
@@ -296,14 +301,22 @@ pub fn memory_sim(
 /// and the parts.
 pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     use fcp::report::human_bytes;
+    let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let verdict = match (f.hbm_bytes, f.fits) {
-        (Some(h), Some(fits)) => format!(
-            " of {} ({} GB HBM, {:.1}%): {}",
-            human_bytes(h),
-            h as f64 / 1e9,
-            100.0 * f.hbm_fraction().unwrap_or(0.0),
-            if fits { "fits" } else { "does NOT fit" }
-        ),
+        (Some(h), Some(fits)) => {
+            let share = f.hbm_fraction().unwrap_or(0.0);
+            format!(
+                " of {} ({} GB HBM, {:.1}%): {}",
+                human_bytes(h),
+                h as f64 / 1e9,
+                100.0 * share,
+                match (fits, share > TIGHT) {
+                    (false, _) => "does NOT fit",
+                    (true, true) => "fits, tightly: the CUDA context, NCCL buffers and fragmentation are not counted",
+                    (true, false) => "fits",
+                }
+            )
+        }
         _ => " (the hardware profile gives no hbm_gb to check it against)".to_string(),
     };
     let stage = if f.pp > 1 {
@@ -313,26 +326,53 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     };
     let layers = if f.activation_layers != f.layers {
         format!(
-            "{} layers' worth: {} micro-batches in flight × {} layers",
+            "{} layers' worth: {} in flight × {}",
             f.activation_layers,
-            f.activation_layers / f.layers.max(1),
-            f.layers
+            plural(
+                f.activation_layers / f.layers.max(1),
+                "micro-batch",
+                "micro-batches"
+            ),
+            plural(f.layers, "layer", "layers")
         )
     } else {
-        format!("{} layers", f.layers)
+        plural(f.layers, "layer", "layers")
+    };
+    let sharding = if f.zero == 0 {
+        "ZeRO 0: all replicated".to_string()
+    } else {
+        format!(
+            "ZeRO {}: {} sharded over DP {} × CP {cp}",
+            f.zero,
+            if f.zero >= 2 {
+                "gradients and optimizer"
+            } else {
+                "optimizer"
+            },
+            f.dp
+        )
     };
     format!(
-        "GPU memory, training step: {}{verdict} · rank {}{stage} · weights {}, gradients {}, optimizer {} (ZeRO {} over DP {} × CP {cp}) · activations {} ({layers}) · transient {}",
+        "GPU memory, training step: {}{verdict} · rank {}{stage} · weights {}, gradients {}, optimizer {} ({sharding}) · activations {} ({layers}) · transient {}",
         human_bytes(f.total_bytes),
         f.rank,
         human_bytes(f.weight_bytes),
         human_bytes(f.grad_bytes),
         human_bytes(f.optimizer_bytes),
-        f.zero,
-        f.dp,
         human_bytes(f.activation_bytes),
         human_bytes(f.transient_bytes),
     )
+}
+
+/// Above this share of the GPU's memory a step that fits is called tight: what the count
+/// leaves out (docs/cost-model.md § GPU memory) takes a few GB.
+const TIGHT: f64 = 0.9;
+
+/// ` · memory ZeRO Z, DP D, PP P` for report headers when the GPU memory is counted.
+pub fn memory_words(training: Option<fcp::footprint::Training>) -> String {
+    training.map_or(String::new(), |t| {
+        format!(" · memory ZeRO {}, DP {}, PP {}", t.zero, t.dp, t.pp)
+    })
 }
 
 /// ` · TP N` for report headers under tensor parallelism, else nothing.

@@ -7,8 +7,8 @@ use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, Compar
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, memory_sim, overlap_words, profile_words, recompute_words, BatchArgs, PassArg,
-    ProfileArgs, RecomputeArg, TrainingArgs,
+    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words, BatchArgs,
+    PassArg, ProfileArgs, RecomputeArg, TrainingArgs,
 };
 
 /// Arguments of `fcp compare`.
@@ -100,7 +100,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
@@ -108,7 +108,8 @@ pub fn run(a: CompareArgs) -> Result<()> {
             a.batch.mask_name(),
             fcp::sim::PassSel::from(a.pass).name(),
             recompute_words(a.recompute),
-            overlap_words(a.tp_overlap, &model)
+            overlap_words(a.tp_overlap, &model),
+            memory_words(training)
         );
         out!(
             "{}",

@@ -326,6 +326,19 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
         model.dtype_bytes,
         model_source.unwrap_or_default()
     );
+    if let (Some(l), Some(st), Some(p)) = (model.linear, model.stack, model.params_per_gpu()) {
+        outln!(
+            "  hidden {}, ffn_hidden {} × {} matrices, layers {}, vocab {}{} · {} parameters ({:.2} B)",
+            l.hidden,
+            l.ffn_hidden,
+            l.ffn_matrices,
+            st.layers,
+            st.vocab,
+            if st.tied_embeddings { ", tied embeddings" } else { "" },
+            p,
+            p as f64 / 1e9
+        );
+    }
     outln!(
         "kernel lookups ({}, head_dim {}, non-varlen, q_len = kv_len):",
         profile.name,

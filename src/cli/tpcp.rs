@@ -14,7 +14,8 @@ use fcp::study::tpcp::{
 use fcp::Model;
 
 use super::common::{
-    footprint_words, recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg, TrainingArgs,
+    footprint_words, memory_words, recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg,
+    TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -113,12 +114,29 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if a.tp_overlap && !overlapped {
         eprintln!("note: --tp-overlap changes nothing: no split with TP above 1 ran");
     }
+    // Said in every format, on stderr, so that JSON consumers see it too.
+    if model.stack.is_none() {
+        eprintln!(
+            "note: GPU memory not counted: model {} gives no `layers` and `vocab`{}",
+            model.name,
+            if a.training.given() {
+                " (--zero, --dp and --pp change nothing)"
+            } else {
+                ""
+            }
+        );
+    } else if hw.hbm_gb.is_none() {
+        eprintln!(
+            "note: GPU memory counted but not checked: hardware {} gives no `hbm_gb`",
+            hw.name
+        );
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     outln!(
-        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}",
+        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}",
         a.gpus,
         a.context,
         windows.batches.len(),
@@ -138,15 +156,19 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             " · TP collectives overlapped"
         } else {
             ""
-        }
+        },
+        memory_words(model.stack.map(|_| opts.training))
     );
     out!("{}", table(&rows));
-    let counted = rows.iter().any(|r| r.footprint.is_some());
+    // Counted: the model gives its layers; checked: the hardware its memory too.
+    let checked = rows
+        .iter()
+        .any(|r| r.footprint.is_some_and(|f| f.fits.is_some()));
     match fastest_that_fits(&rows) {
         Some(fit) => {
             outln!(
                 "\nFastest layer{}: {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
-                if counted { " that fits in memory" } else { "" },
+                if checked { " that fits in memory" } else { "" },
                 at_split(fit),
                 fit.layer_time_ms.unwrap_or(0.0),
                 fit.tp_comm_max_ms.unwrap_or(0.0)
@@ -179,14 +201,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                     );
                 }
             }
-            outln!("To fit: recompute activations (--recompute full), shard more state (--zero 2, more --dp replicas), or use more GPUs per window.");
+            outln!("To fit: recompute activations (--recompute full), split the layers over pipeline stages (--pp), shard more state (--zero 2, more --dp replicas), or use more GPUs per window.");
         }
-    }
-    if !counted {
-        outln!(
-            "GPU memory not counted: model {} gives no `layers` and `vocab`.",
-            model.name
-        );
     }
     let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
         .iter()
@@ -197,7 +213,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 r.cp,
                 r.layer_time_ms.unwrap_or(0.0)
             ),
-            None if counted => format!("{scheme} fits at no split it ran at"),
+            None if checked => format!("{scheme} fits at none of the splits it ran at"),
             None => format!("{scheme} ran at no split"),
         })
         .collect();

@@ -192,7 +192,8 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// ([`LAYER_CSV_COLUMNS`]) follow `error`, so the others keep their places; under tensor
 /// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
 /// their GEMMs, `tp_overlap` end each row; with the GPU memory counted (`--memory`),
-/// `gpu_mem_bytes`, `hbm_bytes` and `fits` after them.
+/// `gpu_mem_bytes`, `hbm_bytes`, `fits` and the setting it was counted under (`zero`, `dp`,
+/// `pp`) after them.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
@@ -222,7 +223,7 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     }
     let mem = has_footprint(rows);
     if mem {
-        s.push_str(",gpu_mem_bytes,hbm_bytes,fits");
+        s.push_str(",gpu_mem_bytes,hbm_bytes,fits,zero,dp,pp");
     }
     s.push('\n');
     for r in rows {
@@ -285,10 +286,13 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             let f = footprint(r);
             let cell = |v: Option<String>| v.unwrap_or_default();
             s.push_str(&format!(
-                ",{},{},{}",
+                ",{},{},{},{},{},{}",
                 cell(f.map(|f| f.total_bytes.to_string())),
                 cell(f.and_then(|f| f.hbm_bytes).map(|h| h.to_string())),
-                cell(f.and_then(|f| f.fits).map(|x| x.to_string()))
+                cell(f.and_then(|f| f.fits).map(|x| x.to_string())),
+                cell(f.map(|f| f.zero.to_string())),
+                cell(f.map(|f| f.dp.to_string())),
+                cell(f.map(|f| f.pp.to_string()))
             ));
         }
         s.push('\n');

@@ -144,13 +144,7 @@ impl Simulator {
                 "a GPU's memory for a training step needs the whole layer (--layer): activations are counted there".into(),
             ));
         }
-        if self.model.stack.is_none() {
-            return Err(crate::footprint::FootprintError::Model {
-                model: self.model.name.clone(),
-                missing: "`layers` and `vocab`".into(),
-            }
-            .into());
-        }
+        training.check(&self.model)?;
         self.training = Some(training);
         Ok(self)
     }
@@ -335,15 +329,21 @@ impl Simulator {
         );
         if let (Some(training), Some(cost)) = (self.training, &self.layer) {
             let tokens = plan.tokens_per_rank();
+            // A training step runs both passes whatever was simulated: the backward pass's
+            // gradient buffers are part of its working set (bug hunt: `--pass fwd` counted a
+            // smaller step, and its verdict could flip).
+            let working = memory::peak_bytes(plan, &idx, &self.model, PassSel::Both.passes());
             let loads: Vec<crate::footprint::RankLoad> = report
                 .ranks
                 .iter()
-                .zip(&tokens)
-                .map(|(r, &tokens)| crate::footprint::RankLoad {
-                    rank: r.rank,
-                    tokens,
-                    attention_bytes: r.mem_bytes,
-                })
+                .zip(tokens.iter().zip(working))
+                .map(
+                    |(r, (&tokens, attention_bytes))| crate::footprint::RankLoad {
+                        rank: r.rank,
+                        tokens,
+                        attention_bytes,
+                    },
+                )
                 .collect();
             let fullest = crate::footprint::Counter {
                 model: &self.model,

@@ -121,6 +121,12 @@ pub fn run_tpcp(
     }
     // The layer is what the comparison is about: refuse up front what cannot price it.
     crate::sim::LayerCost::new(hw, model).map_err(|e| StudyError::Config(e.to_string()))?;
+    // A pipeline that does not divide the layers fails every split alike: say so once.
+    if model.stack.is_some() {
+        opts.training
+            .check(model)
+            .map_err(|e| StudyError::Config(e.to_string()))?;
+    }
     let mut rows = Vec::new();
     for tp in candidate_tps(opts.gpus, hw) {
         let cp = opts.gpus / tp;
@@ -220,13 +226,17 @@ pub fn fastest_that_fits(rows: &[TpCpRow]) -> Option<&TpCpRow> {
     fastest_of(rows.iter().filter(|r| !r.overflows()))
 }
 
-/// The row holding least on its fullest GPU, among those with a footprint.
+/// The row holding least on its fullest GPU, among those with a footprint; of rows holding
+/// the same, the fastest (bug hunt: a tie named the first scheme listed, not the fastest).
 pub fn smallest_footprint(rows: &[TpCpRow]) -> Option<&TpCpRow> {
     rows.iter()
         .filter(|r| r.error.is_none())
-        .filter_map(|r| r.footprint.map(|f| (r, f.total_bytes)))
-        .min_by_key(|&(_, b)| b)
-        .map(|(r, _)| r)
+        .filter_map(|r| {
+            r.footprint
+                .map(|f| (r, f.total_bytes, r.layer_time_ms.unwrap_or(f64::INFINITY)))
+        })
+        .min_by(|a, b| a.1.cmp(&b.1).then(a.2.total_cmp(&b.2)))
+        .map(|(r, _, _)| r)
 }
 
 /// Per scheme, in the order given: its fastest split that fits (any split when no memory
@@ -360,6 +370,27 @@ mod tests {
         for (_, r) in best_split_per_scheme(&rows, &o.schemes) {
             assert!(!r.unwrap().overflows());
         }
+    }
+
+    /// Regression (bug hunt): of splits holding the same bytes, the first listed was named
+    /// the closest to fitting, not the fastest.
+    #[test]
+    fn the_closest_to_fitting_breaks_ties_on_time() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-70b").unwrap();
+        let o = TpCpOptions {
+            training: Training::new(0, 1, 1).unwrap(),
+            ..opts(8)
+        };
+        let windows = vec![Batch::new(0, vec![9000, 4000, 2000, 1384])];
+        let mut rows = run_tpcp(&windows, &hw, &model, &o).unwrap();
+        let smallest = smallest_footprint(&rows).unwrap().clone();
+        // A copy holding the same bytes, faster, listed after it.
+        let mut faster = smallest.clone();
+        faster.scheme = "faster".into();
+        faster.layer_time_ms = Some(smallest.layer_time_ms.unwrap() / 2.0);
+        rows.push(faster);
+        assert_eq!(smallest_footprint(&rows).unwrap().scheme, "faster");
     }
 
     /// Regression (bug hunt): a CP group larger than any plan may hold aborted allocating.
