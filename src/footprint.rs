@@ -13,6 +13,14 @@
 //!   also shards the gradients. The sharding group is the data-parallel group with the CP
 //!   ranks folded in, `dp × cp`: CP ranks hold the same weights and reduce their gradients
 //!   together (Megatron-Core's `get_data_parallel_group(with_context_parallel=True)`).
+//!   ZeRO stage 3 (PyTorch FSDP's full sharding, Megatron-FSDP) shards the weights as well,
+//!   so the state is 18/d bytes a parameter, and gathers each layer's weights for the pass
+//!   that runs it: the GPU then also holds [`Footprint::gathered_bytes`], two units of
+//!   gathered weights (the one running and the one prefetched, Zhao et al. 2023,
+//!   arXiv:2304.11277 §3.3–3.4 "backward/forward prefetching") and one unit's full-size fp32
+//!   gradients before they are reduce-scattered. A unit is a layer, or the embedding or
+//!   output layer where the stage holds a larger one. What the gathers cost in time is the
+//!   simulator's ([`crate::sim::zero3`]).
 //! - **activations**: what each of the GPU's layers keeps for the backward pass
 //!   ([`Model::saved_bytes_per_token`] under the chosen recomputation) times its tokens;
 //! - **transients**, the largest of what lives only for a moment: the fp32 logits of the
@@ -29,8 +37,7 @@
 //! Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation and the
 //! framework's own workspaces, which together take a few GB a real job cannot use (the
 //! datasheet's GB are 10⁹ bytes, a little under what the GPU has: docs/cost-model.md);
-//! interleaved pipeline schedules. ZeRO stage 3 (sharded weights) is refused rather than
-//! counted: its per-layer weight gathers cost time the layer model does not price yet.
+//! interleaved pipeline schedules.
 
 use serde::Serialize;
 use thiserror::Error;
@@ -50,7 +57,7 @@ pub const OPTIMIZER_BYTES: u64 = 12;
 pub const LOGIT_BYTES: u64 = 4;
 
 /// The highest ZeRO stage whose cost is modelled (see the module docs).
-pub const MAX_ZERO: u8 = 2;
+pub const MAX_ZERO: u8 = 3;
 
 /// Why a footprint cannot be computed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -73,7 +80,8 @@ pub enum FootprintError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Training {
     /// 0: everything replicated; 1: optimizer state sharded (Megatron's distributed
-    /// optimizer); 2: gradients sharded too.
+    /// optimizer); 2: gradients sharded too; 3: weights too, each layer's gathered for the
+    /// pass that runs it (FSDP's full sharding).
     pub zero: u8,
     /// Data-parallel replicas of the whole TP × CP group.
     pub dp: u32,
@@ -97,7 +105,7 @@ impl Training {
     pub fn new(zero: u8, dp: u32, pp: u32) -> Result<Training, FootprintError> {
         if zero > MAX_ZERO {
             return Err(FootprintError::Setting(format!(
-                "ZeRO stage {zero} is not modelled: 0 (replicated), 1 (optimizer state sharded, Megatron's distributed optimizer) or 2 (gradients too); stage 3 shards the weights and gathers them every layer, a cost the layer model does not price"
+                "ZeRO stage {zero} does not exist: 0 (replicated), 1 (optimizer state sharded, Megatron's distributed optimizer), 2 (gradients too) or 3 (weights too, gathered layer by layer: FSDP's full sharding)"
             )));
         }
         if !(1..=1 << 20).contains(&dp) {
@@ -144,6 +152,11 @@ impl Training {
     pub fn shard_ranks(&self, cp: u32) -> u64 {
         u64::from(self.dp) * u64::from(cp.max(1))
     }
+
+    /// Whether the weights are sharded and gathered layer by layer (ZeRO 3).
+    pub fn gathers_weights(&self) -> bool {
+        self.zero >= 3
+    }
 }
 
 /// What one GPU holds at its fullest moment of a training step, bytes.
@@ -151,12 +164,16 @@ impl Training {
 pub struct Footprint {
     /// The CP rank this is (the fullest one, where a plan gives several).
     pub rank: u32,
-    /// The weights, in the model's dtype.
+    /// The weights, in the model's dtype (sharded under ZeRO 3).
     pub weight_bytes: u64,
-    /// Main gradients (fp32), sharded under ZeRO 2.
+    /// Main gradients (fp32), sharded under ZeRO 2 and 3.
     pub grad_bytes: u64,
-    /// Master weights and Adam's moments (fp32), sharded under ZeRO 1 and 2.
+    /// Master weights and Adam's moments (fp32), sharded under ZeRO 1 to 3.
     pub optimizer_bytes: u64,
+    /// Under ZeRO 3: the gathered weights of the unit running and the one prefetched, and
+    /// the running unit's full fp32 gradients before their reduce-scatter; 0 otherwise.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gathered_bytes: u64,
     /// What all the GPU's layers keep for the backward pass.
     pub activation_bytes: u64,
     /// The largest of what lives only for a moment: the loss's logits, or one layer's
@@ -186,7 +203,8 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// The model state alone (weights, gradients, optimizer), which no placement changes.
+    /// The model state alone (weights, gradients, optimizer; sharded, under ZeRO 3, without
+    /// what is gathered), which no placement changes.
     pub fn state_bytes(&self) -> u64 {
         self.weight_bytes + self.grad_bytes + self.optimizer_bytes
     }
@@ -196,6 +214,10 @@ impl Footprint {
         self.hbm_bytes
             .map(|h| self.total_bytes as f64 / h.max(1) as f64)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One CP rank of a plan, as the footprint reads it.
@@ -289,9 +311,24 @@ impl Counter<'_> {
                 all
             }
         };
-        let weight_bytes = sharded(u64::from(model.dtype_bytes), false);
+        let dtype = u64::from(model.dtype_bytes);
+        let weight_bytes = sharded(dtype, training.gathers_weights());
         let grad_bytes = sharded(GRAD_BYTES, training.zero >= 2);
         let optimizer_bytes = sharded(OPTIMIZER_BYTES, training.zero >= 1);
+        // FSDP gathers one unit at a time: the largest the stage holds.
+        let gathered_bytes = if training.gathers_weights() {
+            let unit = [
+                parts.layer,
+                if is_first { parts.embedding } else { 0 },
+                if is_last { output } else { 0 },
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+            unit.saturating_mul(2 * dtype + GRAD_BYTES)
+        } else {
+            0
+        };
         // 1F1B: stage i keeps pp − i micro-batches in flight.
         let activation_layers = layers.saturating_mul(pp - stage);
         let saved = |r: Recompute| model.saved_bytes_per_token(r).unwrap_or(0);
@@ -314,6 +351,7 @@ impl Counter<'_> {
             weight_bytes,
             grad_bytes,
             optimizer_bytes,
+            gathered_bytes,
             activation_bytes,
             transient_bytes,
         ]
@@ -324,6 +362,7 @@ impl Counter<'_> {
             weight_bytes,
             grad_bytes,
             optimizer_bytes,
+            gathered_bytes,
             activation_bytes,
             transient_bytes,
             total_bytes,
@@ -410,6 +449,44 @@ mod tests {
     }
 
     #[test]
+    fn zero_3_shards_the_weights_too_and_holds_the_largest_unit_gathered() {
+        let m = Model::load("llama3-8b").unwrap();
+        let p = m.params_per_gpu().unwrap();
+        let parts = m.param_parts().unwrap();
+        let f = |zero, pp| {
+            count(&m, training(zero, 2, pp), Recompute::None)
+                .of_rank(&load(0, 0, 0))
+                .unwrap()
+        };
+        // 18 bytes a parameter over d = 2 × 8 = 16 GPUs.
+        let z3 = f(3, 1);
+        assert_eq!(z3.weight_bytes, (2 * p).div_ceil(16));
+        assert_eq!(z3.grad_bytes, (4 * p).div_ceil(16));
+        assert_eq!(z3.optimizer_bytes, (12 * p).div_ceil(16));
+        // Llama 3 8B's embedding (128256 × 4096) outweighs a layer: it is the largest unit
+        // gathered, twice in bf16 (running and prefetched) and once as fp32 gradients.
+        assert!(parts.embedding > parts.layer);
+        assert_eq!(z3.gathered_bytes, parts.embedding * (2 * 2 + 4));
+        assert_eq!(z3.total_bytes, z3.state_bytes() + z3.gathered_bytes);
+        assert_eq!(f(2, 1).gathered_bytes, 0);
+        // Under a pipeline the first stage still gathers the embedding, and the last the
+        // output layer, a tied one as its copy of the embedding.
+        let four = count(&m, training(3, 2, 4), Recompute::None);
+        assert_eq!(
+            four.of_stage(&load(0, 0, 0), 0).unwrap().gathered_bytes,
+            parts.embedding * 8
+        );
+        let mut tied = m.clone();
+        tied.stack.as_mut().unwrap().tied_embeddings = true;
+        let tied_last = count(&tied, training(3, 2, 4), Recompute::None)
+            .of_stage(&load(0, 0, 0), 3)
+            .unwrap();
+        assert_eq!(tied_last.gathered_bytes, parts.embedding * 8);
+        // Less state than ZeRO 2 on so many GPUs, despite the gathered units.
+        assert!(z3.total_bytes < f(2, 1).total_bytes);
+    }
+
+    #[test]
     fn activations_and_transients_follow_the_tokens() {
         let m = llama70();
         let hbm_bytes = Hardware::load("h100").unwrap().hbm_bytes();
@@ -459,8 +536,8 @@ mod tests {
 
     #[test]
     fn what_is_not_modelled_is_refused() {
-        let e = Training::new(3, 1, 1).unwrap_err().to_string();
-        assert!(e.contains("stage 3"), "{e}");
+        let e = Training::new(4, 1, 1).unwrap_err().to_string();
+        assert!(e.contains("stage 4") && e.contains("3 (weights too"), "{e}");
         assert!(Training::new(1, 0, 1).is_err());
         assert!(Training::new(1, 1, 0).is_err());
         let refused = |m: &Model, t| {

@@ -155,7 +155,10 @@ fn memory_settings_without_memory_or_past_the_model_are_refused() {
     for (args, says) in [
         (vec!["--layer", "--zero", "2"], "--zero sets how"),
         (vec!["--layer", "--pp", "2"], "it needs --memory"),
-        (vec!["--layer", "--memory", "--zero", "3"], "stage 3"),
+        (
+            vec!["--layer", "--memory", "--zero", "4"],
+            "ZeRO stage 4 does not exist",
+        ),
         (vec!["--layer", "--memory", "--dp", "0"], "--dp 0"),
         (vec!["--layer", "--memory", "--pp", "81"], "80 layers"),
         // --memory needs the layer, where activations are counted.
@@ -446,4 +449,97 @@ fn reports_name_the_memory_setting_and_a_tight_fit() {
         .stdout(predicate::str::contains(
             "layers 80, vocab 128256 · 70553706496 parameters (70.55 B)",
         ));
+}
+
+#[test]
+fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 8);
+    let sim = |zero: &str| {
+        json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--memory", "--dp", "64"])
+                .args(["--zero", zero])
+                .arg(&p),
+        )
+    };
+    let (two, three) = (sim("2"), sim("3"));
+    let (f2, f3) = (&two["footprint"], &three["footprint"]);
+    // The weights spread over DP 64 × CP 4 too; a layer's (or the embedding's) are gathered.
+    assert_eq!(u(f3, "weight_bytes"), u(f2, "weight_bytes").div_ceil(256));
+    assert!(u(f3, "gathered_bytes") > 0);
+    assert_eq!(f2.get("gathered_bytes"), None);
+    assert_eq!(two.get("zero3_comm_ms"), None);
+    // Its collectives run beside the layer: it ends later by exactly what they leave exposed.
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    let exposed = f(&three, "zero3_exposed_ms");
+    assert!(f(&three, "zero3_comm_ms") >= exposed && exposed >= 0.0);
+    assert!((f(&three, "layer_time_ms") - f(&two, "layer_time_ms") - exposed).abs() < 1e-6);
+    fcp()
+        .args([
+            "simulate", "--layer", "--memory", "--zero", "3", "--dp", "64",
+        ])
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "ZeRO 3: weight all-gathers and gradient reduce-scatter",
+        ))
+        .stdout(predicate::str::contains(
+            "ZeRO 3: all sharded over DP 64 × CP 4, gathered",
+        ));
+    // compare: a column and two trailing CSV fields; tpcp: the column and the answer.
+    let compare = [
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--tp",
+        "8",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--layer",
+        "--memory",
+        "--zero",
+        "3",
+        "--dp",
+        "64",
+    ];
+    let table = stdout_of(fcp().args(compare));
+    assert!(
+        table.lines().nth(1).unwrap().ends_with("fits zero3_ms"),
+        "{table}"
+    );
+    let csv = stdout_of(fcp().args(compare).arg("--csv"));
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with(",zero,dp,pp,zero3_comm_ms,zero3_exposed_ms"));
+    let tpcp = stdout_of(fcp().args([
+        "tpcp",
+        "--gpus",
+        "16",
+        "--context",
+        "32768",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--zero",
+        "3",
+        "--dp",
+        "8",
+        "--recompute",
+        "full",
+    ]));
+    assert!(tpcp.contains(" zero3_ms "), "{tpcp}");
+    assert!(tpcp.contains("exposed ZeRO 3 gathers)."), "{tpcp}");
+    assert!(
+        tpcp.contains("Not in the times: ZeRO 3's gathers of the embedding"),
+        "{tpcp}"
+    );
 }

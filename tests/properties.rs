@@ -401,7 +401,7 @@ proptest! {
                 let l = r.metrics.layer.as_ref().unwrap();
                 let f = l.footprint.unwrap();
                 let parts = f.weight_bytes + f.grad_bytes + f.optimizer_bytes
-                    + f.activation_bytes + f.transient_bytes;
+                    + f.gathered_bytes + f.activation_bytes + f.transient_bytes;
                 prop_assert_eq!(f.total_bytes, parts, "{}", scheme);
                 prop_assert_eq!(f.fits, hbm.map(|h| parts <= h));
                 prop_assert!(f.activation_bytes <= 32 * l.act_max_bytes, "{}", scheme);
@@ -433,6 +433,51 @@ proptest! {
                 prop_assert!(at(1, 1, 4) <= at(1, 1, 1) && at(1, 1, 32) <= at(1, 1, 4), "{}", scheme);
             }
             prop_assert!(totals[0] >= totals[1] && totals[1] >= totals[2], "{}: {:?}", scheme, totals);
+        }
+    }
+
+    /// ZeRO 3 on every scheme's plan of random batches: gathering each layer's weights never
+    /// makes the layer faster; it ends no earlier than its collectives, later than without
+    /// them by exactly what they leave exposed, and leaves attention as planned alone.
+    #[test]
+    fn zero_3_gathers_cost_a_layer_exactly_what_they_leave_exposed(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in 1u32..9,
+        dp in prop_oneof![Just(1u32), Just(2), Just(64)],
+        full in any::<bool>(),
+    ) {
+        use fcp::footprint::Training;
+        use fcp::model::Recompute;
+        let (hw, model) = llama3_8b_on_h100(1);
+        let ctx = causal_4096(ranks, &hw, &model);
+        let batch = Batch::new(0, lens);
+        let recompute = if full { Recompute::Full } else { Recompute::None };
+        let sim = |zero| {
+            Simulator::new(hw.clone(), model.clone())
+                .unwrap()
+                .with_recompute(recompute)
+                .unwrap()
+                .with_training(Training::new(zero, dp, 1).unwrap())
+                .unwrap()
+        };
+        let (two, three) = (sim(2), sim(3));
+        for scheme in SCHEMES {
+            let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
+            let r2 = two.simulate(&plan, PassSel::Both).unwrap();
+            let r3 = three.simulate(&plan, PassSel::Both).unwrap();
+            let (l2, l3) = (r2.metrics.layer.unwrap(), r3.metrics.layer.unwrap());
+            prop_assert_eq!(l2.zero3_comm_ms, None);
+            let comm = l3.zero3_comm_ms.unwrap();
+            let exposed = l3.zero3_exposed_ms.unwrap();
+            prop_assert!(exposed >= 0.0 && exposed <= comm, "{}: {} of {}", scheme, exposed, comm);
+            prop_assert!(l3.layer_time_ms + 1e-9 >= l2.layer_time_ms.max(comm), "{}", scheme);
+            prop_assert!((l3.layer_time_ms - (l2.layer_time_ms + exposed)).abs() < 1e-6, "{}: {} vs {} + {}", scheme, l3.layer_time_ms, l2.layer_time_ms, exposed);
+            prop_assert!(l3.layer_vs_lower_bound >= 1.0 - 1e-9, "{}", scheme);
+            prop_assert_eq!(r3.metrics.attention_time_ms, r2.metrics.attention_time_ms);
+            // One GPU in all gathers nothing.
+            if dp * plan.num_ranks == 1 {
+                prop_assert_eq!(comm, 0.0);
+            }
         }
     }
 }

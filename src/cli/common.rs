@@ -235,8 +235,9 @@ impl From<RecomputeArg> for fcp::model::Recompute {
 #[derive(Debug, Clone, Args)]
 pub struct TrainingArgs {
     /// ZeRO stage of the model state: 0 replicated, 1 optimizer state sharded (Megatron's
-    /// distributed optimizer; the default), 2 gradients sharded too. Sharded state spreads
-    /// over the data-parallel replicas' CP ranks (dp × CP GPUs).
+    /// distributed optimizer; the default), 2 gradients sharded too, 3 weights too (FSDP's
+    /// full sharding: every pass gathers its layer's weights, which the simulator times).
+    /// Sharded state spreads over the data-parallel replicas' CP ranks (dp × CP GPUs).
     #[arg(long)]
     zero: Option<u8>,
     /// Data-parallel replicas of the TP × CP group (default 1): more replicas spread sharded
@@ -338,19 +339,23 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     } else {
         plural(f.layers, "layer", "layers")
     };
-    let sharding = if f.zero == 0 {
-        "ZeRO 0: all replicated".to_string()
-    } else {
-        format!(
+    let sharding = match f.zero {
+        0 => "ZeRO 0: all replicated".to_string(),
+        1 | 2 => format!(
             "ZeRO {}: {} sharded over DP {} × CP {cp}",
             f.zero,
-            if f.zero >= 2 {
+            if f.zero == 2 {
                 "gradients and optimizer"
             } else {
                 "optimizer"
             },
             f.dp
-        )
+        ),
+        z => format!(
+            "ZeRO {z}: all sharded over DP {} × CP {cp}, gathered {} at a time",
+            f.dp,
+            human_bytes(f.gathered_bytes)
+        ),
     };
     format!(
         "GPU memory, training step: {}{verdict} · rank {}{stage} · weights {}, gradients {}, optimizer {} ({sharding}) · activations {} ({layers}) · transient {}",
@@ -361,6 +366,19 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
         human_bytes(f.optimizer_bytes),
         human_bytes(f.activation_bytes),
         human_bytes(f.transient_bytes),
+    )
+}
+
+/// One line on ZeRO 3's per-layer collectives: their time and what the layer's work left
+/// exposed.
+pub fn zero3_words(comm_ms: f64, exposed_ms: f64) -> String {
+    format!(
+        "ZeRO 3: weight all-gathers and gradient reduce-scatter {comm_ms:.3} ms per layer, prefetched under its work; {exposed_ms:.3} ms exposed{}",
+        if exposed_ms > 0.0 {
+            " (the layer waits for its weights: fewer --dp replicas, more tokens per GPU or --zero 2 would hide them)"
+        } else {
+            ""
+        }
     )
 }
 

@@ -8,8 +8,8 @@ use clap::Args;
 use fcp::sim::{SimReport, Simulator};
 
 use super::common::{
-    bytes, footprint_words, layer_sim, load_verified_plan, memory_sim, tp_words, PassArg,
-    PlanProfileArgs, RecomputeArg, TrainingArgs,
+    bytes, footprint_words, layer_sim, load_verified_plan, memory_sim, tp_words, zero3_words,
+    PassArg, PlanProfileArgs, RecomputeArg, TrainingArgs,
 };
 
 /// Arguments of `fcp simulate`.
@@ -123,6 +123,9 @@ pub fn print_table(r: &SimReport) -> Result<()> {
                     "all-gathers and reduce-scatters of its tokens, exposed"
                 }
             );
+        }
+        if let (Some(comm), Some(exposed)) = (l.zero3_comm_ms, l.zero3_exposed_ms) {
+            outln!("{}", zero3_words(comm, exposed));
         }
         if let Some(f) = &l.footprint {
             outln!("{}", footprint_words(f, r.num_ranks));

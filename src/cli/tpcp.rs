@@ -167,11 +167,13 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     match fastest_that_fits(&rows) {
         Some(fit) => {
             outln!(
-                "\nFastest layer{}: {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives).",
+                "\nFastest layer{}: {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives{}).",
                 if checked { " that fits in memory" } else { "" },
                 at_split(fit),
                 fit.layer_time_ms.unwrap_or(0.0),
-                fit.tp_comm_max_ms.unwrap_or(0.0)
+                fit.tp_comm_max_ms.unwrap_or(0.0),
+                fit.zero3_exposed_ms
+                    .map_or(String::new(), |z| format!(", {z:.3} ms exposed ZeRO 3 gathers"))
             );
             if let Some(f) = &fit.footprint {
                 outln!("  {}", footprint_words(f, fit.cp));
@@ -201,7 +203,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                     );
                 }
             }
-            outln!("To fit: recompute activations (--recompute full), split the layers over pipeline stages (--pp), shard more state (--zero 2, more --dp replicas), or use more GPUs per window.");
+            outln!("To fit: recompute activations (--recompute full), split the layers over pipeline stages (--pp), shard more state (--zero 2 or 3, more --dp replicas), or use more GPUs per window.");
         }
     }
     let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
@@ -219,7 +221,12 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         .collect();
     outln!("Each scheme's best split: {}.", per.join("; "));
     outln!(
-        "Not in the times: the data-parallel gradient and parameter traffic of the sharded state; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory)."
+        "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
+        if opts.training.gathers_weights() && model.stack.is_some() {
+            "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own"
+        } else {
+            "the data-parallel gradient reduction and parameter all-gather of the sharded state (once a step, after the last layer; --zero 3 gathers every layer, and that is priced)"
+        }
     );
     Ok(())
 }
@@ -236,14 +243,24 @@ fn needs(r: &TpCpRow) -> String {
 
 /// One line per (split, scheme); a split or scheme that cannot run shows why.
 fn table(rows: &[TpCpRow]) -> String {
+    // Under ZeRO 3, a column for what the layer's weight gathers leave exposed.
+    let zero3 = rows.iter().any(|r| r.zero3_exposed_ms.is_some());
+    let z3 = |v: String| {
+        if zero3 {
+            format!(" {v:>8}")
+        } else {
+            String::new()
+        }
+    };
     let mut s = format!(
-        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
+        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8}{} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
         "TP",
         "CP",
         "scheme",
         "attn_ms",
         "layer_ms",
         "tp_ms",
+        z3("zero3_ms".into()),
         "act/layer",
         "weights/layer",
         "MFU",
@@ -253,13 +270,14 @@ fn table(rows: &[TpCpRow]) -> String {
     for r in rows {
         match (r.layer_time_ms, &r.error) {
             (Some(layer), None) => s.push_str(&format!(
-                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3} {:>11} {:>13} {:>5.1}% {:>11} {:>5}\n",
+                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3}{} {:>11} {:>13} {:>5.1}% {:>11} {:>5}\n",
                 r.tp,
                 r.cp,
                 r.scheme,
                 r.attention_time_ms.unwrap_or(0.0),
                 layer,
                 r.tp_comm_max_ms.unwrap_or(0.0),
+                z3(format!("{:.3}", r.zero3_exposed_ms.unwrap_or(0.0))),
                 human_bytes(r.act_max_bytes.unwrap_or(0)),
                 human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),
                 100.0 * r.layer_mfu.unwrap_or(0.0),
@@ -276,6 +294,12 @@ fn table(rows: &[TpCpRow]) -> String {
             )),
         }
     }
-    s.push_str("(means over windows; layer = attention, projections, MLP and exposed TP collectives; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n");
+    s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
+        if zero3 {
+            "; zero3_ms what ZeRO 3's weight gathers and gradient reduce-scatter leave exposed, in layer_ms too"
+        } else {
+            ""
+        }
+    ));
     s
 }

@@ -127,6 +127,14 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
         .collect::<Option<_>>()?;
     let col =
         |g: &dyn Fn(&LayerMetrics) -> f64| f(&layers.iter().map(|l| g(l)).collect::<Vec<_>>());
+    // A figure only some setups have: aggregated when every plan has it.
+    let some = |g: &dyn Fn(&LayerMetrics) -> Option<f64>| {
+        layers
+            .iter()
+            .map(|l| g(l))
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| f(&v))
+    };
     Some(LayerMetrics {
         layer_time_ms: col(&|l| l.layer_time_ms),
         linear_mean_ms: col(&|l| l.linear_mean_ms),
@@ -138,12 +146,10 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
         act_max_bytes: col(&|l| l.act_max_bytes as f64).round() as u64,
         // One simulator priced every plan: they all recompute and split alike.
         recompute: layers.first().map_or(Default::default(), |l| l.recompute),
-        tp_comm_max_ms: layers
-            .iter()
-            .map(|l| l.tp_comm_max_ms)
-            .collect::<Option<Vec<f64>>>()
-            .map(|v| f(&v)),
+        tp_comm_max_ms: some(&|l| l.tp_comm_max_ms),
         tp_overlap: layers.first().is_some_and(|l| l.tp_overlap),
+        zero3_comm_ms: some(&|l| l.zero3_comm_ms),
+        zero3_exposed_ms: some(&|l| l.zero3_exposed_ms),
         // Memory is decided by the fullest batch, not a typical one: the mean and the p95
         // rows both carry the batch whose GPU holds the most.
         footprint: layers

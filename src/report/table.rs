@@ -67,6 +67,13 @@ fn footprint(r: &CompareRow) -> Option<crate::footprint::Footprint> {
     r.mean.as_ref()?.layer.as_ref()?.footprint
 }
 
+/// Under ZeRO 3, a row's per-layer weight gathers and gradient reduce-scatter, ms: all of
+/// them and what its work left exposed.
+fn zero3(r: &CompareRow) -> Option<(f64, f64)> {
+    let l = r.mean.as_ref()?.layer.as_ref()?;
+    l.zero3_comm_ms.zip(l.zero3_exposed_ms)
+}
+
 /// `yes`, `NO`, or `-` when the GPU's memory is unknown.
 pub fn fits_word(f: Option<&crate::footprint::Footprint>) -> &'static str {
     match f.and_then(|f| f.fits) {
@@ -110,6 +117,10 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     if mem {
         s.push_str(&format!(" {:>11} {:>5}", "mem/GPU", "fits"));
     }
+    let z3 = rows.iter().any(|r| zero3(r).is_some());
+    if z3 {
+        s.push_str(&format!(" {:>8}", "zero3_ms"));
+    }
     s.push('\n');
     for r in rows {
         match (&r.mean, &r.p95) {
@@ -151,6 +162,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                         ));
                     }
                 }
+                if let Some((_, exposed)) = zero3(r) {
+                    s.push_str(&format!(" {exposed:>8.3}"));
+                }
                 s.push('\n');
             }
             _ => s.push_str(&format!(
@@ -183,6 +197,11 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         note
     };
+    let note = if z3 {
+        format!("{note}; zero3_ms what ZeRO 3's per-layer weight gathers and gradient reduce-scatter leave exposed, in the layer time")
+    } else {
+        note
+    };
     s.push_str(&format!("(means over batches; {note})\n"));
     s
 }
@@ -193,7 +212,7 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
 /// their GEMMs, `tp_overlap` end each row; with the GPU memory counted (`--memory`),
 /// `gpu_mem_bytes`, `hbm_bytes`, `fits` and the setting it was counted under (`zero`, `dp`,
-/// `pp`) after them.
+/// `pp`) after them; under ZeRO 3, `zero3_comm_ms` and `zero3_exposed_ms` last.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
@@ -224,6 +243,10 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     let mem = has_footprint(rows);
     if mem {
         s.push_str(",gpu_mem_bytes,hbm_bytes,fits,zero,dp,pp");
+    }
+    let z3 = rows.iter().any(|r| zero3(r).is_some());
+    if z3 {
+        s.push_str(",zero3_comm_ms,zero3_exposed_ms");
     }
     s.push('\n');
     for r in rows {
@@ -293,6 +316,14 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 cell(f.map(|f| f.zero.to_string())),
                 cell(f.map(|f| f.dp.to_string())),
                 cell(f.map(|f| f.pp.to_string()))
+            ));
+        }
+        if z3 {
+            let z = zero3(r);
+            s.push_str(&format!(
+                ",{},{}",
+                z.map_or(String::new(), |z| z.0.to_string()),
+                z.map_or(String::new(), |z| z.1.to_string())
             ));
         }
         s.push('\n');

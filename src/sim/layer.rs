@@ -32,9 +32,14 @@
 //! drains, chunk by chunk as Transformer Engine's userbuffer overlap does, and only what
 //! outlasts that GEMM is exposed.
 //!
+//! Under ZeRO 3 ([`super::zero3`]) each pass also gathers the layer's weights (and the
+//! backward pass scatters its gradients) on a stream of its own, prefetched: a pass ends no
+//! earlier than those collectives do ([`LayerPass::wait_for_weights`]).
+//!
 //! Not modelled: element-wise and normalisation kernels, the GEMMs' dependence on shape (all
 //! run at the hardware's measured large-GEMM rate), the SMs overlapped TP collectives take
-//! from their GEMMs, and pipeline- or data-parallel communication.
+//! from their GEMMs, pipeline-parallel communication, and data-parallel gradient reduction
+//! below ZeRO 3 (once a step, after the last layer's backward pass).
 
 use serde::Serialize;
 
@@ -267,6 +272,12 @@ pub struct LayerPass {
     pub linear_ns: Vec<u64>,
     /// Per rank: nanoseconds of exposed tensor-parallel collectives (all 0 without TP).
     pub tp_ns: Vec<u64>,
+    /// Under ZeRO 3: nanoseconds of the pass's weight gathers and gradient reduce-scatter
+    /// (the same on every rank); `None` otherwise.
+    pub zero3_ns: Option<u64>,
+    /// Under ZeRO 3: how long those collectives outlast the pass's own work, which
+    /// [`LayerPass::end_ns`] includes.
+    pub zero3_exposed_ns: u64,
     /// The engine's outcome with the token-linear work added to each rank's timeline
     /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
     /// Gantt chart of the whole layer draws.
@@ -336,6 +347,8 @@ pub fn run(
             .map(|((b, a), c)| b + a - c)
             .collect(),
         tp_ns: tp_total,
+        zero3_ns: None,
+        zero3_exposed_ns: 0,
         outcome,
     })
 }
@@ -346,12 +359,29 @@ impl LayerPass {
         self.outcome.end_ns
     }
 
-    /// This forward pass, as the backward pass reruns it under [`Recompute::Full`].
+    /// This forward pass, as the backward pass reruns it under [`Recompute::Full`]: under
+    /// ZeRO 3 it runs on the weights the backward pass gathers, so without a gather of its
+    /// own.
     pub fn rerun(&self) -> LayerPass {
-        LayerPass {
+        let mut rerun = LayerPass {
             recomputed: true,
             ..self.clone()
-        }
+        };
+        rerun.outcome.end_ns -= rerun.zero3_exposed_ns;
+        rerun.zero3_ns = rerun.zero3_ns.map(|_| 0);
+        rerun.zero3_exposed_ns = 0;
+        rerun
+    }
+
+    /// Under ZeRO 3: the pass also runs `comm_ns` of weight gathers and gradient scatters
+    /// on their own stream, prefetched so that they overlap its work and, for a backward
+    /// pass under full recomputation, the `hidden_ns` of the rerun forward pass before it.
+    /// The pass then ends no earlier than they do.
+    pub fn wait_for_weights(&mut self, comm_ns: u64, hidden_ns: u64) {
+        let exposed = comm_ns.saturating_sub(self.end_ns().saturating_add(hidden_ns));
+        self.zero3_ns = Some(comm_ns);
+        self.zero3_exposed_ns = exposed;
+        self.outcome.end_ns += exposed;
     }
 
     /// Name as a Gantt chart captions it: `fwd`, `bwd`, or `recompute` for a rerun forward.
@@ -401,6 +431,14 @@ pub struct LayerMetrics {
     /// when not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tp_overlap: bool,
+    /// Under ZeRO 3: the layer's weight gathers and gradient reduce-scatter, all passes
+    /// (the same on every rank); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero3_comm_ms: Option<f64>,
+    /// Under ZeRO 3: how much of that the passes' own work did not hide, part of
+    /// `layer_time_ms`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero3_exposed_ms: Option<f64>,
     /// What the fullest GPU holds over a training step, when the simulator counts it
     /// ([`super::Simulator::with_training`]); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -439,8 +477,18 @@ pub fn metrics(
         .collect();
     let model_per_token = cost.flops_per_token(&model_passes);
     let real: u64 = documents.iter().sum();
-    let layer_lower_bound_ms =
-        fixed_lower_bound_ms + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks;
+    // Under ZeRO 3 no pass ends before its collectives: their sum bounds the layer too.
+    let zero3 = |ns: fn(&LayerPass) -> Option<u64>| {
+        passes
+            .iter()
+            .map(ns)
+            .sum::<Option<u64>>()
+            .map(|n| n as f64 * MS)
+    };
+    let zero3_comm_ms = zero3(|p| p.zero3_ns);
+    let layer_lower_bound_ms = (fixed_lower_bound_ms
+        + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks)
+        .max(zero3_comm_ms.unwrap_or(0.0));
     let token_f: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
     // Model FLOPs: real tokens only, as `mfu` counts attention. Padding rows run (and are in
     // the time) but are not the model's work. (Regression, bug hunt: a magi plan of 1,807 real
@@ -470,6 +518,8 @@ pub fn metrics(
                 .fold(0.0, f64::max)
         }),
         tp_overlap: cost.tp > 1 && cost.tp_overlap,
+        zero3_comm_ms,
+        zero3_exposed_ms: zero3(|p| p.zero3_ns.map(|_| p.zero3_exposed_ns)),
         footprint: None,
     }
 }
@@ -777,6 +827,34 @@ mod tests {
         let less = LayerCost::new(&hw, &Model::load("llama3-8b").unwrap()).unwrap();
         assert!((less.flops_per_s / full.flops_per_s - 0.75).abs() < 1e-12);
         assert_eq!(full.ns(0, full.fwd.before), 0);
+    }
+
+    #[test]
+    fn a_pass_waits_for_the_weights_its_work_and_the_rerun_before_it_do_not_hide() {
+        let plan = zigzag_plan();
+        let (_, passes) = recomputing(Recompute::None)
+            .simulate_layer_traced(&plan, PassSel::Fwd)
+            .unwrap();
+        let fwd = &passes[0];
+        let end = fwd.end_ns();
+        // Hidden: the pass ends as it did.
+        let mut hidden = fwd.clone();
+        hidden.wait_for_weights(end, 0);
+        assert_eq!((hidden.end_ns(), hidden.zero3_exposed_ns), (end, 0));
+        assert_eq!(hidden.zero3_ns, Some(end));
+        // Outlasting the pass by 1 ms: the pass ends 1 ms later...
+        let mut late = fwd.clone();
+        late.wait_for_weights(end + 1_000_000, 0);
+        assert_eq!(late.end_ns(), end + 1_000_000);
+        // ...unless a rerun forward pass before it hides the rest.
+        let mut behind_rerun = fwd.clone();
+        behind_rerun.wait_for_weights(end + 1_000_000, 400_000);
+        assert_eq!(behind_rerun.zero3_exposed_ns, 600_000);
+        assert_eq!(behind_rerun.end_ns(), end + 600_000);
+        // A rerun reuses the backward pass's gather: none of its own, nothing exposed.
+        let rerun = late.rerun();
+        assert_eq!((rerun.end_ns(), rerun.zero3_ns), (end, Some(0)));
+        assert_eq!(rerun.zero3_exposed_ns, 0);
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod metrics;
 mod network;
 mod program;
 pub mod waits;
+pub mod zero3;
 
 pub use compute::{ComputeModel, TileCost};
 pub use engine::{PassOutcome, RankOutcome, RankTimeline};
@@ -272,6 +273,9 @@ impl Simulator {
                 .zip(self.tp_node.as_ref())
                 .and_then(|(cost, node)| layer::TpComm::new(cost, node, self.nccl.as_ref())),
             tokens: plan.tokens_per_rank(),
+            zero3: self.training.and_then(|t| {
+                zero3::Zero3::new(&self.model, t, plan.num_ranks, self.hw.gpus_per_node)
+            }),
         })
     }
 
@@ -370,6 +374,8 @@ struct PlanRun<'s> {
     coll: CollectiveModel<'s>,
     tp: Option<layer::TpComm<'s>>,
     tokens: Vec<u64>,
+    /// Under ZeRO 3, the weight gathers every layer pass waits for.
+    zero3: Option<zero3::Zero3>,
 }
 
 impl PlanRun<'_> {
@@ -392,24 +398,35 @@ impl PlanRun<'_> {
         layers: &mut Vec<LayerPass>,
     ) -> Result<(), SimError> {
         let net = &self.sim.net;
+        let mut hidden_ns = 0;
         if program.pass == Pass::Bwd && cost.reruns_forward() {
             let rerun = match layers.iter().find(|l| l.pass == Pass::Fwd && !l.recomputed) {
                 Some(fwd) => fwd.rerun(),
                 None => {
                     let fwd = self.program(Pass::Fwd)?;
-                    layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?.rerun()
+                    let mut pass =
+                        layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?;
+                    if self.zero3.is_some() {
+                        pass.wait_for_weights(0, 0);
+                    }
+                    pass.rerun()
                 }
             };
+            hidden_ns = rerun.end_ns();
             layers.push(rerun);
         }
-        layers.push(layer::run(
+        let mut pass = layer::run(
             program,
             &self.tokens,
             cost,
             net,
             &self.coll,
             self.tp.as_ref(),
-        )?);
+        )?;
+        if let Some(z) = &self.zero3 {
+            pass.wait_for_weights(z.pass_ns(program.pass, &self.coll)?, hidden_ns);
+        }
+        layers.push(pass);
         Ok(())
     }
 }

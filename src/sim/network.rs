@@ -103,14 +103,23 @@ impl<'a> CollectiveModel<'a> {
         CollectiveModel { net, nccl }
     }
 
-    /// Bus bandwidth (bytes/ns) for a ring collective over `members` moving `size` bytes:
-    /// the NCCL curve at the nearest measured GPU count when the group sits in one node (else
-    /// the NVLink speed), capped by the NIC when the group spans nodes.
-    fn bus_bpns(&self, op: Collective, members: &[u32], size: u64) -> Result<f64, HardwareError> {
-        let single_node = members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
+    /// Whether `members` sit on more than one node.
+    fn spans_nodes(&self, members: &[u32]) -> bool {
+        !members.windows(2).all(|w| self.net.same_node(w[0], w[1]))
+    }
+
+    /// Bus bandwidth (bytes/ns) for a ring collective over `n` GPUs moving `size` bytes: the
+    /// NCCL curve at the nearest measured GPU count when the group sits in one node (else the
+    /// NVLink speed), capped by the NIC when the group `spans` nodes.
+    fn bus_bpns(
+        &self,
+        op: Collective,
+        n: u64,
+        spans: bool,
+        size: u64,
+    ) -> Result<f64, HardwareError> {
         let mut bw = self.net.nvlink_bpns;
         if let Some(t) = self.nccl {
-            let n = members.len() as u32;
             let counts = t.gpu_counts(op);
             if let Some(&best) = counts.iter().min_by(|a, b| {
                 let d = |c: u32| ((c as f64).ln() - (n as f64).ln()).abs();
@@ -119,7 +128,7 @@ impl<'a> CollectiveModel<'a> {
                 bw = t.busbw_gbs(op, best, size)?.gbs;
             }
         }
-        if !single_node {
+        if spans {
             bw = bw.min(self.net.nic_bpns);
         }
         Ok(bw)
@@ -127,13 +136,17 @@ impl<'a> CollectiveModel<'a> {
 
     /// Start-up latency of one step among `members`: the NIC's when they span nodes.
     fn alpha_ns(&self, members: &[u32]) -> (bool, f64) {
-        let spans = !members.windows(2).all(|w| self.net.same_node(w[0], w[1]));
-        let alpha = if spans {
+        let spans = self.spans_nodes(members);
+        (spans, self.step_alpha_ns(spans))
+    }
+
+    /// Start-up latency of one step: the NIC's when the group `spans` nodes.
+    fn step_alpha_ns(&self, spans: bool) -> f64 {
+        (if spans {
             self.net.nic_alpha_ns
         } else {
             self.net.nvlink_alpha_ns
-        };
-        (spans, alpha as f64)
+        }) as f64
     }
 
     /// Duration in nanoseconds of a ring all-gather or reduce-scatter over `members` of
@@ -146,12 +159,25 @@ impl<'a> CollectiveModel<'a> {
         members: &[u32],
         size: u64,
     ) -> Result<u64, HardwareError> {
-        if size == 0 || members.len() < 2 {
+        self.ring_ns_over(op, members.len() as u64, self.spans_nodes(members), size)
+    }
+
+    /// [`CollectiveModel::ring_ns`] over a group named by its size `n` and whether it
+    /// `spans` nodes: for groups too large to list, such as every data-parallel replica's
+    /// CP ranks.
+    pub fn ring_ns_over(
+        &self,
+        op: Collective,
+        n: u64,
+        spans: bool,
+        size: u64,
+    ) -> Result<u64, HardwareError> {
+        if size == 0 || n < 2 {
             return Ok(0);
         }
-        let n = members.len() as f64;
-        let (_, alpha) = self.alpha_ns(members);
-        let bw = self.bus_bpns(op, members, size)?;
+        let alpha = self.step_alpha_ns(spans);
+        let bw = self.bus_bpns(op, n, spans, size)?;
+        let n = n as f64;
         Ok(((n - 1.0) * alpha + size as f64 * (n - 1.0) / n / bw).ceil() as u64)
     }
 

@@ -12,7 +12,7 @@
 //! tp_overlap = false       # with layer and tp > 1: TP collectives overlap their GEMMs
 //!
 //! [memory]                 # optional, with layer: each GPU's memory over a training step
-//! zero = 1                 # 0 | 1 | 2: ZeRO stage of the model state
+//! zero = 1                 # 0 | 1 | 2 | 3: ZeRO stage of the model state (3: FSDP, weights gathered per layer)
 //! dp = 1                   # data-parallel replicas (sharded state spreads over dp × ranks)
 //! pp = 1                   # pipeline stages (must divide the model's layers)
 //!
@@ -548,8 +548,8 @@ mod tests {
         };
         let e = parse("", "zero = 1").unwrap_err();
         assert!(e.contains("needs layer = true"), "{e}");
-        let e = parse("layer = true", "zero = 3").unwrap_err();
-        assert!(e.contains("[memory]") && e.contains("stage 3"), "{e}");
+        let e = parse("layer = true", "zero = 4").unwrap_err();
+        assert!(e.contains("[memory]") && e.contains("stage 4"), "{e}");
         let e = parse("layer = true", "zeros = 1").unwrap_err();
         assert!(e.contains("zeros"), "{e}");
         // Defaults: Megatron's distributed optimizer, one replica, one stage.

@@ -70,7 +70,9 @@ pub const TP_METRICS: &[(&str, LayerMetricFn)] =
 /// The GPU-memory metrics of a sweep with a `[memory]` table, after the others: the fullest
 /// GPU's footprint over a training step ([`crate::footprint`]) and its share of the GPU's
 /// memory (present only when every hardware profile gives `hbm_gb`). A cell's `max` is its
-/// fullest batch: the one that decides whether the cell fits.
+/// fullest batch: the one that decides whether the cell fits. Under `zero = 3` also the
+/// layer's weight gathers and gradient reduce-scatter ([`crate::sim::zero3`]), all of them and
+/// the part its work does not hide.
 pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
     ("gpu_mem_bytes", |l| {
         l.footprint.map_or(f64::NAN, |f| f.total_bytes as f64)
@@ -79,6 +81,10 @@ pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
         l.footprint
             .and_then(|f| f.hbm_fraction())
             .unwrap_or(f64::NAN)
+    }),
+    ("zero3_comm_ms", |l| l.zero3_comm_ms.unwrap_or(f64::NAN)),
+    ("zero3_exposed_ms", |l| {
+        l.zero3_exposed_ms.unwrap_or(f64::NAN)
     }),
 ];
 
@@ -611,6 +617,22 @@ mod tests {
         let header = csv.lines().next().unwrap();
         assert!(header.ends_with("gpu_mem_fraction_p95,gpu_mem_fraction_max"));
         assert!(is_metric("gpu_mem_bytes") && is_metric("gpu_mem_fraction"));
+        assert!(!rows[0].metrics.contains_key("zero3_comm_ms"));
+        // ZeRO 3 adds its collectives, in the layer's time where exposed.
+        let sharded = cfg("[memory]\nzero = 3\ndp = 64");
+        let rows3 = run_cells(&sharded, &sharded.cells(), &|_| {}).unwrap();
+        let (comm, exposed) = (
+            rows3[0].metrics["zero3_comm_ms"],
+            rows3[0].metrics["zero3_exposed_ms"],
+        );
+        assert!(comm.mean > 0.0 && exposed.mean <= comm.mean);
+        let layer = |rows: &[CellResult]| rows[0].metrics["layer_time_ms"].mean;
+        assert!((layer(&rows3) - (layer(&rows) + exposed.mean)).abs() < 1e-6);
+        assert!(results_csv(&rows3)
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("zero3_exposed_ms_p95,zero3_exposed_ms_max"));
     }
 
     #[test]
