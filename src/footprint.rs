@@ -19,7 +19,8 @@
 //!   gathered weights (the one running and the one prefetched, Zhao et al. 2023,
 //!   arXiv:2304.11277 §3.3–3.4 "backward/forward prefetching") and one unit's full-size fp32
 //!   gradients before they are reduce-scattered. A unit is a layer, or the embedding or
-//!   output layer where the stage holds a larger one. What the gathers cost in time is the
+//!   output layer where the stage holds a larger one; its neighbour, the one prefetched
+//!   beside it, is a layer. On one GPU (`d` = 1) nothing is sharded and nothing gathered. What the gathers cost in time is the
 //!   simulator's ([`crate::sim::zero3`]).
 //! - **activations**: what each of the GPU's layers keeps for the backward pass
 //!   ([`Model::saved_bytes_per_token`] under the chosen recomputation) times its tokens;
@@ -315,8 +316,9 @@ impl Counter<'_> {
         let weight_bytes = sharded(dtype, training.gathers_weights());
         let grad_bytes = sharded(GRAD_BYTES, training.zero >= 2);
         let optimizer_bytes = sharded(OPTIMIZER_BYTES, training.zero >= 1);
-        // FSDP gathers one unit at a time: the largest the stage holds.
-        let gathered_bytes = if training.gathers_weights() {
+        // FSDP gathers a unit at a time and prefetches the next: at worst the largest the
+        // stage holds and a layer beside it, and the largest's fp32 gradients.
+        let gathered_bytes = if training.gathers_weights() && d > 1 {
             let unit = [
                 parts.layer,
                 if is_first { parts.embedding } else { 0 },
@@ -325,7 +327,9 @@ impl Counter<'_> {
             .into_iter()
             .max()
             .unwrap_or(0);
-            unit.saturating_mul(2 * dtype + GRAD_BYTES)
+            (unit.saturating_add(parts.layer))
+                .saturating_mul(dtype)
+                .saturating_add(unit.saturating_mul(GRAD_BYTES))
         } else {
             0
         };
@@ -464,9 +468,10 @@ mod tests {
         assert_eq!(z3.grad_bytes, (4 * p).div_ceil(16));
         assert_eq!(z3.optimizer_bytes, (12 * p).div_ceil(16));
         // Llama 3 8B's embedding (128256 × 4096) outweighs a layer: it is the largest unit
-        // gathered, twice in bf16 (running and prefetched) and once as fp32 gradients.
+        // gathered, in bf16 beside a prefetched layer, and as fp32 gradients.
         assert!(parts.embedding > parts.layer);
-        assert_eq!(z3.gathered_bytes, parts.embedding * (2 * 2 + 4));
+        let embedding_and_layer = (parts.embedding + parts.layer) * 2 + parts.embedding * 4;
+        assert_eq!(z3.gathered_bytes, embedding_and_layer);
         assert_eq!(z3.total_bytes, z3.state_bytes() + z3.gathered_bytes);
         assert_eq!(f(2, 1).gathered_bytes, 0);
         // Under a pipeline the first stage still gathers the embedding, and the last the
@@ -474,16 +479,27 @@ mod tests {
         let four = count(&m, training(3, 2, 4), Recompute::None);
         assert_eq!(
             four.of_stage(&load(0, 0, 0), 0).unwrap().gathered_bytes,
-            parts.embedding * 8
+            embedding_and_layer
         );
         let mut tied = m.clone();
         tied.stack.as_mut().unwrap().tied_embeddings = true;
         let tied_last = count(&tied, training(3, 2, 4), Recompute::None)
             .of_stage(&load(0, 0, 0), 3)
             .unwrap();
-        assert_eq!(tied_last.gathered_bytes, parts.embedding * 8);
+        assert_eq!(tied_last.gathered_bytes, embedding_and_layer);
         // Less state than ZeRO 2 on so many GPUs, despite the gathered units.
         assert!(z3.total_bytes < f(2, 1).total_bytes);
+        // One GPU shards nothing, so gathers nothing: ZeRO 3 holds what ZeRO 2 does.
+        let alone = |zero| {
+            Counter {
+                cp: 1,
+                ..count(&m, training(zero, 1, 1), Recompute::None)
+            }
+            .of_rank(&load(0, 0, 0))
+            .unwrap()
+        };
+        assert_eq!(alone(3).gathered_bytes, 0);
+        assert_eq!(alone(3).total_bytes, alone(2).total_bytes);
     }
 
     #[test]

@@ -267,7 +267,7 @@ fn tpcp_answers_with_a_split_that_fits() {
         out.contains("zigzag fits at none of the splits it ran at"),
         "{out}"
     );
-    assert!(out.contains("split the layers over pipeline stages (--pp)"));
+    assert!(out.contains("split the layers over more pipeline stages (--pp)"));
     // Sharded over replicas with full recomputation, some split fits, and the answer is one
     // that does.
     let args: Vec<&str> = tpcp
@@ -475,6 +475,17 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
     let exposed = f(&three, "zero3_exposed_ms");
     assert!(f(&three, "zero3_comm_ms") >= exposed && exposed >= 0.0);
     assert!((f(&three, "layer_time_ms") - f(&two, "layer_time_ms") - exposed).abs() < 1e-6);
+    // Regression (bug hunt): each rank's layer end left out the wait for the collectives, so
+    // no rank ended when the layer did. Every rank waits for the group's collectives.
+    assert!(exposed > 0.0);
+    let ends: Vec<f64> = three["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| f(r, "layer_end_ms"))
+        .collect();
+    let last = ends.iter().copied().fold(0.0, f64::max);
+    assert!((last - f(&three, "layer_time_ms")).abs() < 1e-6, "{ends:?}");
     fcp()
         .args([
             "simulate", "--layer", "--memory", "--zero", "3", "--dp", "64",
@@ -488,6 +499,46 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
         .stdout(predicate::str::contains(
             "ZeRO 3: all sharded over DP 64 × CP 4, gathered",
         ));
+    // Regression (bug hunt): the forward pass alone ran no reduce-scatter but the text named
+    // one, and DP 1 was advised fewer replicas.
+    let fwd = stdout_of(
+        fcp()
+            .args([
+                "simulate", "--layer", "--memory", "--zero", "3", "--dp", "64",
+            ])
+            .args(["--pass", "fwd"])
+            .arg(&p),
+    );
+    let line = fwd.lines().find(|l| l.starts_with("ZeRO 3:")).unwrap();
+    assert!(line.starts_with("ZeRO 3: weight all-gathers ") && !line.contains("reduce-scatter"));
+    assert!(line.contains("fewer --dp replicas"), "{line}");
+    let short = dir.path().join("short.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "zigzag",
+            "--ranks",
+            "16",
+            "--tokens-per-rank",
+            "1024",
+            "-o",
+        ])
+        .arg(&short)
+        .assert()
+        .success();
+    let one = stdout_of(
+        fcp()
+            .args([
+                "simulate", "--layer", "--memory", "--zero", "3", "--dp", "1",
+            ])
+            .arg(&short),
+    );
+    let line = one.lines().find(|l| l.starts_with("ZeRO 3:")).unwrap();
+    assert!(
+        line.contains("the layer waits for its weights: more tokens per GPU or --zero 2"),
+        "{line}"
+    );
     // compare: a column and two trailing CSV fields; tpcp: the column and the answer.
     let compare = [
         "compare",
@@ -537,7 +588,42 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
         "full",
     ]));
     assert!(tpcp.contains(" zero3_ms "), "{tpcp}");
-    assert!(tpcp.contains("exposed ZeRO 3 gathers)."), "{tpcp}");
+    let rows = json(fcp().args([
+        "tpcp",
+        "--gpus",
+        "16",
+        "--context",
+        "32768",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--zero",
+        "3",
+        "--json",
+    ]));
+    let row = &rows[0];
+    assert!(row["zero3_comm_ms"].as_f64().unwrap() >= row["zero3_exposed_ms"].as_f64().unwrap());
+    // Nothing fits at ZeRO 3 on 16 GPUs: the way out spreads the shards, never back to ZeRO 2.
+    let none = stdout_of(fcp().args([
+        "tpcp",
+        "--gpus",
+        "16",
+        "--context",
+        "32768",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--zero",
+        "3",
+    ]));
+    assert!(
+        none.contains("spread the shards over more --dp replicas"),
+        "{none}"
+    );
+    assert!(!none.contains("--zero 2"), "{none}");
+    assert!(tpcp.contains("exposed ZeRO 3 collectives)."), "{tpcp}");
     assert!(
         tpcp.contains("Not in the times: ZeRO 3's gathers of the embedding"),
         "{tpcp}"

@@ -474,6 +474,11 @@ proptest! {
             prop_assert!((l3.layer_time_ms - (l2.layer_time_ms + exposed)).abs() < 1e-6, "{}: {} vs {} + {}", scheme, l3.layer_time_ms, l2.layer_time_ms, exposed);
             prop_assert!(l3.layer_vs_lower_bound >= 1.0 - 1e-9, "{}", scheme);
             prop_assert_eq!(r3.metrics.attention_time_ms, r2.metrics.attention_time_ms);
+            // No rank ends the layer after it ends, nor earlier under ZeRO 3 than without.
+            for (x2, x3) in r2.ranks.iter().zip(&r3.ranks) {
+                let (e2, e3) = (x2.layer_end_ms.unwrap(), x3.layer_end_ms.unwrap());
+                prop_assert!(e3 + 1e-9 >= e2 && e3 <= l3.layer_time_ms + 1e-6, "{}: {} {}", scheme, e2, e3);
+            }
             // One GPU in all gathers nothing.
             if dp * plan.num_ranks == 1 {
                 prop_assert_eq!(comm, 0.0);

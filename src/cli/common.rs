@@ -369,15 +369,33 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     )
 }
 
-/// One line on ZeRO 3's per-layer collectives: their time and what the layer's work left
-/// exposed.
-pub fn zero3_words(comm_ms: f64, exposed_ms: f64) -> String {
+/// One line on ZeRO 3's per-layer collectives: which ran (`backward`: a backward pass was
+/// simulated, so the gradients' reduce-scatter too), their time, what the layer's work left
+/// exposed and, when something was, what would hide it (fewer replicas only where `dp` > 1).
+pub fn zero3_words(comm_ms: f64, exposed_ms: f64, backward: bool, dp: u32) -> String {
+    let remedies = [
+        (dp > 1).then_some("fewer --dp replicas"),
+        Some("more tokens per GPU"),
+        Some("--zero 2 (unsharded weights)"),
+    ];
+    let remedies: Vec<&str> = remedies.into_iter().flatten().collect();
+    let remedies = match remedies.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => remedies.concat(),
+    };
     format!(
-        "ZeRO 3: weight all-gathers and gradient reduce-scatter {comm_ms:.3} ms per layer, prefetched under its work; {exposed_ms:.3} ms exposed{}",
-        if exposed_ms > 0.0 {
-            " (the layer waits for its weights: fewer --dp replicas, more tokens per GPU or --zero 2 would hide them)"
+        "ZeRO 3: weight all-gathers{} {comm_ms:.3} ms per layer, prefetched under its work; {exposed_ms:.3} ms exposed{}",
+        if backward {
+            " and gradient reduce-scatter"
         } else {
             ""
+        },
+        if exposed_ms > 0.0 {
+            format!(
+                " (the layer waits for its weights: {remedies} would hide them)"
+            )
+        } else {
+            String::new()
         }
     )
 }

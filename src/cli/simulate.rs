@@ -125,7 +125,11 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             );
         }
         if let (Some(comm), Some(exposed)) = (l.zero3_comm_ms, l.zero3_exposed_ms) {
-            outln!("{}", zero3_words(comm, exposed));
+            let dp = l.footprint.map_or(1, |f| f.dp);
+            outln!(
+                "{}",
+                zero3_words(comm, exposed, r.pass != fcp::sim::PassSel::Fwd.name(), dp)
+            );
         }
         if let Some(f) = &l.footprint {
             outln!("{}", footprint_words(f, r.num_ranks));

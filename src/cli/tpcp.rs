@@ -173,7 +173,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 fit.layer_time_ms.unwrap_or(0.0),
                 fit.tp_comm_max_ms.unwrap_or(0.0),
                 fit.zero3_exposed_ms
-                    .map_or(String::new(), |z| format!(", {z:.3} ms exposed ZeRO 3 gathers"))
+                    .map_or(String::new(), |z| format!(", {z:.3} ms exposed ZeRO 3 collectives"))
             );
             if let Some(f) = &fit.footprint {
                 outln!("  {}", footprint_words(f, fit.cp));
@@ -203,7 +203,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                     );
                 }
             }
-            outln!("To fit: recompute activations (--recompute full), split the layers over pipeline stages (--pp), shard more state (--zero 2 or 3, more --dp replicas), or use more GPUs per window.");
+            outln!("{}", to_fit(&opts));
         }
     }
     let per: Vec<String> = best_split_per_scheme(&rows, &schemes)
@@ -225,10 +225,35 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         if opts.training.gathers_weights() && model.stack.is_some() {
             "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own"
         } else {
-            "the data-parallel gradient reduction and parameter all-gather of the sharded state (once a step, after the last layer; --zero 3 gathers every layer, and that is priced)"
+            "the data-parallel gradient reduction and parameter all-gather of the sharded state (once a step, after the last layer)"
         }
     );
     Ok(())
+}
+
+/// What would shrink the footprint, from where `opts` stands: the levers not yet pulled all
+/// the way.
+fn to_fit(opts: &TpCpOptions) -> String {
+    let t = opts.training;
+    let shard = match t.zero {
+        0 => "shard the model state over the replicas' GPUs (--zero 1 to 3, more --dp replicas)",
+        1 | 2 => "shard more of it (--zero 3 shards the weights too) or over more --dp replicas",
+        _ => "spread the shards over more --dp replicas",
+    };
+    let recompute = (opts.recompute != fcp::model::Recompute::Full)
+        .then_some("recompute activations (--recompute full)");
+    let levers: Vec<&str> = [
+        recompute,
+        Some("split the layers over more pipeline stages (--pp)"),
+        Some(shard),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!(
+        "To fit: {}, or use more GPUs per window.",
+        levers.join(", ")
+    )
 }
 
 /// "SCHEME at TP T × CP C", as the answer lines name a row.
@@ -294,9 +319,14 @@ fn table(rows: &[TpCpRow]) -> String {
             )),
         }
     }
-    s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
+    s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer{}; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
         if zero3 {
             "; zero3_ms what ZeRO 3's weight gathers and gradient reduce-scatter leave exposed, in layer_ms too"
+        } else {
+            ""
+        },
+        if zero3 {
+            " (under ZeRO 3 gathered for each pass; between passes a 1/(DP × CP) shard)"
         } else {
             ""
         }

@@ -266,7 +266,8 @@ pub struct LayerPass {
     /// A forward pass the backward pass reruns ([`Recompute::Full`]): its work is time, not
     /// model FLOPs.
     pub recomputed: bool,
-    /// Per rank: when it finished the work after attention.
+    /// Per rank: when it finished the work after attention (under ZeRO 3 it may then still
+    /// wait for the collectives: [`LayerPass::rank_end`]).
     pub rank_end_ns: Vec<u64>,
     /// Per rank: nanoseconds of token-linear work (before plus after attention).
     pub linear_ns: Vec<u64>,
@@ -278,6 +279,9 @@ pub struct LayerPass {
     /// Under ZeRO 3: how long those collectives outlast the pass's own work, which
     /// [`LayerPass::end_ns`] includes.
     pub zero3_exposed_ns: u64,
+    /// Under ZeRO 3: when, from the pass's start, its collectives are done (those hidden
+    /// under a rerun forward pass before it already counted); no rank ends the pass before.
+    pub zero3_ready_ns: u64,
     /// The engine's outcome with the token-linear work added to each rank's timeline
     /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
     /// Gantt chart of the whole layer draws.
@@ -349,6 +353,7 @@ pub fn run(
         tp_ns: tp_total,
         zero3_ns: None,
         zero3_exposed_ns: 0,
+        zero3_ready_ns: 0,
         outcome,
     })
 }
@@ -357,6 +362,12 @@ impl LayerPass {
     /// When the last rank finished the work after attention.
     pub fn end_ns(&self) -> u64 {
         self.outcome.end_ns
+    }
+
+    /// When rank `r` finished the pass: its work after attention, and under ZeRO 3 the
+    /// collectives the whole group waits for.
+    pub fn rank_end(&self, r: usize) -> u64 {
+        self.rank_end_ns[r].max(self.zero3_ready_ns)
     }
 
     /// This forward pass, as the backward pass reruns it under [`Recompute::Full`]: under
@@ -370,6 +381,7 @@ impl LayerPass {
         rerun.outcome.end_ns -= rerun.zero3_exposed_ns;
         rerun.zero3_ns = rerun.zero3_ns.map(|_| 0);
         rerun.zero3_exposed_ns = 0;
+        rerun.zero3_ready_ns = 0;
         rerun
     }
 
@@ -381,6 +393,7 @@ impl LayerPass {
         let exposed = comm_ns.saturating_sub(self.end_ns().saturating_add(hidden_ns));
         self.zero3_ns = Some(comm_ns);
         self.zero3_exposed_ns = exposed;
+        self.zero3_ready_ns = comm_ns.saturating_sub(hidden_ns);
         self.outcome.end_ns += exposed;
     }
 
@@ -851,10 +864,18 @@ mod tests {
         behind_rerun.wait_for_weights(end + 1_000_000, 400_000);
         assert_eq!(behind_rerun.zero3_exposed_ns, 600_000);
         assert_eq!(behind_rerun.end_ns(), end + 600_000);
+        // Every rank waits for the group's collectives, the early ones longest.
+        let first = (0..plan.num_ranks as usize)
+            .min_by_key(|&r| fwd.rank_end_ns[r])
+            .unwrap();
+        assert!(fwd.rank_end_ns[first] < end);
+        assert_eq!(late.rank_end(first), end + 1_000_000);
+        assert_eq!(hidden.rank_end(first), end);
         // A rerun reuses the backward pass's gather: none of its own, nothing exposed.
         let rerun = late.rerun();
         assert_eq!((rerun.end_ns(), rerun.zero3_ns), (end, Some(0)));
         assert_eq!(rerun.zero3_exposed_ns, 0);
+        assert_eq!(rerun.rank_end(first), fwd.rank_end_ns[first]);
     }
 
     #[test]

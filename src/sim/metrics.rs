@@ -44,7 +44,8 @@ pub struct RankMetrics {
     /// and MLP), all passes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub linear_ms: Option<f64>,
-    /// Whole layer only: when it finished the layer, summed over passes.
+    /// Whole layer only: when it finished the layer, summed over passes (under ZeRO 3, its
+    /// wait for the layer's weight gathers included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_end_ms: Option<f64>,
     /// Whole layer only: the bytes one layer keeps on it for the backward pass
@@ -173,7 +174,7 @@ pub(super) fn report(
                 linear_ms: layers
                     .map(|(_, ps, _)| ps.iter().map(|p| p.linear_ns[r] as f64 * MS).sum()),
                 layer_end_ms: layers
-                    .map(|(_, ps, _)| ps.iter().map(|p| p.rank_end_ns[r] as f64 * MS).sum()),
+                    .map(|(_, ps, _)| ps.iter().map(|p| p.rank_end(r) as f64 * MS).sum()),
                 act_bytes: layers.map(|(cost, _, _)| cost.saved_bytes(tokens[r])),
                 tp_comm_ms: layers
                     .filter(|(cost, _, _)| cost.tp > 1)

@@ -5,9 +5,10 @@
 //! back after the backward pass: an all-gather of the layer's weights in the model's dtype
 //! in the forward pass, the same all-gather again in the backward pass (the weights were
 //! dropped after the forward, FSDP's `reshard_after_forward`), then a reduce-scatter of its
-//! gradients in fp32 ([`GRAD_BYTES`]): 1.5× the traffic of plain data parallelism
-//! (Rajbhandari et al. 2020, arXiv:1910.02054 §7.2.2; Zhao et al. 2023, arXiv:2304.11277
-//! §3.2–3.4). A full recomputation reruns the forward pass under the backward pass's gather:
+//! gradients in fp32 ([`GRAD_BYTES`]): three collectives a layer where data parallelism
+//! runs two once a step (1.5× the volume in one dtype, Rajbhandari et al. 2020,
+//! arXiv:1910.02054 §7.2.2; here 8 bytes a parameter against the distributed optimizer's 6;
+//! Zhao et al. 2023, arXiv:2304.11277 §3.2–3.4). A full recomputation reruns the forward pass under the backward pass's gather:
 //! no gather of its own.
 //!
 //! The group is every data-parallel replica's CP ranks of one TP index, `dp × cp` GPUs
@@ -23,8 +24,9 @@
 //! do, and what they outlast the pass by is exposed ([`super::LayerPass::zero3_exposed_ns`]).
 //!
 //! Not modelled: the NVLink and NIC bandwidth the collectives share with the plan's own
-//! traffic, the SMs NCCL takes from the GEMMs, the first layer's gather that nothing before
-//! it hides, and the embedding's and output layer's gathers (once a step, not a layer).
+//! traffic and TP's collectives, the SMs NCCL takes from the GEMMs, the first layer's gather
+//! that nothing before it hides, the embedding's and output layer's gathers (once a step,
+//! not a layer), and hybrid sharding (HSDP: the shard here always spans every replica).
 
 use crate::footprint::{Training, GRAD_BYTES};
 use crate::hardware::{Collective, Pass};

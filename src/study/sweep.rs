@@ -226,7 +226,9 @@ type Loaded = Arc<(Simulator, Hardware, Model)>;
 /// Everything shared by the cells of one sweep: traces and simulators, loaded once.
 struct Inputs {
     traces: HashMap<String, Arc<Trace>>,
-    sims: HashMap<(String, String), Loaded>,
+    /// Per hardware and model: the simulator, or why the sweep's settings cannot run on that
+    /// pair (its cells become error rows; the others still run).
+    sims: HashMap<(String, String), Result<Loaded, String>>,
 }
 
 fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyError> {
@@ -252,24 +254,30 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
     for c in cells {
         let k = (c.hardware.clone(), c.model.clone());
         if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
-            let (hw, model) = crate::tp::split(
-                &Hardware::load(&c.hardware)?,
-                &Model::load(&c.model)?,
-                cfg.tp,
-            )?;
-            let mut sim = Simulator::new(hw.clone(), model.clone())?;
-            if cfg.layer {
-                sim = sim
-                    .with_recompute(cfg.recompute)?
-                    .with_tp_overlap(cfg.tp_overlap);
-            }
-            if let Some(m) = &cfg.memory {
-                sim = sim.with_training(m.training()?)?;
-            }
-            e.insert(Arc::new((sim, hw, model)));
+            // A name that loads nothing is a mistake in the config: the sweep stops. A pair
+            // the settings do not suit (TP that does not divide the heads, a model without
+            // the layer's widths) fails its own cells only.
+            let (hw, model) = (Hardware::load(&c.hardware)?, Model::load(&c.model)?);
+            e.insert(simulator_for(cfg, &hw, &model).map_err(|e| e.to_string()));
         }
     }
     Ok(Inputs { traces, sims })
+}
+
+/// The simulator of one hardware and model under the sweep's settings, with the split of
+/// them it plans on.
+fn simulator_for(cfg: &SweepConfig, hw: &Hardware, model: &Model) -> Result<Loaded, StudyError> {
+    let (hw, model) = crate::tp::split(hw, model, cfg.tp)?;
+    let mut sim = Simulator::new(hw.clone(), model.clone())?;
+    if cfg.layer {
+        sim = sim
+            .with_recompute(cfg.recompute)?
+            .with_tp_overlap(cfg.tp_overlap);
+    }
+    if let Some(m) = &cfg.memory {
+        sim = sim.with_training(m.training()?)?;
+    }
+    Ok(Arc::new((sim, hw, model)))
 }
 
 /// Plan and simulate one cell over its batches (batches in parallel).
@@ -292,6 +300,14 @@ fn run_cell(
         inputs.sims.get(&(key.hardware.clone(), key.model.clone())),
     ) else {
         return fail("inputs not loaded".into());
+    };
+    let sim = match sim {
+        Ok(sim) => sim,
+        Err(e) => {
+            // Still count the cell's batches as done for the progress bar.
+            (0..cfg.batches).for_each(|_| tick());
+            return fail(format!("{} on {}: {e}", key.model, key.hardware));
+        }
     };
     let (sim, hw, model) = (&sim.0, &sim.1, &sim.2);
     // Validated by `SweepConfig::validate`.
@@ -633,6 +649,30 @@ mod tests {
             .next()
             .unwrap()
             .ends_with("zero3_exposed_ms_p95,zero3_exposed_ms_max"));
+    }
+
+    /// Regression: one model the settings do not suit (here, no layer widths under
+    /// `layer = true`) aborted the whole sweep; now its cells are error rows and the rest run.
+    /// A model name that loads nothing still stops the sweep: that is a typo.
+    #[test]
+    fn a_model_the_settings_do_not_suit_fails_its_cells_only() {
+        let cfg = |models: &str| {
+            SweepConfig::parse(&format!(
+                "batches = 1\nlayer = true\n[grid]\ntraces = [\"default\"]\nschemes = [\"zigzag\"]\nranks = [2]\ntokens_per_rank = [4096]\nmodel = [{models}]\n"
+            ))
+            .unwrap()
+        };
+        let mixed = cfg("\"llama3-8b\", \"mha-16\"");
+        let rows = run_cells(&mixed, &mixed.cells(), &|_| {}).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert!(rows[0].error.is_none() && rows[0].metrics.contains_key("layer_time_ms"));
+        let e = rows[1].error.as_deref().unwrap();
+        assert!(
+            e.starts_with("mha-16 on h100:") && e.contains("hidden"),
+            "{e}"
+        );
+        let typo = cfg("\"llama3-8b\", \"no-such-model\"");
+        assert!(run_cells(&typo, &typo.cells(), &|_| {}).is_err());
     }
 
     #[test]

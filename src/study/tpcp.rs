@@ -61,8 +61,11 @@ pub struct TpCpRow {
     pub layer_time_ms: Option<f64>,
     /// Exposed TP collectives of the slowest rank, ms (0 at TP 1).
     pub tp_comm_max_ms: Option<f64>,
-    /// Under ZeRO 3: what the layer's weight gathers and gradient reduce-scatter leave
-    /// exposed, ms; absent otherwise.
+    /// Under ZeRO 3: the layer's weight gathers and gradient reduce-scatter, ms; absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero3_comm_ms: Option<f64>,
+    /// Under ZeRO 3: what of them the layer's work leaves exposed, ms; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zero3_exposed_ms: Option<f64>,
     /// Activations one layer keeps on the fullest GPU, bytes.
@@ -91,6 +94,7 @@ impl TpCpRow {
             attention_time_ms: None,
             layer_time_ms: None,
             tp_comm_max_ms: None,
+            zero3_comm_ms: None,
             zero3_exposed_ms: None,
             act_max_bytes: None,
             layer_mfu: None,
@@ -192,6 +196,7 @@ pub fn run_tpcp(
                         attention_time_ms: Some(m.attention_time_ms),
                         layer_time_ms: l.map(|l| l.layer_time_ms),
                         tp_comm_max_ms: l.map(|l| l.tp_comm_max_ms.unwrap_or(0.0)),
+                        zero3_comm_ms: l.and_then(|l| l.zero3_comm_ms),
                         zero3_exposed_ms: l.and_then(|l| l.zero3_exposed_ms),
                         act_max_bytes: l.map(|l| l.act_max_bytes),
                         layer_mfu: l.map(|l| l.layer_mfu),
