@@ -251,6 +251,7 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
         traces.insert(spec.to_string(), Arc::new(t));
     }
     let mut sims = HashMap::new();
+    let mut unsuited: Option<StudyError> = None;
     for c in cells {
         let k = (c.hardware.clone(), c.model.clone());
         if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
@@ -258,8 +259,20 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
             // the settings do not suit (TP that does not divide the heads, a model without
             // the layer's widths) fails its own cells only.
             let (hw, model) = (Hardware::load(&c.hardware)?, Model::load(&c.model)?);
-            e.insert(simulator_for(cfg, &hw, &model).map_err(|e| e.to_string()));
+            match simulator_for(cfg, &hw, &model) {
+                Ok(sim) => {
+                    e.insert(Ok(sim));
+                }
+                Err(err) => {
+                    e.insert(Err(format!("{} on {}: {err}", c.model, c.hardware)));
+                    unsuited.get_or_insert(err);
+                }
+            }
         }
+    }
+    // When no pair suits the settings, the settings are the mistake: say so and stop.
+    if let Some(err) = unsuited.filter(|_| sims.values().all(|s| s.is_err())) {
+        return Err(err);
     }
     Ok(Inputs { traces, sims })
 }
@@ -306,7 +319,7 @@ fn run_cell(
         Err(e) => {
             // Still count the cell's batches as done for the progress bar.
             (0..cfg.batches).for_each(|_| tick());
-            return fail(format!("{} on {}: {e}", key.model, key.hardware));
+            return fail(e.clone());
         }
     };
     let (sim, hw, model) = (&sim.0, &sim.1, &sim.2);
@@ -653,7 +666,8 @@ mod tests {
 
     /// Regression: one model the settings do not suit (here, no layer widths under
     /// `layer = true`) aborted the whole sweep; now its cells are error rows and the rest run.
-    /// A model name that loads nothing still stops the sweep: that is a typo.
+    /// A model name that loads nothing still stops the sweep: that is a typo; so does a
+    /// grid no pair of which suits the settings.
     #[test]
     fn a_model_the_settings_do_not_suit_fails_its_cells_only() {
         let cfg = |models: &str| {
@@ -673,6 +687,9 @@ mod tests {
         );
         let typo = cfg("\"llama3-8b\", \"no-such-model\"");
         assert!(run_cells(&typo, &typo.cells(), &|_| {}).is_err());
+        let none = cfg("\"mha-16\"");
+        let e = run_cells(&none, &none.cells(), &|_| {}).unwrap_err();
+        assert!(e.to_string().contains("mha-16 gives no `hidden`"), "{e}");
     }
 
     #[test]
