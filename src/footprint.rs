@@ -88,6 +88,12 @@ pub struct Training {
     pub dp: u32,
     /// Pipeline stages the layers are split over.
     pub pp: u32,
+    /// Hybrid sharding: the data-parallel replicas one shard group spans, a divisor of `dp`
+    /// (the state is sharded within a group and replicated across the `dp / shard_dp`
+    /// groups: PyTorch FSDP's HSDP, DeepSpeed's MiCS, Megatron's
+    /// `num_distributed_optimizer_instances`); `None` when the shards span every replica.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_dp: Option<u32>,
 }
 
 impl Default for Training {
@@ -97,6 +103,7 @@ impl Default for Training {
             zero: 1,
             dp: 1,
             pp: 1,
+            shard_dp: None,
         }
     }
 }
@@ -120,7 +127,37 @@ impl Training {
                 "--pp {pp}: pipeline stages must be 1 to 100000"
             )));
         }
-        Ok(Training { zero, dp, pp })
+        Ok(Training {
+            zero,
+            dp,
+            pp,
+            shard_dp: None,
+        })
+    }
+
+    /// This setting with its shards spanning `shard_dp` of the replicas, a divisor of `dp`
+    /// (hybrid sharding); `shard_dp = dp` is the default, every replica.
+    pub fn with_shard_dp(self, shard_dp: u32) -> Result<Training, FootprintError> {
+        if self.zero == 0 {
+            return Err(FootprintError::Setting(format!(
+                "--shard-dp {shard_dp}: ZeRO 0 shards nothing (--zero 1 to 3 shard the state)"
+            )));
+        }
+        if shard_dp == 0 || self.dp % shard_dp != 0 {
+            return Err(FootprintError::Setting(format!(
+                "--shard-dp {shard_dp} must divide --dp {} (each shard group spans an equal number of replicas)",
+                self.dp
+            )));
+        }
+        Ok(Training {
+            shard_dp: (shard_dp != self.dp).then_some(shard_dp),
+            ..self
+        })
+    }
+
+    /// Data-parallel replicas one shard group spans: `shard_dp`, or all of them.
+    pub fn shard_replicas(&self) -> u32 {
+        self.shard_dp.unwrap_or(self.dp)
     }
 
     /// Whether `model` can be counted under this setting: it gives its `layers` and `vocab`
@@ -149,9 +186,10 @@ impl Training {
         Ok((s, parts))
     }
 
-    /// GPUs the sharded state is spread over: every replica's CP ranks.
+    /// GPUs the sharded state is spread over: the CP ranks of every replica in a shard group
+    /// (all replicas unless hybrid sharding narrows it).
     pub fn shard_ranks(&self, cp: u32) -> u64 {
-        u64::from(self.dp) * u64::from(cp.max(1))
+        u64::from(self.shard_replicas()) * u64::from(cp.max(1))
     }
 
     /// Whether the weights are sharded and gathered layer by layer (ZeRO 3).
@@ -194,6 +232,9 @@ pub struct Footprint {
     pub dp: u32,
     /// Pipeline stages.
     pub pp: u32,
+    /// Under hybrid sharding: the replicas a shard group spans; absent when all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard_dp: Option<u32>,
     /// The pipeline stage the GPU is in (0 is the first).
     pub stage: u32,
     /// Layers the GPU holds.
@@ -208,6 +249,11 @@ impl Footprint {
     /// what is gathered), which no placement changes.
     pub fn state_bytes(&self) -> u64 {
         self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+    }
+
+    /// Data-parallel replicas the state is sharded over: `shard_dp`, or all of them.
+    pub fn shard_replicas(&self) -> u32 {
+        self.shard_dp.unwrap_or(self.dp)
     }
 
     /// Share of the GPU's memory the step takes, when the memory is known.
@@ -375,6 +421,7 @@ impl Counter<'_> {
             zero: training.zero,
             dp: training.dp,
             pp,
+            shard_dp: training.shard_dp,
             stage,
             layers,
             activation_layers,
@@ -548,6 +595,35 @@ mod tests {
             .of_rank(&load(0, 1000, 0))
             .unwrap();
         assert_eq!(f.transient_bytes, 1000 * (128_256 / 8) * 4);
+    }
+
+    #[test]
+    fn hybrid_sharding_shards_within_a_group_of_replicas() {
+        let m = Model::load("llama3-8b").unwrap();
+        let p = m.params_per_gpu().unwrap();
+        let at = |t: Training| {
+            count(&m, t, Recompute::None)
+                .of_rank(&load(0, 0, 0))
+                .unwrap()
+        };
+        // DP 8, shards over 2 replicas × CP 8 = 16 GPUs, replicated over 4 groups.
+        let hsdp = training(3, 8, 1).with_shard_dp(2).unwrap();
+        assert_eq!(hsdp.shard_ranks(8), 16);
+        let f = at(hsdp);
+        assert_eq!(f.optimizer_bytes, (12 * p).div_ceil(16));
+        assert_eq!(f.weight_bytes, (2 * p).div_ceil(16));
+        assert_eq!(f.shard_dp, Some(2));
+        // As much as ZeRO 3 over two replicas alone; more than over all eight.
+        assert_eq!(f.state_bytes(), at(training(3, 2, 1)).state_bytes());
+        assert!(f.total_bytes > at(training(3, 8, 1)).total_bytes);
+        // Spanning every replica is the default, written as none.
+        assert_eq!(
+            training(1, 8, 1).with_shard_dp(8).unwrap(),
+            training(1, 8, 1)
+        );
+        for (zero, shard) in [(1, 3), (1, 0), (0, 1)] {
+            assert!(training(zero, 8, 1).with_shard_dp(shard).is_err());
+        }
     }
 
     #[test]

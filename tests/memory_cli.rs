@@ -629,3 +629,88 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
         "{tpcp}"
     );
 }
+
+#[test]
+fn hybrid_sharding_keeps_zero_3s_gathers_in_a_smaller_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path(), "zigzag", 1);
+    let sim = |extra: &[&str]| {
+        json(
+            fcp()
+                .args(["simulate", "--json", "--layer", "--memory", "--zero", "3"])
+                .args(["--dp", "8"])
+                .args(extra)
+                .arg(&p),
+        )
+    };
+    let (all, hsdp) = (sim(&[]), sim(&["--shard-dp", "2"]));
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+    // DP 2 × CP 4 = 8 GPUs fit one H100 node: NVLink instead of the NICs of 32 GPUs.
+    assert!(f(&hsdp, "zero3_comm_ms") * 4.0 < f(&all, "zero3_comm_ms"));
+    // Each GPU holds 4× the shard.
+    let (fa, fh) = (&all["footprint"], &hsdp["footprint"]);
+    assert_eq!(u(fh, "shard_dp"), 2);
+    assert_eq!(fa.get("shard_dp"), None);
+    assert!(u(fh, "optimizer_bytes") >= 4 * u(fa, "optimizer_bytes") - 4);
+    fcp()
+        .args([
+            "simulate", "--layer", "--memory", "--zero", "3", "--dp", "8",
+        ])
+        .args(["--shard-dp", "2"])
+        .arg(&p)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "all sharded over DP 2 of 8 × CP 4 (replicated over 4 groups)",
+        ));
+    for (args, says) in [
+        (
+            vec!["--zero", "3", "--dp", "8", "--shard-dp", "3"],
+            "must divide --dp 8",
+        ),
+        (
+            vec!["--zero", "0", "--dp", "8", "--shard-dp", "2"],
+            "ZeRO 0 shards nothing",
+        ),
+    ] {
+        fcp()
+            .args(["simulate", "--layer", "--memory"])
+            .args(args)
+            .arg(&p)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+    }
+    fcp()
+        .args(["simulate", "--layer", "--shard-dp", "2"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--shard-dp sets how"));
+    let csv = stdout_of(fcp().args([
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--layer",
+        "--memory",
+        "--zero",
+        "3",
+        "--dp",
+        "8",
+        "--shard-dp",
+        "2",
+        "--csv",
+    ]));
+    let mut lines = csv.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .ends_with(",zero,dp,pp,shard_dp,zero3_comm_ms,zero3_exposed_ms"));
+    assert!(lines.next().unwrap().contains(",3,8,1,2,"), "{csv}");
+}

@@ -414,10 +414,10 @@ proptest! {
                     tokens: t,
                     attention_bytes: x.mem_bytes,
                 }).collect();
-                let at = |zero, dp, pp| {
+                let of = |training| {
                     Counter {
                         model: &model,
-                        training: Training::new(zero, dp, pp).unwrap(),
+                        training,
                         recompute,
                         cp: plan.num_ranks,
                         hbm_bytes: hbm,
@@ -427,6 +427,12 @@ proptest! {
                     .unwrap()
                     .total_bytes
                 };
+                let at = |zero, dp, pp| of(Training::new(zero, dp, pp).unwrap());
+                // Hybrid sharding over 2 of 8 replicas holds what sharding over 2 alone does.
+                for zero in 1..=3 {
+                    let hsdp = Training::new(zero, 8, 1).unwrap().with_shard_dp(2).unwrap();
+                    prop_assert_eq!(of(hsdp), at(zero, 2, 1), "{}", scheme);
+                }
                 prop_assert_eq!(at(1, 1, 1), f.total_bytes);
                 prop_assert!(at(0, 1, 1) >= at(1, 1, 1) && at(1, 1, 1) >= at(2, 1, 1), "{}", scheme);
                 prop_assert!(at(2, 8, 1) <= at(2, 1, 1), "{}", scheme);

@@ -249,22 +249,32 @@ pub struct TrainingArgs {
     /// still keeps every layer's worth of activations in flight.
     #[arg(long)]
     pp: Option<u32>,
+    /// Hybrid sharding (FSDP's HSDP, DeepSpeed's MiCS): shard the state over this many of the
+    /// --dp replicas (a divisor; default all of them) and replicate it across the groups.
+    /// Less sharding, but ZeRO 3's per-layer gathers stay in a smaller group (in one node
+    /// while it fits).
+    #[arg(long)]
+    shard_dp: Option<u32>,
 }
 
 impl TrainingArgs {
-    /// Whether any of `--zero`, `--dp`, `--pp` was given.
+    /// Whether any of `--zero`, `--dp`, `--pp`, `--shard-dp` was given.
     pub fn given(&self) -> bool {
-        self.zero.is_some() || self.dp.is_some() || self.pp.is_some()
+        self.zero.is_some() || self.dp.is_some() || self.pp.is_some() || self.shard_dp.is_some()
     }
 
     /// The setting, Megatron's distributed optimizer over one replica unless told otherwise.
     pub fn training(&self) -> Result<fcp::footprint::Training> {
         let d = fcp::footprint::Training::default();
-        Ok(fcp::footprint::Training::new(
+        let t = fcp::footprint::Training::new(
             self.zero.unwrap_or(d.zero),
             self.dp.unwrap_or(d.dp),
             self.pp.unwrap_or(d.pp),
-        )?)
+        )?;
+        Ok(match self.shard_dp {
+            Some(s) => t.with_shard_dp(s)?,
+            None => t,
+        })
     }
 
     /// The setting when `memory` asks for the count; an error when `--zero` or `--dp` is
@@ -275,6 +285,7 @@ impl TrainingArgs {
                 ("--zero", self.zero.is_some()),
                 ("--dp", self.dp.is_some()),
                 ("--pp", self.pp.is_some()),
+                ("--shard-dp", self.shard_dp.is_some()),
             ]
             .into_iter()
             .find_map(|(f, given)| given.then_some(f))
@@ -342,18 +353,18 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     let sharding = match f.zero {
         0 => "ZeRO 0: all replicated".to_string(),
         1 | 2 => format!(
-            "ZeRO {}: {} sharded over DP {} × CP {cp}",
+            "ZeRO {}: {} sharded over {}",
             f.zero,
             if f.zero == 2 {
                 "gradients and optimizer"
             } else {
                 "optimizer"
             },
-            f.dp
+            shard_words(f, cp)
         ),
         z => format!(
-            "ZeRO {z}: all sharded over DP {} × CP {cp}, gathered {} at a time",
-            f.dp,
+            "ZeRO {z}: all sharded over {}, gathered {} at a time",
+            shard_words(f, cp),
             human_bytes(f.gathered_bytes)
         ),
     };
@@ -367,6 +378,19 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
         human_bytes(f.activation_bytes),
         human_bytes(f.transient_bytes),
     )
+}
+
+/// The GPUs a footprint's state is sharded over: `DP d × CP c`, or under hybrid sharding
+/// `DP s of d × CP c (replicated over d/s groups)`.
+fn shard_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
+    match f.shard_dp {
+        Some(s) => format!(
+            "DP {s} of {} × CP {cp} (replicated over {} groups)",
+            f.dp,
+            f.dp / s.max(1)
+        ),
+        None => format!("DP {} × CP {cp}", f.dp),
+    }
 }
 
 /// One line on ZeRO 3's per-layer collectives: which ran (`backward`: a backward pass was
@@ -407,7 +431,14 @@ const TIGHT: f64 = 0.9;
 /// ` · memory ZeRO Z, DP D, PP P` for report headers when the GPU memory is counted.
 pub fn memory_words(training: Option<fcp::footprint::Training>) -> String {
     training.map_or(String::new(), |t| {
-        format!(" · memory ZeRO {}, DP {}, PP {}", t.zero, t.dp, t.pp)
+        format!(
+            " · memory ZeRO {}, DP {}, PP {}{}",
+            t.zero,
+            t.dp,
+            t.pp,
+            t.shard_dp
+                .map_or(String::new(), |s| format!(", shards over DP {s}"))
+        )
     })
 }
 

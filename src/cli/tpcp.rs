@@ -238,6 +238,7 @@ fn to_fit(opts: &TpCpOptions) -> String {
     let shard = match t.zero {
         0 => "shard the model state over the replicas' GPUs (--zero 1 to 3, more --dp replicas)",
         1 | 2 => "shard more of it (--zero 3 shards the weights too) or over more --dp replicas",
+        _ if t.shard_dp.is_some() => "shard over more of the replicas (a larger --shard-dp)",
         _ => "spread the shards over more --dp replicas",
     };
     let recompute = (opts.recompute != fcp::model::Recompute::Full)

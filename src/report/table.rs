@@ -212,7 +212,8 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
 /// their GEMMs, `tp_overlap` end each row; with the GPU memory counted (`--memory`),
 /// `gpu_mem_bytes`, `hbm_bytes`, `fits` and the setting it was counted under (`zero`, `dp`,
-/// `pp`) after them; under ZeRO 3, `zero3_comm_ms` and `zero3_exposed_ms` last.
+/// `pp`) after them, and `shard_dp` under hybrid sharding; under ZeRO 3, `zero3_comm_ms`
+/// and `zero3_exposed_ms` last.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
     let tp = has_tp(rows);
@@ -243,6 +244,13 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     let mem = has_footprint(rows);
     if mem {
         s.push_str(",gpu_mem_bytes,hbm_bytes,fits,zero,dp,pp");
+    }
+    // Under hybrid sharding, the replicas a shard group spans.
+    let shard = rows
+        .iter()
+        .any(|r| footprint(r).is_some_and(|f| f.shard_dp.is_some()));
+    if shard {
+        s.push_str(",shard_dp");
     }
     let z3 = rows.iter().any(|r| zero3(r).is_some());
     if z3 {
@@ -316,6 +324,13 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 cell(f.map(|f| f.zero.to_string())),
                 cell(f.map(|f| f.dp.to_string())),
                 cell(f.map(|f| f.pp.to_string()))
+            ));
+        }
+        if shard {
+            let f = footprint(r);
+            s.push_str(&format!(
+                ",{}",
+                f.map_or(String::new(), |f| f.shard_replicas().to_string())
             ));
         }
         if z3 {

@@ -11,8 +11,9 @@
 //! Zhao et al. 2023, arXiv:2304.11277 §3.2–3.4). A full recomputation reruns the forward pass under the backward pass's gather:
 //! no gather of its own.
 //!
-//! The group is every data-parallel replica's CP ranks of one TP index, `dp × cp` GPUs
-//! (the same group the optimizer state is sharded over, [`Training::shard_ranks`]), laid out
+//! The group is the CP ranks of one TP index in every data-parallel replica of a shard
+//! group, `dp × cp` GPUs unless hybrid sharding narrows it to `shard_dp × cp` (the same
+//! group the optimizer state is sharded over, [`Training::shard_ranks`]), laid out
 //! `gpus_per_node / tp` to a node as Megatron orders ranks (TP, then CP, then DP): within a
 //! node while they fit there, else across the NICs. Each collective is a ring on the
 //! simulator's [`CollectiveModel`], at NCCL's measured bus bandwidth when the hardware has a
@@ -126,6 +127,10 @@ mod tests {
         assert!(across.spans_nodes);
         let slow = across.pass_ns(Pass::Fwd, &coll).unwrap();
         assert!(slow > 3 * fwd, "{slow} vs {fwd}");
+        // Hybrid sharding over one replica keeps the ring on the node's NVLink.
+        let hsdp = Training::new(3, 2, 1).unwrap().with_shard_dp(1).unwrap();
+        let hsdp = Zero3::new(&m, hsdp, 8, 8).unwrap();
+        assert_eq!(hsdp, within);
         // One GPU alone gathers nothing.
         assert_eq!(z(1, 1).pass_ns(Pass::Bwd, &coll).unwrap(), 0);
     }

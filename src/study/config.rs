@@ -128,7 +128,7 @@ pub struct SweepConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySetting {
-    /// ZeRO stage (0, 1 or 2).
+    /// ZeRO stage (0 to 3).
     #[serde(default = "default_zero")]
     pub zero: u8,
     /// Data-parallel replicas.
@@ -137,6 +137,9 @@ pub struct MemorySetting {
     /// Pipeline stages.
     #[serde(default = "crate::tp::one")]
     pub pp: u32,
+    /// Hybrid sharding: the replicas a shard group spans (a divisor of `dp`); all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_dp: Option<u32>,
 }
 
 fn default_zero() -> u8 {
@@ -146,8 +149,12 @@ fn default_zero() -> u8 {
 impl MemorySetting {
     /// The training setting, refused outside what is modelled.
     pub fn training(&self) -> Result<crate::footprint::Training, StudyError> {
-        crate::footprint::Training::new(self.zero, self.dp, self.pp)
-            .map_err(|e| StudyError::Config(format!("[memory]: {e}")))
+        let t = crate::footprint::Training::new(self.zero, self.dp, self.pp);
+        match self.shard_dp {
+            Some(s) => t.and_then(|t| t.with_shard_dp(s)),
+            None => t,
+        }
+        .map_err(|e| StudyError::Config(format!("[memory]: {e}")))
     }
 }
 
@@ -410,7 +417,13 @@ impl SweepConfig {
         } else {
             ""
         } + &self.memory.map_or(String::new(), |m| {
-            format!(";memory=zero{},dp{},pp{}", m.zero, m.dp, m.pp)
+            format!(
+                ";memory=zero{},dp{},pp{}{}",
+                m.zero,
+                m.dp,
+                m.pp,
+                m.shard_dp.map_or(String::new(), |s| format!(",shard{s}"))
+            )
         })
     }
 
@@ -563,6 +576,12 @@ mod tests {
             .ends_with(";layer=true;memory=zero1,dp1,pp1"));
         let cfg = parse("layer = true", "zero = 2\ndp = 4\npp = 2").unwrap();
         assert!(cfg.settings_tag().ends_with(";memory=zero2,dp4,pp2"));
+        // Hybrid sharding names its group; spanning every replica is the default.
+        let cfg = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 2").unwrap();
+        assert!(cfg.settings_tag().ends_with(";memory=zero3,dp4,pp1,shard2"));
+        assert_eq!(cfg.memory.unwrap().training().unwrap().shard_ranks(8), 16);
+        let e = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 3").unwrap_err();
+        assert!(e.contains("must divide --dp 4"), "{e}");
     }
 
     /// Regression (bug hunt): a stdin trace hashed as 0, so a rerun with other data reused
