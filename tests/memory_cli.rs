@@ -8,6 +8,32 @@ use support::{fcp, plan_with_tp as plan, stdout_of};
 use predicates::prelude::*;
 use serde_json::Value;
 
+/// `fcp compare` of one batch on 4 ranks × 8192 tokens under TP 8, as [`plan`] plans.
+const COMPARE_4_TP8: [&str; 9] = [
+    "compare",
+    "--ranks",
+    "4",
+    "--tokens-per-rank",
+    "8192",
+    "--tp",
+    "8",
+    "--batches",
+    "1",
+];
+
+/// `fcp tpcp` on 16 GPUs of 32K windows, zigzag alone: the small study these tests run.
+const TPCP_16: [&str; 9] = [
+    "tpcp",
+    "--gpus",
+    "16",
+    "--context",
+    "32768",
+    "--batches",
+    "1",
+    "--schemes",
+    "zigzag",
+];
+
 fn json(cmd: &mut assert_cmd::Command) -> Value {
     serde_json::from_str(&stdout_of(cmd)).unwrap()
 }
@@ -102,22 +128,11 @@ fn sharding_and_pipelining_shrink_the_state_and_recomputation_the_activations() 
 #[test]
 fn compare_adds_the_memory_columns_and_agrees_with_simulate() {
     let dir = tempfile::tempdir().unwrap();
-    let common = [
-        "compare",
-        "--ranks",
-        "4",
-        "--tokens-per-rank",
-        "8192",
-        "--tp",
-        "8",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag,fcp",
-        "--layer",
-        "--memory",
-    ];
-    let rows = json(fcp().args(common).arg("--json"));
+    let common: Vec<&str> = COMPARE_4_TP8
+        .into_iter()
+        .chain(["--schemes", "zigzag,fcp", "--layer", "--memory"])
+        .collect();
+    let rows = json(fcp().args(&common).arg("--json"));
     let p = plan(dir.path(), "zigzag", 8);
     let sim = json(
         fcp()
@@ -125,10 +140,10 @@ fn compare_adds_the_memory_columns_and_agrees_with_simulate() {
             .arg(&p),
     );
     assert_eq!(rows[0]["footprint"], sim["footprint"]);
-    let table = stdout_of(fcp().args(common));
+    let table = stdout_of(fcp().args(&common));
     let header = table.lines().nth(1).unwrap();
     assert!(header.ends_with("mem/GPU  fits"), "{header}");
-    let csv = stdout_of(fcp().args(common).arg("--csv"));
+    let csv = stdout_of(fcp().args(&common).arg("--csv"));
     let mut lines = csv.lines();
     assert!(lines
         .next()
@@ -249,17 +264,7 @@ fn a_model_without_layers_or_a_gpu_without_memory_says_so() {
 fn tpcp_answers_with_a_split_that_fits() {
     // Replicated state (ZeRO 0) does not fit an H100 at any split: the fastest is named with
     // what it needs, and the closest with a way out.
-    let tpcp = [
-        "tpcp",
-        "--gpus",
-        "16",
-        "--context",
-        "32768",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag",
-    ];
+    let tpcp = TPCP_16;
     let out = stdout_of(fcp().args(tpcp).args(["--zero", "0"]));
     assert!(out.contains("No split fits in memory."), "{out}");
     assert!(out.contains("Closest: zigzag at TP 8 × CP 2."), "{out}");
@@ -541,15 +546,6 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
     );
     // compare: a column and two trailing CSV fields; tpcp: the column and the answer.
     let compare = [
-        "compare",
-        "--ranks",
-        "4",
-        "--tokens-per-rank",
-        "8192",
-        "--tp",
-        "8",
-        "--batches",
-        "1",
         "--schemes",
         "zigzag",
         "--layer",
@@ -559,65 +555,29 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
         "--dp",
         "64",
     ];
-    let table = stdout_of(fcp().args(compare));
+    let table = stdout_of(fcp().args(COMPARE_4_TP8).args(compare));
     assert!(
         table.lines().nth(1).unwrap().ends_with("fits zero3_ms"),
         "{table}"
     );
-    let csv = stdout_of(fcp().args(compare).arg("--csv"));
+    let csv = stdout_of(fcp().args(COMPARE_4_TP8).args(compare).arg("--csv"));
     assert!(csv
         .lines()
         .next()
         .unwrap()
         .ends_with(",zero,dp,pp,zero3_comm_ms,zero3_exposed_ms"));
-    let tpcp = stdout_of(fcp().args([
-        "tpcp",
-        "--gpus",
-        "16",
-        "--context",
-        "32768",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag",
-        "--zero",
-        "3",
-        "--dp",
-        "8",
-        "--recompute",
-        "full",
-    ]));
+    let tpcp =
+        stdout_of(
+            fcp()
+                .args(TPCP_16)
+                .args(["--zero", "3", "--dp", "8", "--recompute", "full"]),
+        );
     assert!(tpcp.contains(" zero3_ms "), "{tpcp}");
-    let rows = json(fcp().args([
-        "tpcp",
-        "--gpus",
-        "16",
-        "--context",
-        "32768",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag",
-        "--zero",
-        "3",
-        "--json",
-    ]));
+    let rows = json(fcp().args(TPCP_16).args(["--zero", "3", "--json"]));
     let row = &rows[0];
     assert!(row["zero3_comm_ms"].as_f64().unwrap() >= row["zero3_exposed_ms"].as_f64().unwrap());
     // Nothing fits at ZeRO 3 on 16 GPUs: the way out spreads the shards, never back to ZeRO 2.
-    let none = stdout_of(fcp().args([
-        "tpcp",
-        "--gpus",
-        "16",
-        "--context",
-        "32768",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag",
-        "--zero",
-        "3",
-    ]));
+    let none = stdout_of(fcp().args(TPCP_16).args(["--zero", "3"]));
     assert!(
         none.contains("spread the shards over more --dp replicas"),
         "{none}"
