@@ -516,7 +516,10 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
     );
     let line = fwd.lines().find(|l| l.starts_with("ZeRO 3:")).unwrap();
     assert!(line.starts_with("ZeRO 3: weight all-gathers ") && !line.contains("reduce-scatter"));
-    assert!(line.contains("fewer --dp replicas"), "{line}");
+    assert!(
+        line.contains("sharding within fewer replicas (--shard-dp)"),
+        "{line}"
+    );
     let short = dir.path().join("short.json");
     fcp()
         .args([

@@ -352,6 +352,9 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     };
     let sharding = match f.zero {
         0 => "ZeRO 0: all replicated".to_string(),
+        z if u64::from(f.shard_replicas()) * u64::from(cp) <= 1 => {
+            format!("ZeRO {z} on one GPU: nothing to shard")
+        }
         1 | 2 => format!(
             "ZeRO {}: {} sharded over {}",
             f.zero,
@@ -395,10 +398,23 @@ fn shard_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
 
 /// One line on ZeRO 3's per-layer collectives: which ran (`backward`: a backward pass was
 /// simulated, so the gradients' reduce-scatter too), their time, what the layer's work left
-/// exposed and, when something was, what would hide it (fewer replicas only where `dp` > 1).
-pub fn zero3_words(comm_ms: f64, exposed_ms: f64, backward: bool, dp: u32) -> String {
+/// exposed and, when something was, what would hide it: sharding within fewer replicas only
+/// where the shards span more than one (`shard_replicas`), and said the way `hybrid`
+/// (`--shard-dp` given) or not sets it.
+pub fn zero3_words(
+    comm_ms: f64,
+    exposed_ms: f64,
+    backward: bool,
+    shard_replicas: u32,
+    hybrid: bool,
+) -> String {
+    let fewer = match (shard_replicas > 1, hybrid) {
+        (false, _) => None,
+        (true, true) => Some("a smaller --shard-dp"),
+        (true, false) => Some("sharding within fewer replicas (--shard-dp)"),
+    };
     let remedies = [
-        (dp > 1).then_some("fewer --dp replicas"),
+        fewer,
         Some("more tokens per GPU"),
         Some("--zero 2 (unsharded weights)"),
     ];
@@ -667,5 +683,25 @@ pub fn receivers(plan: &fcp::Plan) -> String {
         String::new()
     } else {
         format!(" to {n} receivers")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::zero3_words;
+
+    /// Regression (bug hunt): the advice named remedies that change nothing: fewer replicas
+    /// at DP 1, or fewer `--dp` replicas when `--shard-dp` already sets the group.
+    #[test]
+    fn zero3_advice_names_only_what_would_shrink_the_group() {
+        let advice = |replicas, hybrid| zero3_words(10.0, 2.0, true, replicas, hybrid);
+        assert!(advice(1, false).contains("waits for its weights: more tokens per GPU or --zero 2"));
+        assert!(advice(4, false).contains("sharding within fewer replicas (--shard-dp), more"));
+        assert!(advice(4, true).contains("a smaller --shard-dp, more"));
+        let hidden = zero3_words(10.0, 0.0, false, 4, false);
+        assert_eq!(
+            hidden,
+            "ZeRO 3: weight all-gathers 10.000 ms per layer, prefetched under its work; 0.000 ms exposed"
+        );
     }
 }

@@ -125,10 +125,18 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             );
         }
         if let (Some(comm), Some(exposed)) = (l.zero3_comm_ms, l.zero3_exposed_ms) {
-            let dp = l.footprint.map_or(1, |f| f.dp);
+            let (replicas, hybrid) = l
+                .footprint
+                .map_or((1, false), |f| (f.shard_replicas(), f.shard_dp.is_some()));
             outln!(
                 "{}",
-                zero3_words(comm, exposed, r.pass != fcp::sim::PassSel::Fwd.name(), dp)
+                zero3_words(
+                    comm,
+                    exposed,
+                    r.pass != fcp::sim::PassSel::Fwd.name(),
+                    replicas,
+                    hybrid
+                )
             );
         }
         if let Some(f) = &l.footprint {

@@ -120,7 +120,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             "note: GPU memory not counted: model {} gives no `layers` and `vocab`{}",
             model.name,
             if a.training.given() {
-                " (--zero, --dp and --pp change nothing)"
+                " (--zero, --dp, --pp and --shard-dp change nothing)"
             } else {
                 ""
             }
@@ -237,6 +237,9 @@ fn to_fit(opts: &TpCpOptions) -> String {
     let t = opts.training;
     let shard = match t.zero {
         0 => "shard the model state over the replicas' GPUs (--zero 1 to 3, more --dp replicas)",
+        1 | 2 if t.shard_dp.is_some() => {
+            "shard more of it (--zero 3 shards the weights too) or over more replicas (a larger --shard-dp)"
+        }
         1 | 2 => "shard more of it (--zero 3 shards the weights too) or over more --dp replicas",
         _ if t.shard_dp.is_some() => "shard over more of the replicas (a larger --shard-dp)",
         _ => "spread the shards over more --dp replicas",
@@ -322,12 +325,12 @@ fn table(rows: &[TpCpRow]) -> String {
     }
     s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer{}; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
         if zero3 {
-            "; zero3_ms what ZeRO 3's weight gathers and gradient reduce-scatter leave exposed, in layer_ms too"
+            "; zero3_ms what ZeRO 3's per-layer collectives (weight gathers; in a backward pass the gradients' reduce-scatter too) leave exposed, in layer_ms too"
         } else {
             ""
         },
         if zero3 {
-            " (under ZeRO 3 gathered for each pass; between passes a 1/(DP × CP) shard)"
+            " (under ZeRO 3 gathered for each pass; between passes a shard of it)"
         } else {
             ""
         }

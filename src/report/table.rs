@@ -198,7 +198,7 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
         note
     };
     let note = if z3 {
-        format!("{note}; zero3_ms what ZeRO 3's per-layer weight gathers and gradient reduce-scatter leave exposed, in the layer time")
+        format!("{note}; zero3_ms what ZeRO 3's per-layer collectives (weight gathers; in a backward pass the gradients' reduce-scatter too) leave exposed, in the layer time")
     } else {
         note
     };

@@ -27,7 +27,12 @@
 //! Not modelled: the NVLink and NIC bandwidth the collectives share with the plan's own
 //! traffic and TP's collectives, the SMs NCCL takes from the GEMMs, the first layer's gather
 //! that nothing before it hides, the embedding's and output layer's gathers (once a step,
-//! not a layer), and hybrid sharding (HSDP: the shard here always spans every replica).
+//! not a layer), and under hybrid sharding the gradients' all-reduce across the groups
+//! (once a step).
+//!
+//! A group spans nodes when it is larger than one, or when groups that do not divide a node
+//! are laid out back to back and one straddles a node's edge: the slowest group sets the
+//! pace.
 
 use crate::footprint::{Training, GRAD_BYTES};
 use crate::hardware::{Collective, Pass};
@@ -60,12 +65,22 @@ impl Zero3 {
         }
         let layer = model.param_parts()?.layer;
         let ranks = training.shard_ranks(cp);
+        if ranks < 2 {
+            // One GPU shards nothing and gathers nothing.
+            return None;
+        }
+        let groups = u64::from(training.dp / training.shard_replicas());
         Some(Zero3 {
             ranks,
-            spans_nodes: ranks > u64::from(gpus_per_node.max(1)),
+            spans_nodes: any_straddles(ranks, groups, u64::from(gpus_per_node.max(1))),
             gather_bytes: layer.saturating_mul(u64::from(model.dtype_bytes)),
             reduce_bytes: layer.saturating_mul(GRAD_BYTES),
         })
+    }
+
+    /// Whether the GPUs this sees span nodes: the largest figure any group pays.
+    pub fn spans_nodes(&self) -> bool {
+        self.spans_nodes
     }
 
     /// Nanoseconds of collectives one layer's `pass` runs: the gather, and in the backward
@@ -80,6 +95,23 @@ impl Zero3 {
     }
 }
 
+/// Whether any of `groups` groups of `size` consecutive GPUs, laid out back to back on nodes
+/// of `node` GPUs, straddles a node's edge. The layout repeats every `node / gcd(size, node)`
+/// groups, so no more are checked.
+fn any_straddles(size: u64, groups: u64, node: u64) -> bool {
+    if size > node {
+        return true;
+    }
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let period = node / gcd(size, node);
+    (0..groups.min(period)).any(|g| (g * size) / node != ((g + 1) * size - 1) / node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +120,23 @@ mod tests {
 
     fn llama70() -> Model {
         Model::load("llama3-70b").unwrap()
+    }
+
+    /// Regression (bug hunt): groups of 6 GPUs fit a node of 8, but the second, GPUs 6 to
+    /// 11, straddles two nodes; it was priced on NVLink.
+    #[test]
+    fn a_group_straddling_two_nodes_crosses_the_nics() {
+        assert!(!any_straddles(6, 1, 8));
+        assert!(any_straddles(6, 2, 8));
+        assert!(!any_straddles(4, 1000, 8));
+        assert!(!any_straddles(3, 2, 8) && any_straddles(3, 3, 8));
+        assert!(any_straddles(9, 1, 8));
+        let m = llama70();
+        let t = Training::new(3, 4, 1).unwrap().with_shard_dp(2).unwrap();
+        assert!(Zero3::new(&m, t, 3, 8).unwrap().spans_nodes());
+        assert!(!Zero3::new(&m, Training::new(3, 2, 1).unwrap(), 3, 8)
+            .unwrap()
+            .spans_nodes());
     }
 
     #[test]
@@ -131,7 +180,7 @@ mod tests {
         let hsdp = Training::new(3, 2, 1).unwrap().with_shard_dp(1).unwrap();
         let hsdp = Zero3::new(&m, hsdp, 8, 8).unwrap();
         assert_eq!(hsdp, within);
-        // One GPU alone gathers nothing.
-        assert_eq!(z(1, 1).pass_ns(Pass::Bwd, &coll).unwrap(), 0);
+        // One GPU alone shards and gathers nothing.
+        assert_eq!(Zero3::new(&m, Training::new(3, 1, 1).unwrap(), 1, 8), None);
     }
 }

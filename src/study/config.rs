@@ -422,7 +422,10 @@ impl SweepConfig {
                 m.zero,
                 m.dp,
                 m.pp,
-                m.shard_dp.map_or(String::new(), |s| format!(",shard{s}"))
+                // Spanning every replica is the default: the same cells.
+                m.shard_dp
+                    .filter(|&s| s != m.dp)
+                    .map_or(String::new(), |s| format!(",shard{s}"))
             )
         })
     }
@@ -580,6 +583,9 @@ mod tests {
         let cfg = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 2").unwrap();
         assert!(cfg.settings_tag().ends_with(";memory=zero3,dp4,pp1,shard2"));
         assert_eq!(cfg.memory.unwrap().training().unwrap().shard_ranks(8), 16);
+        // Regression (bug hunt): `shard_dp = dp`, the default, named other cells.
+        let all = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 4").unwrap();
+        assert!(all.settings_tag().ends_with(";memory=zero3,dp4,pp1"));
         let e = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 3").unwrap_err();
         assert!(e.contains("must divide --dp 4"), "{e}");
     }

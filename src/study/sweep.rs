@@ -231,7 +231,14 @@ struct Inputs {
     sims: HashMap<(String, String), Result<Loaded, String>>,
 }
 
-fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyError> {
+/// The traces `cells` read and a simulator for every hardware and model pair of `grid` (all
+/// of the sweep's cells, whether computed now or reused: whether any pair suits the
+/// settings is the grid's question, not the run's).
+fn load_inputs(
+    cfg: &SweepConfig,
+    cells: &[CellKey],
+    grid: &[CellKey],
+) -> Result<Inputs, StudyError> {
     let mode = cfg.pack_mode()?;
     let mut need: HashMap<&str, u64> = HashMap::new();
     for c in cells {
@@ -252,7 +259,7 @@ fn load_inputs(cfg: &SweepConfig, cells: &[CellKey]) -> Result<Inputs, StudyErro
     }
     let mut sims = HashMap::new();
     let mut unsuited: Option<StudyError> = None;
-    for c in cells {
+    for c in grid {
         let k = (c.hardware.clone(), c.model.clone());
         if let std::collections::hash_map::Entry::Vacant(e) = sims.entry(k) {
             // A name that loads nothing is a mistake in the config: the sweep stops. A pair
@@ -413,7 +420,7 @@ pub fn run_cells(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Vec<CellResult>, StudyError> {
     cfg.validate()?;
-    let inputs = load_inputs(cfg, cells)?;
+    let inputs = load_inputs(cfg, cells, cells)?;
     progress(Progress::Start {
         batches: (cells.len() * cfg.batches) as u64,
         skipped_cells: 0,
@@ -458,7 +465,7 @@ pub fn run_sweep(
     }
     let todo: Vec<usize> = (0..cells.len()).filter(|i| !done.contains_key(i)).collect();
     let todo_keys: Vec<CellKey> = todo.iter().map(|&i| cells[i].clone()).collect();
-    let inputs = load_inputs(cfg, &todo_keys)?;
+    let inputs = load_inputs(cfg, &todo_keys, &cells)?;
     // Created once the inputs load. Regression: a sweep whose trace or hardware did not
     // load left an empty `cells/` behind.
     if let Some(cd) = &cells_dir {
@@ -687,6 +694,14 @@ mod tests {
         );
         let typo = cfg("\"llama3-8b\", \"no-such-model\"");
         assert!(run_cells(&typo, &typo.cells(), &|_| {}).is_err());
+        // Regression (bug hunt): a resumed sweep judged only the cells left to compute, so
+        // adding an unsuited model to a finished grid stopped it where a fresh run did not.
+        let dir = tempfile::tempdir().unwrap();
+        let first = cfg("\"llama3-8b\"");
+        run_sweep(&first, Some(dir.path()), &|_| {}).unwrap();
+        let resumed = run_sweep(&mixed, Some(dir.path()), &|_| {}).unwrap();
+        assert_eq!((resumed.computed, resumed.skipped), (1, 1));
+        assert!(resumed.rows[1].error.as_deref().unwrap().contains("hidden"));
         let none = cfg("\"mha-16\"");
         let e = run_cells(&none, &none.cells(), &|_| {}).unwrap_err();
         assert!(e.to_string().contains("mha-16 gives no `hidden`"), "{e}");
