@@ -142,6 +142,19 @@ pub struct MemorySetting {
     pub shard_dp: Option<u32>,
 }
 
+/// A setting's error as the `[memory]` table spells it: its keys, not the CLI's flags
+/// (`--shard-dp 3 must divide --dp 8` reads `shard_dp = 3 must divide dp = 8`).
+fn config_keys(message: &str) -> String {
+    [
+        ("--shard-dp ", "shard_dp = "),
+        ("--zero ", "zero = "),
+        ("--dp ", "dp = "),
+        ("--pp ", "pp = "),
+    ]
+    .iter()
+    .fold(message.to_string(), |m, (flag, key)| m.replace(flag, key))
+}
+
 fn default_zero() -> u8 {
     crate::footprint::Training::default().zero
 }
@@ -154,7 +167,7 @@ impl MemorySetting {
             Some(s) => t.and_then(|t| t.with_shard_dp(s)),
             None => t,
         }
-        .map_err(|e| StudyError::Config(format!("[memory]: {e}")))
+        .map_err(|e| StudyError::Config(format!("[memory]: {}", config_keys(&e.to_string()))))
     }
 }
 
@@ -587,7 +600,10 @@ mod tests {
         let all = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 4").unwrap();
         assert!(all.settings_tag().ends_with(";memory=zero3,dp4,pp1"));
         let e = parse("layer = true", "zero = 3\ndp = 4\nshard_dp = 3").unwrap_err();
-        assert!(e.contains("must divide --dp 4"), "{e}");
+        // Said with the table's keys, not the command line's flags.
+        assert!(e.contains("shard_dp = 3 must divide dp = 4"), "{e}");
+        let e = parse("layer = true", "pp = 0").unwrap_err();
+        assert!(e.contains("pp = 0: pipeline stages must be 1"), "{e}");
     }
 
     /// Regression (bug hunt): a stdin trace hashed as 0, so a rerun with other data reused
