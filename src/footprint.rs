@@ -20,8 +20,8 @@
 //!   arXiv:2304.11277 §3.3–3.4 "backward/forward prefetching") and one unit's full-size fp32
 //!   gradients before they are reduce-scattered. A unit is a layer, or the embedding or
 //!   output layer where the stage holds a larger one; its neighbour, the one prefetched
-//!   beside it, is a layer. On one GPU (`d` = 1) nothing is sharded and nothing gathered. What the gathers cost in time is the
-//!   simulator's ([`crate::sim::zero3`]).
+//!   beside it, is a layer. On one GPU (`d` = 1) nothing is sharded and nothing gathered.
+//!   What the gathers cost in time is the simulator's ([`crate::sim::zero3`]).
 //! - **activations**: what each of the GPU's layers keeps for the backward pass
 //!   ([`Model::saved_bytes_per_token`] under the chosen recomputation) times its tokens;
 //! - **transients**, the largest of what lives only for a moment: the fp32 logits of the
@@ -211,7 +211,7 @@ pub struct Footprint {
     pub optimizer_bytes: u64,
     /// Under ZeRO 3: the gathered weights of the unit running and the one prefetched, and
     /// the running unit's full fp32 gradients before their reduce-scatter; 0 otherwise.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::plan::is_zero")]
     pub gathered_bytes: u64,
     /// What all the GPU's layers keep for the backward pass.
     pub activation_bytes: u64,
@@ -226,15 +226,10 @@ pub struct Footprint {
     /// `total_bytes <= hbm_bytes`, when the memory is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fits: Option<bool>,
-    /// The training setting it was counted for.
-    pub zero: u8,
-    /// Data-parallel replicas.
-    pub dp: u32,
-    /// Pipeline stages.
-    pub pp: u32,
-    /// Under hybrid sharding: the replicas a shard group spans; absent when all.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard_dp: Option<u32>,
+    /// The training setting it was counted for (its keys, `zero`, `dp`, `pp` and
+    /// `shard_dp`, sit in the footprint's JSON).
+    #[serde(flatten)]
+    pub training: Training,
     /// The pipeline stage the GPU is in (0 is the first).
     pub stage: u32,
     /// Layers the GPU holds.
@@ -251,20 +246,11 @@ impl Footprint {
         self.weight_bytes + self.grad_bytes + self.optimizer_bytes
     }
 
-    /// Data-parallel replicas the state is sharded over: `shard_dp`, or all of them.
-    pub fn shard_replicas(&self) -> u32 {
-        self.shard_dp.unwrap_or(self.dp)
-    }
-
     /// Share of the GPU's memory the step takes, when the memory is known.
     pub fn hbm_fraction(&self) -> Option<f64> {
         self.hbm_bytes
             .map(|h| self.total_bytes as f64 / h.max(1) as f64)
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// One CP rank of a plan, as the footprint reads it.
@@ -418,10 +404,7 @@ impl Counter<'_> {
             total_bytes,
             hbm_bytes,
             fits: hbm_bytes.map(|h| total_bytes <= h),
-            zero: training.zero,
-            dp: training.dp,
-            pp,
-            shard_dp: training.shard_dp,
+            training,
             stage,
             layers,
             activation_layers,
@@ -612,7 +595,7 @@ mod tests {
         let f = at(hsdp);
         assert_eq!(f.optimizer_bytes, (12 * p).div_ceil(16));
         assert_eq!(f.weight_bytes, (2 * p).div_ceil(16));
-        assert_eq!(f.shard_dp, Some(2));
+        assert_eq!(f.training.shard_dp, Some(2));
         // As much as ZeRO 3 over two replicas alone; more than over all eight.
         assert_eq!(f.state_bytes(), at(training(3, 2, 1)).state_bytes());
         assert!(f.total_bytes > at(training(3, 8, 1)).total_bytes);

@@ -331,8 +331,8 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
         }
         _ => " (the hardware profile gives no hbm_gb to check it against)".to_string(),
     };
-    let stage = if f.pp > 1 {
-        format!(", pipeline stage {} of {}", f.stage + 1, f.pp)
+    let stage = if f.training.pp > 1 {
+        format!(", pipeline stage {} of {}", f.stage + 1, f.training.pp)
     } else {
         String::new()
     };
@@ -350,15 +350,15 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     } else {
         plural(f.layers, "layer", "layers")
     };
-    let sharding = match f.zero {
+    let sharding = match f.training.zero {
         0 => "ZeRO 0: all replicated".to_string(),
-        z if u64::from(f.shard_replicas()) * u64::from(cp) <= 1 => {
+        z if u64::from(f.training.shard_replicas()) * u64::from(cp) <= 1 => {
             format!("ZeRO {z} on one GPU: nothing to shard")
         }
         1 | 2 => format!(
             "ZeRO {}: {} sharded over {}",
-            f.zero,
-            if f.zero == 2 {
+            f.training.zero,
+            if f.training.zero == 2 {
                 "gradients and optimizer"
             } else {
                 "optimizer"
@@ -386,13 +386,13 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
 /// The GPUs a footprint's state is sharded over: `DP d × CP c`, or under hybrid sharding
 /// `DP s of d × CP c (replicated over d/s groups)`.
 fn shard_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
-    match f.shard_dp {
+    match f.training.shard_dp {
         Some(s) => format!(
             "DP {s} of {} × CP {cp} (replicated over {} groups)",
-            f.dp,
-            f.dp / s.max(1)
+            f.training.dp,
+            f.training.dp / s.max(1)
         ),
-        None => format!("DP {} × CP {cp}", f.dp),
+        None => format!("DP {} × CP {cp}", f.training.dp),
     }
 }
 

@@ -125,9 +125,9 @@ pub fn print_table(r: &SimReport) -> Result<()> {
             );
         }
         if let (Some(comm), Some(exposed)) = (l.zero3_comm_ms, l.zero3_exposed_ms) {
-            let (replicas, hybrid) = l
-                .footprint
-                .map_or((1, false), |f| (f.shard_replicas(), f.shard_dp.is_some()));
+            let (replicas, hybrid) = l.footprint.map_or((1, false), |f| {
+                (f.training.shard_replicas(), f.training.shard_dp.is_some())
+            });
             outln!(
                 "{}",
                 zero3_words(

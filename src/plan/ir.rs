@@ -130,7 +130,8 @@ pub struct Document {
     pub pad: u64,
 }
 
-fn is_zero(x: &u64) -> bool {
+/// Whether a count is 0: serde's test for leaving such a field out of a file.
+pub(crate) fn is_zero(x: &u64) -> bool {
     *x == 0
 }
 

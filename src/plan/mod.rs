@@ -10,6 +10,7 @@ mod summary;
 mod verify;
 
 pub use builder::PlanBuilder;
+pub(crate) use ir::is_zero;
 pub use ir::{
     Delivery, Document, HeadRange, Plan, PlanError, RankPlan, SchemeInfo, Step, Task, TokenRange,
     Transfer, TransferKind, TransferTensor, PLAN_VERSION, PLAN_VERSIONS,

@@ -248,7 +248,7 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     // Under hybrid sharding, the replicas a shard group spans.
     let shard = rows
         .iter()
-        .any(|r| footprint(r).is_some_and(|f| f.shard_dp.is_some()));
+        .any(|r| footprint(r).is_some_and(|f| f.training.shard_dp.is_some()));
     if shard {
         s.push_str(",shard_dp");
     }
@@ -321,16 +321,16 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 cell(f.map(|f| f.total_bytes.to_string())),
                 cell(f.and_then(|f| f.hbm_bytes).map(|h| h.to_string())),
                 cell(f.and_then(|f| f.fits).map(|x| x.to_string())),
-                cell(f.map(|f| f.zero.to_string())),
-                cell(f.map(|f| f.dp.to_string())),
-                cell(f.map(|f| f.pp.to_string()))
+                cell(f.map(|f| f.training.zero.to_string())),
+                cell(f.map(|f| f.training.dp.to_string())),
+                cell(f.map(|f| f.training.pp.to_string()))
             ));
         }
         if shard {
             let f = footprint(r);
             s.push_str(&format!(
                 ",{}",
-                f.map_or(String::new(), |f| f.shard_replicas().to_string())
+                f.map_or(String::new(), |f| f.training.shard_replicas().to_string())
             ));
         }
         if z3 {

@@ -490,15 +490,12 @@ pub fn metrics(
         .collect();
     let model_per_token = cost.flops_per_token(&model_passes);
     let real: u64 = documents.iter().sum();
-    // Under ZeRO 3 no pass ends before its collectives: their sum bounds the layer too.
-    let zero3 = |ns: fn(&LayerPass) -> Option<u64>| {
-        passes
-            .iter()
-            .map(ns)
-            .sum::<Option<u64>>()
-            .map(|n| n as f64 * MS)
-    };
-    let zero3_comm_ms = zero3(|p| p.zero3_ns);
+    // Under ZeRO 3 (any pass gathered) no pass ends before its collectives: their sum
+    // bounds the layer too.
+    let zero3 = passes.iter().any(|p| p.zero3_ns.is_some());
+    let zero3_ms =
+        |ns: fn(&LayerPass) -> u64| zero3.then(|| passes.iter().map(ns).sum::<u64>() as f64 * MS);
+    let zero3_comm_ms = zero3_ms(|p| p.zero3_ns.unwrap_or(0));
     let layer_lower_bound_ms = (fixed_lower_bound_ms
         + real as f64 * run_per_token / cost.flops_per_s * 1e3 / ranks)
         .max(zero3_comm_ms.unwrap_or(0.0));
@@ -532,7 +529,7 @@ pub fn metrics(
         }),
         tp_overlap: cost.tp > 1 && cost.tp_overlap,
         zero3_comm_ms,
-        zero3_exposed_ms: zero3(|p| p.zero3_ns.map(|_| p.zero3_exposed_ns)),
+        zero3_exposed_ms: zero3_ms(|p| p.zero3_exposed_ns),
         footprint: None,
     }
 }

@@ -404,12 +404,7 @@ impl PlanRun<'_> {
                 Some(fwd) => fwd.rerun(),
                 None => {
                     let fwd = self.program(Pass::Fwd)?;
-                    let mut pass =
-                        layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?;
-                    if self.zero3.is_some() {
-                        pass.wait_for_weights(0, 0);
-                    }
-                    pass.rerun()
+                    layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?.rerun()
                 }
             };
             hidden_ns = rerun.end_ns();
