@@ -76,6 +76,28 @@ pub enum FootprintError {
     },
 }
 
+/// The parameters one pipeline stage holds on a GPU, by part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageParams {
+    /// Layers on the stage.
+    pub layers: u32,
+    /// One layer's parameters, and the embedding, output layer and final norm where this
+    /// stage holds them (0 where it does not).
+    pub parts: ParamParts,
+}
+
+impl StageParams {
+    /// Every parameter the stage holds.
+    pub fn total(&self) -> u64 {
+        let p = self.parts;
+        u64::from(self.layers)
+            .saturating_mul(p.layer)
+            .saturating_add(p.embedding)
+            .saturating_add(p.output)
+            .saturating_add(p.final_norm)
+    }
+}
+
 /// How a training step holds its model state: which ZeRO stage, over how many data-parallel
 /// replicas of the CP group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -184,6 +206,41 @@ impl Training {
             )));
         }
         Ok((s, parts))
+    }
+
+    /// The parameters pipeline stage `stage` holds (on one GPU of its TP group): its share of
+    /// the layers, the first stage the embedding, the last the output layer and the final
+    /// norm. A tied output layer keeps a copy of the embedding on the last stage when it is
+    /// not also the first (Megatron's shared word embedding).
+    pub fn stage_params(&self, model: &Model, stage: u32) -> Result<StageParams, FootprintError> {
+        let (s, parts) = self.parts_of(model)?;
+        let (is_first, is_last) = (stage == 0, stage + 1 == self.pp);
+        let output = if s.tied_embeddings && !is_first {
+            parts.embedding
+        } else {
+            parts.output
+        };
+        Ok(StageParams {
+            layers: s.layers / self.pp,
+            parts: ParamParts {
+                layer: parts.layer,
+                embedding: if is_first { parts.embedding } else { 0 },
+                output: if is_last { output } else { 0 },
+                final_norm: if is_last { parts.final_norm } else { 0 },
+            },
+        })
+    }
+
+    /// The largest [`Training::stage_params`] of any stage: the first or the last, which hold
+    /// the embedding and the output layer beside their layers.
+    pub fn fullest_stage_params(&self, model: &Model) -> Result<StageParams, FootprintError> {
+        let first = self.stage_params(model, 0)?;
+        let last = self.stage_params(model, self.pp - 1)?;
+        Ok(if last.total() > first.total() {
+            last
+        } else {
+            first
+        })
     }
 
     /// GPUs the sharded state is spread over: the CP ranks of every replica in a shard group
@@ -317,24 +374,12 @@ impl Counter<'_> {
             cp,
             hbm_bytes,
         } = *self;
-        let (s, parts) = training.parts_of(model)?;
+        let (s, _) = training.parts_of(model)?;
         let pp = training.pp;
-        let (is_first, is_last) = (stage == 0, stage + 1 == pp);
-        let layers = s.layers / pp;
-        // A tied output layer keeps a copy of the embedding on the last stage when it is not
-        // also the first (Megatron's shared word embedding).
-        let output = if s.tied_embeddings && !is_first {
-            parts.embedding
-        } else {
-            parts.output
-        };
-        let params = u64::from(layers) * parts.layer
-            + if is_first { parts.embedding } else { 0 }
-            + if is_last {
-                output + parts.final_norm
-            } else {
-                0
-            };
+        let is_last = stage + 1 == pp;
+        let held = training.stage_params(model, stage)?;
+        let (layers, parts) = (held.layers, held.parts);
+        let params = held.total();
         let d = training.shard_ranks(cp);
         let sharded = |bytes_per_param: u64, shard: bool| {
             let all = params.saturating_mul(bytes_per_param);
@@ -351,14 +396,10 @@ impl Counter<'_> {
         // FSDP gathers a unit at a time and prefetches the next: at worst the largest the
         // stage holds and a layer beside it, and the largest's fp32 gradients.
         let gathered_bytes = if training.gathers_weights() && d > 1 {
-            let unit = [
-                parts.layer,
-                if is_first { parts.embedding } else { 0 },
-                if is_last { output } else { 0 },
-            ]
-            .into_iter()
-            .max()
-            .unwrap_or(0);
+            let unit = [parts.layer, parts.embedding, parts.output]
+                .into_iter()
+                .max()
+                .unwrap_or(0);
             (unit.saturating_add(parts.layer))
                 .saturating_mul(dtype)
                 .saturating_add(unit.saturating_mul(GRAD_BYTES))

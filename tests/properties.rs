@@ -493,4 +493,53 @@ proptest! {
             }
         }
     }
+
+    /// A training step on every scheme's plan of random batches, under every ZeRO stage:
+    /// its time is the micro-batches' and bubble's layer times plus the data-parallel
+    /// collectives it leaves exposed; overlapping never exposes more; more micro-batches
+    /// never train fewer tokens per GPU-second (the bubble and the reduction amortise).
+    #[test]
+    fn a_step_is_its_layers_and_what_data_parallelism_leaves_exposed(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        ranks in 1u32..9,
+        zero in 0u8..4,
+        dp in prop_oneof![Just(1u32), Just(2), Just(16)],
+        pp in prop_oneof![Just(1u32), Just(2), Just(8)],
+        extra in 0u32..9,
+    ) {
+        use fcp::footprint::Training;
+        use fcp::sim::step::StepOptions;
+        let (hw, model) = llama3_8b_on_h100(1);
+        let ctx = causal_4096(ranks, &hw, &model);
+        let batch = Batch::new(0, lens);
+        let training = Training::new(zero, dp, pp).unwrap();
+        let sim = Simulator::new(hw.clone(), model.clone())
+            .unwrap()
+            .with_layer()
+            .unwrap()
+            .with_training(training)
+            .unwrap();
+        let m = pp + extra;
+        let tokens = batch.tokens() as f64;
+        for scheme in SCHEMES {
+            let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
+            let layer = sim.simulate(&plan, PassSel::Both).unwrap().metrics.layer.unwrap();
+            let step = |m, overlap| {
+                sim.step(&layer, plan.num_ranks, tokens, StepOptions::new(m, overlap, training).unwrap())
+                    .unwrap()
+            };
+            let (plain, over) = (step(m, false), step(m, true));
+            let slot = f64::from(32 / pp) * layer.layer_time_ms;
+            prop_assert!((plain.pipeline_ms - f64::from(m + pp - 1) * slot).abs() < 1e-6, "{}", scheme);
+            prop_assert!((plain.step_ms - plain.pipeline_ms - plain.dp_exposed_ms).abs() < 1e-6, "{}", scheme);
+            prop_assert_eq!(plain.dp_exposed_ms, plain.dp_comm_ms);
+            prop_assert!(over.dp_exposed_ms >= 0.0 && over.dp_exposed_ms <= plain.dp_exposed_ms + 1e-9, "{}", scheme);
+            // One GPU per weight has nothing to sum.
+            if dp * plan.num_ranks == 1 {
+                prop_assert_eq!(plain.dp_comm_ms, 0.0);
+            }
+            let more = step(m + 4, false);
+            prop_assert!(more.tokens_per_gpu_s + 1e-9 >= plain.tokens_per_gpu_s, "{}: {:?} {:?}", scheme, plain, more);
+        }
+    }
 }

@@ -444,6 +444,100 @@ pub fn zero3_words(
 /// leaves out (docs/cost-model.md § GPU memory) takes a few GB.
 const TIGHT: f64 = 0.9;
 
+/// A training step around the layer: its micro-batches, and whether data parallelism's
+/// collectives overlap it.
+#[derive(Debug, Clone, Args)]
+pub struct StepArgs {
+    /// Also price a training step of this many micro-batches (windows) per pipeline: the
+    /// pipeline's bubble and the data-parallel gradient reduction and weight gather, once a
+    /// step (docs/cost-model.md § Training step). At least --pp.
+    #[arg(long)]
+    micro_batches: Option<u32>,
+    /// With --micro-batches: the gradients' reduction overlaps the last micro-batch's backward
+    /// pass and the weights' gather the first one's forward pass (Megatron's
+    /// --overlap-grad-reduce and --overlap-param-gather). Without it both add to the step.
+    #[arg(long)]
+    dp_overlap: bool,
+}
+
+impl StepArgs {
+    /// The step to price under `training`, if --micro-batches asks for one.
+    pub fn step(
+        &self,
+        training: fcp::footprint::Training,
+    ) -> Result<Option<fcp::sim::step::StepOptions>> {
+        match self.micro_batches {
+            Some(m) => Ok(Some(fcp::sim::step::StepOptions::new(
+                m,
+                self.dp_overlap,
+                training,
+            )?)),
+            None if self.dp_overlap => {
+                bail!(
+                    "--dp-overlap overlaps a training step's collectives: it needs --micro-batches"
+                )
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// What a priced step spends besides its micro-batches' layers: the pipeline's bubble (when
+/// there is one) and the data-parallel collectives, or why there are none once a step.
+pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
+    let bubble = if s.bubble_ms > 0.0 {
+        format!("{:.1} ms of it the pipeline's bubble; ", s.bubble_ms)
+    } else {
+        String::new()
+    };
+    let dp = if s.dp_comm_ms > 0.0 {
+        format!(
+            "data-parallel collectives {:.1} ms once a step, {:.1} ms of them exposed{}",
+            s.dp_comm_ms,
+            s.dp_exposed_ms,
+            if s.dp_overlap {
+                " (overlapping the first and last micro-batch)"
+            } else {
+                " (--dp-overlap overlaps them)"
+            }
+        )
+    } else if zero3 {
+        "no data-parallel collectives once a step: ZeRO 3 runs them layer by layer, in the layer's time".to_string()
+    } else {
+        "no data-parallel collectives: no other GPU holds these weights".to_string()
+    };
+    format!("{bubble}{dp}")
+}
+
+/// `fcp simulate`'s line for a priced step.
+pub fn step_line(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
+    format!(
+        "training step: {:.1} ms for {} micro-batches of this batch, {:.0} tokens/s per GPU · {} layers a stage · {}",
+        s.step_ms,
+        s.micro_batches,
+        s.tokens_per_gpu_s,
+        s.stage_layers,
+        step_parts(s, zero3)
+    )
+}
+
+/// ` · step of M micro-batches` (and whether DP's collectives overlap it) for report
+/// headers, else nothing.
+pub fn step_words(step: Option<fcp::sim::step::StepOptions>) -> String {
+    step.map_or(String::new(), |s| {
+        format!(
+            " · step of {} micro-batch{}{}",
+            s.micro_batches,
+            if s.micro_batches == 1 { "" } else { "es" },
+            if s.dp_overlap {
+                ", DP collectives overlapped"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
 /// ` · memory ZeRO Z, DP D, PP P` for report headers when the GPU memory is counted.
 pub fn memory_words(training: Option<fcp::footprint::Training>) -> String {
     training.map_or(String::new(), |t| {

@@ -8,8 +8,8 @@ use clap::Args;
 use fcp::sim::{SimReport, Simulator};
 
 use super::common::{
-    bytes, footprint_words, layer_sim, load_verified_plan, memory_sim, tp_words, zero3_words,
-    PassArg, PlanProfileArgs, RecomputeArg, TrainingArgs,
+    bytes, footprint_words, layer_sim, load_verified_plan, memory_sim, step_line, tp_words,
+    zero3_words, PassArg, PlanProfileArgs, RecomputeArg, StepArgs, TrainingArgs,
 };
 
 /// Arguments of `fcp simulate`.
@@ -50,12 +50,20 @@ pub struct SimulateArgs {
     memory: bool,
     #[command(flatten)]
     training: TrainingArgs,
+    /// With `--memory`: a training step of `--micro-batches` copies of this batch (adds
+    /// `step` to the layer's JSON; docs/cost-model.md § Training step).
+    #[command(flatten)]
+    step: StepArgs,
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
     // Simulating a broken plan would report numbers for work that is not attention.
     let plan = load_verified_plan(&a.plan)?;
     let training = a.training.when(a.memory)?;
+    let step = a.step.step(training.unwrap_or_default())?;
+    if step.is_some() && training.is_none() {
+        anyhow::bail!("--micro-batches prices a training step from the memory count's setting: it needs --layer --memory");
+    }
     let (hw, model) = a.profile.load(&plan)?;
     let sim = layer_sim(
         Simulator::new(hw, model)?,
@@ -64,7 +72,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.tp_overlap,
     )?;
     let sim = memory_sim(sim, training)?;
-    let report = sim.simulate(&plan, a.pass.into())?;
+    let mut report = sim.simulate(&plan, a.pass.into())?;
+    if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
+        let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();
+        layer.step = Some(sim.step(layer, plan.num_ranks, tokens as f64, opts)?);
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -141,6 +153,9 @@ pub fn print_table(r: &SimReport) -> Result<()> {
         }
         if let Some(f) = &l.footprint {
             outln!("{}", footprint_words(f, r.num_ranks));
+        }
+        if let Some(s) = &l.step {
+            outln!("{}", step_line(s, l.zero3_comm_ms.is_some()));
         }
     }
     let layer = m.layer.is_some();

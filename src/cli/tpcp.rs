@@ -14,8 +14,8 @@ use fcp::study::tpcp::{
 use fcp::Model;
 
 use super::common::{
-    footprint_words, memory_words, recompute_words, BatchArgs, MaskArg, PassArg, RecomputeArg,
-    TrainingArgs,
+    footprint_words, memory_words, recompute_words, step_parts, step_words, BatchArgs, MaskArg,
+    PassArg, RecomputeArg, StepArgs, TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -58,6 +58,8 @@ pub struct TpCpArgs {
     tp_overlap: bool,
     #[command(flatten)]
     training: TrainingArgs,
+    #[command(flatten)]
+    step: StepArgs,
     /// Print JSON: one object per (split, scheme).
     #[arg(long)]
     json: bool,
@@ -76,6 +78,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     }
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
+    let training = a.training.training()?;
+    let step = a.step.step(training)?;
     // Window packing depends on the context alone: every split sees these windows.
     let windows = BatchArgs {
         trace: a.trace.clone(),
@@ -97,7 +101,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         pass: a.pass.into(),
         recompute: a.recompute.map_or(Default::default(), Into::into),
         tp_overlap: a.tp_overlap,
-        training: a.training.training()?,
+        training,
+        step,
     };
     let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
     // As `compare`: a study in which nothing ran is a failure, in every format.
@@ -113,6 +118,14 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let overlapped = a.tp_overlap && rows.iter().any(|r| r.tp > 1 && r.error.is_none());
     if a.tp_overlap && !overlapped {
         eprintln!("note: --tp-overlap changes nothing: no split with TP above 1 ran");
+    }
+    if step.is_some_and(|s| s.dp_overlap)
+        && rows
+            .iter()
+            .filter_map(|r| r.step)
+            .all(|s| s.dp_comm_ms == 0.0)
+    {
+        eprintln!("note: --dp-overlap changes nothing: no split runs data-parallel collectives once a step (ZeRO 3 runs them per layer; one GPU per weight runs none)");
     }
     // Said in every format, on stderr, so that JSON consumers see it too.
     if model.stack.is_none() {
@@ -136,7 +149,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}",
+        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}{}",
         a.gpus,
         a.context,
         windows.batches.len(),
@@ -157,7 +170,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         } else {
             ""
         },
-        memory_words(model.stack.map(|_| opts.training))
+        memory_words(model.stack.map(|_| opts.training)),
+        step_words(step)
     );
     out!("{}", table(&rows));
     // Counted: the model gives its layers; checked: the hardware its memory too.
@@ -167,31 +181,29 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     match fastest_that_fits(&rows) {
         Some(fit) => {
             outln!(
-                "\nFastest layer{}: {}, {:.3} ms per layer ({:.3} ms of it exposed TP collectives{}).",
+                "\nFastest {}{}: {}, {}.",
+                if step.is_some() { "step" } else { "layer" },
                 if checked { " that fits in memory" } else { "" },
                 at_split(fit),
-                fit.layer_time_ms.unwrap_or(0.0),
-                fit.tp_comm_max_ms.unwrap_or(0.0),
-                fit.zero3_exposed_ms
-                    .map_or(String::new(), |z| format!(", {z:.3} ms exposed ZeRO 3 collectives"))
+                fit_words(fit)
             );
             if let Some(f) = &fit.footprint {
                 outln!("  {}", footprint_words(f, fit.cp));
             }
             if best.overflows() {
                 outln!(
-                    "Faster, but it does not fit: {}, {:.3} ms per layer, {} on its fullest GPU.",
+                    "Faster, but it does not fit: {}, {}, {} on its fullest GPU.",
                     at_split(best),
-                    best.layer_time_ms.unwrap_or(0.0),
+                    time_words(best),
                     needs(best)
                 );
             }
         }
         None => {
             outln!(
-                "\nNo split fits in memory. The fastest, {} ({:.3} ms per layer), needs {} on its fullest GPU.",
+                "\nNo split fits in memory. The fastest, {} ({}), needs {} on its fullest GPU.",
                 at_split(best),
-                best.layer_time_ms.unwrap_or(0.0),
+                time_words(best),
                 needs(best)
             );
             if let Some(small) = smallest_footprint(&rows) {
@@ -210,10 +222,13 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         .iter()
         .map(|(scheme, r)| match r {
             Some(r) => format!(
-                "{scheme} TP {} × CP {} ({:.3} ms)",
+                "{scheme} TP {} × CP {} ({})",
                 r.tp,
                 r.cp,
-                r.layer_time_ms.unwrap_or(0.0)
+                match r.step {
+                    Some(s) => format!("{:.1} ms a step", s.step_ms),
+                    None => format!("{:.3} ms", r.layer_time_ms.unwrap_or(0.0)),
+                }
             ),
             None if checked => format!("{scheme} fits at none of the splits it ran at"),
             None => format!("{scheme} ran at no split"),
@@ -222,10 +237,10 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     outln!("Each scheme's best split: {}.", per.join("; "));
     outln!(
         "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
-        if opts.training.gathers_weights() && model.stack.is_some() {
-            "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own"
-        } else {
-            "the data-parallel gradient reduction and parameter all-gather of the sharded state (once a step, after the last layer)"
+        match (step.is_some(), opts.training.gathers_weights() && model.stack.is_some()) {
+            (true, _) => "the embedding's and output layer's work, the optimizer step, the pipeline's activation sends and the contention of data-parallel and ZeRO 3 traffic with CP's own",
+            (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own",
+            (false, false) => "the pipeline's bubble and the data-parallel gradient reduction and parameter all-gather (once a step, after the last layer; --micro-batches prices them)",
         }
     );
     Ok(())
@@ -260,6 +275,38 @@ fn to_fit(opts: &TpCpOptions) -> String {
     )
 }
 
+/// "T ms per layer", or "S ms a step" when a step was priced.
+fn time_words(r: &TpCpRow) -> String {
+    match r.step {
+        Some(s) => format!("{:.1} ms a step", s.step_ms),
+        None => format!("{:.3} ms per layer", r.layer_time_ms.unwrap_or(0.0)),
+    }
+}
+
+/// The answer's figures for the row it names: its time and what of it is exposed
+/// communication; under a step, the step's parts and its throughput.
+fn fit_words(r: &TpCpRow) -> String {
+    let layer = format!(
+        "{:.3} ms per layer ({:.3} ms of it exposed TP collectives{})",
+        r.layer_time_ms.unwrap_or(0.0),
+        r.tp_comm_max_ms.unwrap_or(0.0),
+        r.zero3_exposed_ms.map_or(String::new(), |z| format!(
+            ", {z:.3} ms exposed ZeRO 3 collectives"
+        ))
+    );
+    match r.step {
+        None => layer,
+        Some(s) => format!(
+            "{:.1} ms a step of {} micro-batches, {:.0} tokens/s per GPU\n  {} layers a stage at {layer}; {}",
+            s.step_ms,
+            s.micro_batches,
+            s.tokens_per_gpu_s,
+            s.stage_layers,
+            step_parts(&s, r.zero3_comm_ms.is_some())
+        ),
+    }
+}
+
 /// "SCHEME at TP T × CP C", as the answer lines name a row.
 fn at_split(r: &TpCpRow) -> String {
     format!("{} at TP {} × CP {}", r.scheme, r.tp, r.cp)
@@ -281,8 +328,17 @@ fn table(rows: &[TpCpRow]) -> String {
             String::new()
         }
     };
+    // Under a priced step, its time, what data parallelism leaves exposed and throughput.
+    let stepped = rows.iter().any(|r| r.step.is_some());
+    let st = |step: String, dp: String, tok: String| {
+        if stepped {
+            format!(" {step:>10} {dp:>8} {tok:>10}")
+        } else {
+            String::new()
+        }
+    };
     let mut s = format!(
-        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8}{} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
+        "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8}{}{} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
         "TP",
         "CP",
         "scheme",
@@ -290,6 +346,7 @@ fn table(rows: &[TpCpRow]) -> String {
         "layer_ms",
         "tp_ms",
         z3("zero3_ms".into()),
+        st("step_ms".into(), "dp_ms".into(), "tok/s/GPU".into()),
         "act/layer",
         "weights/layer",
         "MFU",
@@ -299,7 +356,7 @@ fn table(rows: &[TpCpRow]) -> String {
     for r in rows {
         match (r.layer_time_ms, &r.error) {
             (Some(layer), None) => s.push_str(&format!(
-                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3}{} {:>11} {:>13} {:>5.1}% {:>11} {:>5}\n",
+                "{:>4} {:>5}  {:<22} {:>10.3} {:>10.3} {:>8.3}{}{} {:>11} {:>13} {:>5.1}% {:>11} {:>5}\n",
                 r.tp,
                 r.cp,
                 r.scheme,
@@ -307,6 +364,11 @@ fn table(rows: &[TpCpRow]) -> String {
                 layer,
                 r.tp_comm_max_ms.unwrap_or(0.0),
                 z3(format!("{:.3}", r.zero3_exposed_ms.unwrap_or(0.0))),
+                r.step.map_or(st("-".into(), "-".into(), "-".into()), |x| st(
+                    format!("{:.1}", x.step_ms),
+                    format!("{:.1}", x.dp_exposed_ms),
+                    format!("{:.0}", x.tokens_per_gpu_s)
+                )),
                 human_bytes(r.act_max_bytes.unwrap_or(0)),
                 human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),
                 100.0 * r.layer_mfu.unwrap_or(0.0),
@@ -323,9 +385,14 @@ fn table(rows: &[TpCpRow]) -> String {
             )),
         }
     }
-    s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer{}; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
+    s.push_str(&format!("(means over windows; layer = attention, projections, MLP and exposed TP collectives{}{}; act/layer on the fullest GPU; weights/layer the projection and MLP weights each GPU holds per layer{}; MFU of the layer; mem/GPU what the fullest GPU holds over a training step in the fullest window: weights, gradients, optimizer state, every layer's activations and the largest transient; fits: within the GPU's memory)\n",
         if zero3 {
             "; zero3_ms what ZeRO 3's per-layer collectives (weight gathers; in a backward pass the gradients' reduce-scatter too) leave exposed, in layer_ms too"
+        } else {
+            ""
+        },
+        if stepped {
+            "; step_ms a training step: the micro-batches through a pipeline stage's layers, its bubble, and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
         } else {
             ""
         },

@@ -137,6 +137,7 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
     };
     Some(LayerMetrics {
         layer_time_ms: col(&|l| l.layer_time_ms),
+        backward_ms: col(&|l| l.backward_ms),
         linear_mean_ms: col(&|l| l.linear_mean_ms),
         linear_max_ms: col(&|l| l.linear_max_ms),
         token_imbalance: col(&|l| l.token_imbalance),
@@ -156,6 +157,8 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
             .iter()
             .filter_map(|l| l.footprint)
             .max_by_key(|f| f.total_bytes),
+        // A step is priced from a layer by its caller, not aggregated over batches.
+        step: None,
     })
 }
 

@@ -413,6 +413,12 @@ pub struct LayerMetrics {
     /// One transformer layer, attention as planned plus the projections and MLP: when the
     /// slowest rank finished, summed over passes.
     pub layer_time_ms: f64,
+    /// The backward pass's part of `layer_time_ms` (with the forward pass it reruns under
+    /// full recomputation): the window in which data parallelism's gradient reduction can
+    /// hide on a step's last micro-batch ([`super::step`]). Not in JSON: with
+    /// `layer_time_ms` it says no more than the passes' own times.
+    #[serde(skip)]
+    pub backward_ms: f64,
     /// Mean over ranks of the token-linear work.
     pub linear_mean_ms: f64,
     /// The rank with the most tokens: its token-linear work.
@@ -456,6 +462,10 @@ pub struct LayerMetrics {
     /// ([`super::Simulator::with_training`]); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<crate::footprint::Footprint>,
+    /// The training step around this layer, when the caller priced one
+    /// ([`super::Simulator::step`], `fcp simulate --micro-batches`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<super::step::StepMetrics>,
 }
 
 /// Whole-layer metrics of a plan from its layer passes. `tokens`: per rank (padding
@@ -476,6 +486,11 @@ pub fn metrics(
     const MS: f64 = 1e-6;
     let ranks = tokens.len().max(1) as f64;
     let layer_time_ms: f64 = passes.iter().map(|p| p.end_ns() as f64 * MS).sum();
+    let backward_ms: f64 = passes
+        .iter()
+        .filter(|p| p.pass == Pass::Bwd || p.recomputed)
+        .map(|p| p.end_ns() as f64 * MS)
+        .sum();
     let linear: Vec<f64> = (0..tokens.len())
         .map(|r| passes.iter().map(|p| p.linear_ns[r] as f64 * MS).sum())
         .collect();
@@ -506,6 +521,7 @@ pub fn metrics(
     let layer_flops = attention_flops + real as f64 * model_per_token;
     LayerMetrics {
         layer_time_ms,
+        backward_ms,
         linear_mean_ms: linear.iter().sum::<f64>() / ranks,
         linear_max_ms: linear.iter().copied().fold(0.0, f64::max),
         token_imbalance: crate::plan::imbalance(&token_f),
@@ -531,6 +547,7 @@ pub fn metrics(
         zero3_comm_ms,
         zero3_exposed_ms: zero3_ms(|p| p.zero3_exposed_ns),
         footprint: None,
+        step: None,
     }
 }
 
@@ -586,6 +603,11 @@ mod tests {
             (f.layer_time_ms - (k.layer_time_ms + fw.layer_time_ms)).abs() < 1e-9,
             "{f:?}"
         );
+        // The forward pass is what the backward leaves of the layer; the rerun belongs to
+        // the backward pass (the window data parallelism's reduction can hide in).
+        assert!((k.backward_ms + fw.layer_time_ms - k.layer_time_ms).abs() < 1e-9);
+        assert!((f.backward_ms - (k.backward_ms + fw.layer_time_ms)).abs() < 1e-9);
+        assert_eq!(fw.backward_ms, 0.0);
         assert!((f.linear_mean_ms - (k.linear_mean_ms + fw.linear_mean_ms)).abs() < 1e-9);
         // Attention as planned is unchanged: the rerun is the layer's.
         assert_eq!(

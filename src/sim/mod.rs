@@ -14,6 +14,7 @@ mod memory;
 mod metrics;
 mod network;
 mod program;
+pub mod step;
 pub mod waits;
 pub mod zero3;
 
@@ -148,6 +149,42 @@ impl Simulator {
         training.check(&self.model)?;
         self.training = Some(training);
         Ok(self)
+    }
+
+    /// The training step around `layer` (one window's layer metrics from this simulator, or
+    /// their mean over windows) on a CP group of `cp` ranks, each micro-batch `tokens` real
+    /// tokens ([`step`]). An error unless [`Simulator::with_training`] set how the state is
+    /// held, or unless the layer ran both passes: a step trains.
+    pub fn step(
+        &self,
+        layer: &LayerMetrics,
+        cp: u32,
+        tokens: f64,
+        opts: step::StepOptions,
+    ) -> Result<step::StepMetrics, SimError> {
+        let Some(training) = self.training else {
+            return Err(SimError::Mismatch(
+                "a training step needs how the state is held (Simulator::with_training)".into(),
+            ));
+        };
+        if layer.backward_ms <= 0.0 || layer.backward_ms >= layer.layer_time_ms {
+            return Err(SimError::Mismatch(
+                "a training step runs the forward and the backward pass: simulate --pass both"
+                    .into(),
+            ));
+        }
+        let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
+        let sync = step::DpSync::new(&self.model, training, cp, self.hw.gpus_per_node, &coll)?;
+        let stage = training.fullest_stage_params(&self.model)?;
+        Ok(step::step_metrics(
+            layer,
+            stage.layers,
+            training,
+            sync,
+            opts,
+            tokens,
+            self.model.tp.max(1) * cp.max(1),
+        ))
     }
 
     /// The layer cost, when [`Simulator::with_layer`] turned the whole layer on.

@@ -149,10 +149,11 @@ impl<'a> CollectiveModel<'a> {
         }) as f64
     }
 
-    /// Duration in nanoseconds of a ring all-gather or reduce-scatter over `members` of
-    /// `size` bytes (nccl-tests' size: the gathered output, the scattered input): N − 1
-    /// steps, each paying α, and (N−1)/N of the data across every link (nccl-tests'
-    /// bus-bandwidth definition).
+    /// Duration in nanoseconds of a ring collective over `members` of `size` bytes
+    /// (nccl-tests' size: the gathered output, the scattered input, the reduced buffer): an
+    /// all-gather or reduce-scatter takes N − 1 steps, each paying α, and moves (N−1)/N of
+    /// the data across every link (nccl-tests' bus-bandwidth definition); an all-reduce is
+    /// the two back to back, 2(N − 1) steps and 2(N−1)/N of the data.
     pub fn ring_ns(
         &self,
         op: Collective,
@@ -177,8 +178,12 @@ impl<'a> CollectiveModel<'a> {
         }
         let alpha = self.step_alpha_ns(spans);
         let bw = self.bus_bpns(op, n, spans, size)?;
+        let phases = match op {
+            Collective::AllGather | Collective::ReduceScatter => 1.0,
+            Collective::AllReduce => 2.0,
+        };
         let n = n as f64;
-        Ok(((n - 1.0) * alpha + size as f64 * (n - 1.0) / n / bw).ceil() as u64)
+        Ok((phases * ((n - 1.0) * alpha + size as f64 * (n - 1.0) / n / bw)).ceil() as u64)
     }
 
     /// Duration of a collective call in nanoseconds.
@@ -274,5 +279,21 @@ mod tests {
         };
         // Spans two nodes: NIC-bound, α of the NIC.
         assert_eq!(cm.duration_ns(&wide).unwrap(), 3 * 5000 + 300);
+    }
+
+    /// An all-reduce is a reduce-scatter and an all-gather: twice the steps and the bytes
+    /// (it was priced as one of them).
+    #[test]
+    fn a_ring_all_reduce_runs_both_halves() {
+        let n = net();
+        let cm = CollectiveModel::new(&n, None);
+        let half = cm
+            .ring_ns_over(Collective::ReduceScatter, 4, true, 4000)
+            .unwrap();
+        assert_eq!(half, 3 * 5000 + 300);
+        let all = cm
+            .ring_ns_over(Collective::AllReduce, 4, true, 4000)
+            .unwrap();
+        assert_eq!(all, 2 * half);
     }
 }

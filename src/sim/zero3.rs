@@ -98,7 +98,7 @@ impl Zero3 {
 /// Whether any of `groups` groups of `size` consecutive GPUs, laid out back to back on nodes
 /// of `node` GPUs, straddles a node's edge. The layout repeats every `node / gcd(size, node)`
 /// groups, so no more are checked.
-fn any_straddles(size: u64, groups: u64, node: u64) -> bool {
+pub(crate) fn any_straddles(size: u64, groups: u64, node: u64) -> bool {
     if size > node {
         return true;
     }

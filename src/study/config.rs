@@ -15,6 +15,8 @@
 //! zero = 1                 # 0 | 1 | 2 | 3: ZeRO stage of the model state (3: FSDP, weights gathered per layer)
 //! dp = 1                   # data-parallel replicas (sharded state spreads over dp × ranks)
 //! pp = 1                   # pipeline stages (must divide the model's layers)
+//! micro_batches = 8        # optional: also price a training step of this many micro-batches
+//! dp_overlap = false       # with micro_batches: DP collectives overlap the first and last micro-batch
 //!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
@@ -140,6 +142,14 @@ pub struct MemorySetting {
     /// Hybrid sharding: the replicas a shard group spans (a divisor of `dp`); all when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_dp: Option<u32>,
+    /// Also price a training step of this many micro-batches of each batch
+    /// ([`crate::sim::step`]); cells gain `step_ms`, `dp_exposed_ms` and `tokens_per_gpu_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_batches: Option<u32>,
+    /// With `micro_batches`: the data-parallel collectives overlap the first and last
+    /// micro-batch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dp_overlap: bool,
 }
 
 /// A setting's error as the `[memory]` table spells it: its keys, not the CLI's flags
@@ -147,6 +157,7 @@ pub struct MemorySetting {
 fn config_keys(message: &str) -> String {
     [
         ("--shard-dp ", "shard_dp = "),
+        ("--micro-batches ", "micro_batches = "),
         ("--zero ", "zero = "),
         ("--dp ", "dp = "),
         ("--pp ", "pp = "),
@@ -168,6 +179,22 @@ impl MemorySetting {
             None => t,
         }
         .map_err(|e| StudyError::Config(format!("[memory]: {}", config_keys(&e.to_string()))))
+    }
+
+    /// The training step to price, when `micro_batches` asks for one.
+    pub fn step(&self) -> Result<Option<crate::sim::step::StepOptions>, StudyError> {
+        let training = self.training()?;
+        match self.micro_batches {
+            Some(m) => crate::sim::step::StepOptions::new(m, self.dp_overlap, training)
+                .map(Some)
+                .map_err(|e| {
+                    StudyError::Config(format!("[memory]: {}", config_keys(&e.to_string())))
+                }),
+            None if self.dp_overlap => Err(StudyError::Config(
+                "[memory]: dp_overlap = true overlaps a training step's collectives: it needs micro_batches".into(),
+            )),
+            None => Ok(None),
+        }
     }
 }
 
@@ -297,7 +324,12 @@ impl SweepConfig {
                         .into(),
                 );
             }
-            m.training()?;
+            if m.step()?.is_some() && matches!(self.pass_sel(), Ok(p) if p != PassSel::Both) {
+                return bad(format!(
+                    "[memory] micro_batches prices a training step, forward and backward: it needs pass = \"both\", not \"{}\"",
+                    self.pass
+                ));
+            }
         }
         // It would change no number but rename every cell (and fail a baseline's settings).
         if self.tp_overlap && self.tp == 1 {
@@ -438,8 +470,10 @@ impl SweepConfig {
                 // Spanning every replica is the default: the same cells.
                 m.shard_dp
                     .filter(|&s| s != m.dp)
-                    .map_or(String::new(), |s| format!(",shard{s}"))
-            )
+                    .map_or(String::new(), |s| format!(",shard{s}")),
+            ) + &m.micro_batches.map_or(String::new(), |b| {
+                format!(",mb{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
+            })
         })
     }
 
@@ -604,6 +638,28 @@ mod tests {
         assert!(e.contains("shard_dp = 3 must divide dp = 4"), "{e}");
         let e = parse("layer = true", "pp = 0").unwrap_err();
         assert!(e.contains("pp = 0: pipeline stages must be 1"), "{e}");
+        // A priced step names its cells; without one, earlier sweeps' names are unchanged.
+        let cfg = parse(
+            "layer = true",
+            "pp = 2\nmicro_batches = 8\ndp_overlap = true",
+        )
+        .unwrap();
+        assert!(cfg
+            .settings_tag()
+            .ends_with(";memory=zero1,dp1,pp2,mb8,dpoverlap"));
+        assert_eq!(
+            cfg.memory.unwrap().step().unwrap().unwrap().micro_batches,
+            8
+        );
+        let e = parse("layer = true", "pp = 4\nmicro_batches = 2").unwrap_err();
+        assert!(
+            e.contains("micro_batches = 2 is fewer than the 4 pipeline stages"),
+            "{e}"
+        );
+        let e = parse("layer = true", "dp_overlap = true").unwrap_err();
+        assert!(e.contains("needs micro_batches"), "{e}");
+        let e = parse("layer = true\npass = \"fwd\"", "micro_batches = 4").unwrap_err();
+        assert!(e.contains("pass = \"both\""), "{e}");
     }
 
     /// Regression (bug hunt): a stdin trace hashed as 0, so a rerun with other data reused

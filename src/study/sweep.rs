@@ -72,7 +72,9 @@ pub const TP_METRICS: &[(&str, LayerMetricFn)] =
 /// memory (present only when every hardware profile gives `hbm_gb`). A cell's `max` is its
 /// fullest batch: the one that decides whether the cell fits. Under `zero = 3` also the
 /// layer's weight gathers and gradient reduce-scatter ([`crate::sim::zero3`]), all of them and
-/// the part its work does not hide.
+/// the part its work does not hide. With `micro_batches`, the training step of that many
+/// copies of each batch ([`crate::sim::step`]): its time, the data-parallel collectives it
+/// leaves exposed and the real tokens it trains per GPU-second.
 pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
     ("gpu_mem_bytes", |l| {
         l.footprint.map_or(f64::NAN, |f| f.total_bytes as f64)
@@ -85,6 +87,13 @@ pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
     ("zero3_comm_ms", |l| l.zero3_comm_ms.unwrap_or(f64::NAN)),
     ("zero3_exposed_ms", |l| {
         l.zero3_exposed_ms.unwrap_or(f64::NAN)
+    }),
+    ("step_ms", |l| l.step.map_or(f64::NAN, |s| s.step_ms)),
+    ("dp_exposed_ms", |l| {
+        l.step.map_or(f64::NAN, |s| s.dp_exposed_ms)
+    }),
+    ("tokens_per_gpu_s", |l| {
+        l.step.map_or(f64::NAN, |s| s.tokens_per_gpu_s)
     }),
 ];
 
@@ -359,6 +368,8 @@ fn run_cell(
         model,
         hardware: hw,
     };
+    // Validated by `SweepConfig::validate`.
+    let step = cfg.memory.and_then(|m| m.step().ok().flatten());
     let results: Vec<Result<PlanMetrics, String>> = batches
         .par_iter()
         .map(|b| {
@@ -366,7 +377,16 @@ fn run_cell(
                 .map_err(|e| e.to_string())
                 .and_then(|p| p.plan(b, &ctx).map_err(|e| e.to_string()))
                 .and_then(|plan| sim.simulate(&plan, pass).map_err(|e| e.to_string()))
-                .map(|r| r.metrics)
+                .and_then(|r| {
+                    let mut m = r.metrics;
+                    if let (Some(opts), Some(layer)) = (step, m.layer.as_mut()) {
+                        layer.step = Some(
+                            sim.step(layer, key.ranks, b.tokens() as f64, opts)
+                                .map_err(|e| e.to_string())?,
+                        );
+                    }
+                    Ok(m)
+                })
                 .map_err(|e| format!("batch {}: {e}", b.index));
             tick();
             r
@@ -669,6 +689,22 @@ mod tests {
             .next()
             .unwrap()
             .ends_with("zero3_exposed_ms_p95,zero3_exposed_ms_max"));
+        assert!(!rows3[0].metrics.contains_key("step_ms"));
+        // A priced step: 8 micro-batches of every batch through its 32 layers, and the
+        // gradients' reduction over the 2 CP ranks, all of it exposed without overlap.
+        let stepped = cfg("[memory]\nzero = 1\nmicro_batches = 8");
+        let rows_s = run_cells(&stepped, &stepped.cells(), &|_| {}).unwrap();
+        let m = &rows_s[0].metrics;
+        let (step, dp) = (m["step_ms"], m["dp_exposed_ms"]);
+        assert!(dp.mean > 0.0);
+        assert!((step.mean - (8.0 * 32.0 * layer(&rows) + dp.mean)).abs() < 1e-6);
+        assert!(m["tokens_per_gpu_s"].mean > 0.0);
+        assert!(results_csv(&rows_s)
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("tokens_per_gpu_s_p95,tokens_per_gpu_s_max"));
+        assert!(is_metric("step_ms") && is_metric("tokens_per_gpu_s"));
     }
 
     /// Regression: one model the settings do not suit (here, no layer widths under

@@ -19,6 +19,7 @@ use crate::model::{Model, Recompute};
 use crate::plan::Mask;
 use crate::planners::PlanContext;
 use crate::report::{compare, CompareOptions};
+use crate::sim::step::{StepMetrics, StepOptions};
 use crate::sim::{PassSel, Simulator};
 use crate::trace::{Batch, PackMode};
 
@@ -44,6 +45,11 @@ pub struct TpCpOptions {
     /// How the model state is held, for each GPU's memory ([`crate::footprint`]); counted
     /// when the model gives its `layers` and `vocab`.
     pub training: Training,
+    /// When given, each row also prices a training step of this many micro-batches
+    /// ([`crate::sim::step`]: the pipeline's bubble and the data-parallel gradient
+    /// reduction), and rows rank by the step, not the layer. Needs both passes and a model
+    /// with its `layers` and `vocab`.
+    pub step: Option<StepOptions>,
 }
 
 /// One scheme at one split, means over the windows; or why it has no numbers.
@@ -81,6 +87,9 @@ pub struct TpCpRow {
     /// model gives no `layers` and `vocab`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<Footprint>,
+    /// The training step around the layer, when [`TpCpOptions::step`] asks for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepMetrics>,
     /// Why this split or scheme has no numbers.
     pub error: Option<String>,
 }
@@ -100,6 +109,7 @@ impl TpCpRow {
             layer_mfu: None,
             weight_bytes_per_layer: None,
             footprint: None,
+            step: None,
             error: Some(error),
         }
     }
@@ -130,6 +140,24 @@ pub fn run_tpcp(
     }
     // The layer is what the comparison is about: refuse up front what cannot price it.
     crate::sim::LayerCost::new(hw, model).map_err(|e| StudyError::Config(e.to_string()))?;
+    // A step needs the stack's layers and a backward pass: refuse up front, not per row.
+    if opts.step.is_some() {
+        if model.stack.is_none() {
+            return Err(StudyError::Config(format!(
+                "a training step (--micro-batches) needs the model's `layers` and `vocab`: model {} gives none",
+                model.name
+            )));
+        }
+        if opts.pass != PassSel::Both {
+            return Err(StudyError::Config(format!(
+                "a training step (--micro-batches) runs both passes: --pass {} leaves one out",
+                opts.pass.name()
+            )));
+        }
+    }
+    // Real tokens a micro-batch (a window) trains, on the mean.
+    let tokens =
+        windows.iter().map(|w| w.tokens() as f64).sum::<f64>() / windows.len().max(1) as f64;
     // A pipeline that does not divide the layers fails every split alike: say so once.
     if model.stack.is_some() {
         opts.training
@@ -189,6 +217,10 @@ pub fn run_tpcp(
             let row = match (&r.mean, &r.error) {
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
+                    let step = match (opts.step, l) {
+                        (Some(o), Some(l)) => Some(sim.step(l, cp, tokens, o)?),
+                        _ => None,
+                    };
                     TpCpRow {
                         tp,
                         cp,
@@ -204,6 +236,7 @@ pub fn run_tpcp(
                             .weights_per_layer()
                             .map(|w| w * u64::from(model_t.dtype_bytes)),
                         footprint: l.and_then(|l| l.footprint),
+                        step,
                         error: None,
                     }
                 }
@@ -221,13 +254,20 @@ pub fn run_tpcp(
 }
 
 impl TpCpRow {
+    /// What the row is ranked by: its step's time when a step was priced, else its layer's;
+    /// `None` without numbers.
+    pub fn time_ms(&self) -> Option<f64> {
+        self.layer_time_ms
+            .map(|l| self.step.map_or(l, |s| s.step_ms))
+    }
+
     /// Whether its footprint is known not to fit in the GPU's memory.
     pub fn overflows(&self) -> bool {
         self.footprint.and_then(|f| f.fits) == Some(false)
     }
 }
 
-/// The fastest row on the whole layer, over all splits and schemes.
+/// The fastest row on the whole layer (or step, when priced), over all splits and schemes.
 pub fn fastest(rows: &[TpCpRow]) -> Option<&TpCpRow> {
     fastest_of(rows.iter())
 }
@@ -244,7 +284,7 @@ pub fn smallest_footprint(rows: &[TpCpRow]) -> Option<&TpCpRow> {
         .filter(|r| r.error.is_none())
         .filter_map(|r| {
             r.footprint
-                .map(|f| (r, f.total_bytes, r.layer_time_ms.unwrap_or(f64::INFINITY)))
+                .map(|f| (r, f.total_bytes, r.time_ms().unwrap_or(f64::INFINITY)))
         })
         .min_by(|a, b| a.1.cmp(&b.1).then(a.2.total_cmp(&b.2)))
         .map(|(r, _, _)| r)
@@ -268,11 +308,9 @@ pub fn best_split_per_scheme<'r>(
 }
 
 fn fastest_of<'r>(rows: impl Iterator<Item = &'r TpCpRow>) -> Option<&'r TpCpRow> {
-    rows.filter(|r| r.layer_time_ms.is_some()).min_by(|a, b| {
-        a.layer_time_ms
-            .unwrap()
-            .total_cmp(&b.layer_time_ms.unwrap())
-    })
+    rows.filter_map(|r| r.time_ms().map(|t| (r, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(r, _)| r)
 }
 
 #[cfg(test)]
@@ -289,6 +327,7 @@ mod tests {
             recompute: Recompute::None,
             tp_overlap: false,
             training: Training::default(),
+            step: None,
         }
     }
 
