@@ -218,3 +218,48 @@ fn simulate_adds_the_step_of_its_batch() {
         .failure()
         .stderr(predicate::str::contains("--layer --memory"));
 }
+
+/// Regression (bug hunt): one micro-batch read "1 micro-batches" and "1 layers a stage",
+/// and a tiny window's throughput "0 tokens/s".
+#[test]
+fn one_micro_batch_reads_in_the_singular_and_small_rates_keep_their_digits() {
+    let text = stdout_of(fcp().args([
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "8192",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--model",
+        "llama3-8b",
+        "--micro-batches",
+        "1",
+        "--pp",
+        "1",
+    ]));
+    assert!(text.contains("a step of 1 micro-batch,"), "{text}");
+    assert!(!text.contains("1 micro-batches"), "{text}");
+    let tiny = stdout_of(fcp().args([
+        "tpcp",
+        "--gpus",
+        "64",
+        "--context",
+        "1",
+        "--batches",
+        "1",
+        "--schemes",
+        "zigzag",
+        "--micro-batches",
+        "2",
+    ]));
+    let rate: f64 = tiny
+        .split("micro-batches, ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no rate in {tiny}"));
+    assert!(rate > 0.0, "{tiny}");
+}

@@ -313,7 +313,6 @@ pub fn memory_sim(
 /// and the parts.
 pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     use fcp::report::human_bytes;
-    let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let verdict = match (f.hbm_bytes, f.fits) {
         (Some(h), Some(fits)) => {
             let share = f.hbm_fraction().unwrap_or(0.0);
@@ -450,7 +449,8 @@ const TIGHT: f64 = 0.9;
 pub struct StepArgs {
     /// Also price a training step of this many micro-batches (windows) per pipeline: the
     /// pipeline's bubble and the data-parallel gradient reduction and weight gather, once a
-    /// step (docs/cost-model.md § Training step). At least --pp.
+    /// step (docs/cost-model.md § Training step). At least --pp; `simulate` needs --layer
+    /// --memory for it.
     #[arg(long)]
     micro_batches: Option<u32>,
     /// With --micro-batches: the gradients' reduction overlaps the last micro-batch's backward
@@ -486,13 +486,13 @@ impl StepArgs {
 /// there is one) and the data-parallel collectives, or why there are none once a step.
 pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     let bubble = if s.bubble_ms > 0.0 {
-        format!("{:.1} ms of it the pipeline's bubble; ", s.bubble_ms)
+        format!("{:.1} ms of the step the pipeline's bubble; ", s.bubble_ms)
     } else {
         String::new()
     };
     let dp = if s.dp_comm_ms > 0.0 {
         format!(
-            "data-parallel collectives {:.1} ms once a step, {:.1} ms of them exposed{}",
+            "data-parallel collectives {:.1} ms a step, {:.1} ms of them exposed{}",
             s.dp_comm_ms,
             s.dp_exposed_ms,
             if s.dp_overlap {
@@ -512,13 +512,28 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
 /// `fcp simulate`'s line for a priced step.
 pub fn step_line(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     format!(
-        "training step: {:.1} ms for {} micro-batches of this batch, {:.0} tokens/s per GPU · {} layers a stage · {}",
+        "training step: {:.1} ms for {} of this batch, {} tokens/s per GPU · {} a stage · {}",
         s.step_ms,
-        s.micro_batches,
-        s.tokens_per_gpu_s,
-        s.stage_layers,
+        plural(s.micro_batches, "micro-batch", "micro-batches"),
+        rate(s.tokens_per_gpu_s),
+        plural(s.stage_layers, "layer", "layers"),
         step_parts(s, zero3)
     )
+}
+
+/// "1 micro-batch", "8 micro-batches".
+pub fn plural(n: u32, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A throughput to three significant figures at least: whole tokens when there are many
+/// (bug hunt: a tiny window's 0.4 tokens/s read "0").
+pub fn rate(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.3}")
+    }
 }
 
 /// ` · step of M micro-batches` (and whether DP's collectives overlap it) for report
@@ -526,9 +541,8 @@ pub fn step_line(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
 pub fn step_words(step: Option<fcp::sim::step::StepOptions>) -> String {
     step.map_or(String::new(), |s| {
         format!(
-            " · step of {} micro-batch{}{}",
-            s.micro_batches,
-            if s.micro_batches == 1 { "" } else { "es" },
+            " · step of {}{}",
+            plural(s.micro_batches, "micro-batch", "micro-batches"),
             if s.dp_overlap {
                 ", DP collectives overlapped"
             } else {

@@ -75,7 +75,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let mut report = sim.simulate(&plan, a.pass.into())?;
     if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
         let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();
-        layer.step = Some(sim.step(layer, plan.num_ranks, tokens as f64, opts)?);
+        let step = sim.step(layer, plan.num_ranks, tokens as f64, opts)?;
+        if opts.dp_overlap && step.dp_comm_ms == 0.0 {
+            eprintln!("note: --dp-overlap changes nothing: this step runs no data-parallel collectives once a step (ZeRO 3 runs them per layer; one GPU per weight runs none)");
+        }
+        layer.step = Some(step);
     }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);

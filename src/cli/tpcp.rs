@@ -14,8 +14,8 @@ use fcp::study::tpcp::{
 use fcp::Model;
 
 use super::common::{
-    footprint_words, memory_words, recompute_words, step_parts, step_words, BatchArgs, MaskArg,
-    PassArg, RecomputeArg, StepArgs, TrainingArgs,
+    footprint_words, memory_words, plural, rate, recompute_words, step_parts, step_words,
+    BatchArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -297,11 +297,11 @@ fn fit_words(r: &TpCpRow) -> String {
     match r.step {
         None => layer,
         Some(s) => format!(
-            "{:.1} ms a step of {} micro-batches, {:.0} tokens/s per GPU\n  {} layers a stage at {layer}; {}",
+            "{:.1} ms a step of {}, {} tokens/s per GPU\n  {} a stage at {layer}; {}",
             s.step_ms,
-            s.micro_batches,
-            s.tokens_per_gpu_s,
-            s.stage_layers,
+            plural(s.micro_batches, "micro-batch", "micro-batches"),
+            rate(s.tokens_per_gpu_s),
+            plural(s.stage_layers, "layer", "layers"),
             step_parts(&s, r.zero3_comm_ms.is_some())
         ),
     }
@@ -367,7 +367,7 @@ fn table(rows: &[TpCpRow]) -> String {
                 r.step.map_or(st("-".into(), "-".into(), "-".into()), |x| st(
                     format!("{:.1}", x.step_ms),
                     format!("{:.1}", x.dp_exposed_ms),
-                    format!("{:.0}", x.tokens_per_gpu_s)
+                    rate(x.tokens_per_gpu_s)
                 )),
                 human_bytes(r.act_max_bytes.unwrap_or(0)),
                 human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),

@@ -126,6 +126,11 @@ impl<'a> CollectiveModel<'a> {
                 d(**a).total_cmp(&d(**b)).then(a.cmp(b))
             }) {
                 bw = t.busbw_gbs(op, best, size)?.gbs;
+                // Another count's curve may beat the link (8 GPUs' all-reduce runs in the
+                // NVSwitch, NVLS): a group it was not measured at gets no more than its link.
+                if u64::from(best) != n {
+                    bw = bw.min(self.net.nvlink_bpns);
+                }
             }
         }
         if spans {
@@ -279,6 +284,21 @@ mod tests {
         };
         // Spans two nodes: NIC-bound, α of the NIC.
         assert_eq!(cm.duration_ns(&wide).unwrap(), 3 * 5000 + 300);
+    }
+
+    /// Regression (bug hunt): a 2-GPU all-reduce ran at the 8-GPU NVLS curve's 479 GB/s,
+    /// faster than the 380 GB/s NVLink it runs over.
+    #[test]
+    fn another_counts_curve_never_beats_the_link() {
+        let hw = Hardware::load("h100").unwrap();
+        let n = Network::new(&hw);
+        let nccl = hw.nccl_table().unwrap();
+        let cm = CollectiveModel::new(&n, nccl.as_ref());
+        let size = 8 << 30;
+        let link = n.nvlink_bpns;
+        assert!(cm.bus_bpns(Collective::AllReduce, 2, false, size).unwrap() <= link);
+        // At the count it was measured at, the measurement stands.
+        assert!(cm.bus_bpns(Collective::AllReduce, 8, false, size).unwrap() > link);
     }
 
     /// An all-reduce is a reduce-scatter and an all-gather: twice the steps and the bytes

@@ -14,9 +14,12 @@
 //!   weights, the CP ranks of every replica (`dp × cp` GPUs, Megatron-Core's
 //!   `get_data_parallel_group(with_context_parallel=True)`), must sum its gradients once a
 //!   step. Replicated state (ZeRO 0) all-reduces them; Megatron's distributed optimizer
-//!   (ZeRO 1 and 2) reduce-scatters them and all-gathers the updated weights; ZeRO 3 does
-//!   both per layer, in the layer's time already ([`super::zero3`]). Hybrid sharding adds an
-//!   all-reduce of each shard across the `dp / shard_dp` groups. Gradients travel in fp32
+//!   (ZeRO 1) reduce-scatters them and all-gathers the updated weights; ZeRO 2 keeps only its
+//!   shard of the gradients between micro-batches, so it reduce-scatters after every
+//!   micro-batch's backward pass (DeepSpeed's ZeRO-2 under gradient accumulation) and
+//!   all-gathers the weights once; ZeRO 3 does both per layer, in the layer's time already
+//!   ([`super::zero3`]). Hybrid sharding adds an all-reduce of each shard across the
+//!   `dp / shard_dp` groups, once a step. Gradients travel in fp32
 //!   ([`GRAD_BYTES`]: Megatron reduces bf16 models' gradients in fp32,
 //!   `megatron/training/arguments.py`, `accumulate_allreduce_grads_in_fp32`), the weights in
 //!   the model's dtype. Each collective is a ring on the simulator's [`CollectiveModel`],
@@ -25,8 +28,9 @@
 //! Without overlap (Megatron's default) the reduction follows the last backward pass and the
 //! gather precedes the first forward pass: both add to the step. With `dp_overlap`
 //! (Megatron's `--overlap-grad-reduce` and `--overlap-param-gather`) the reduction hides
-//! under the last micro-batch's backward pass through the stage's layers and the gather
-//! under the first micro-batch's forward pass; what they outlast is exposed.
+//! under the last micro-batch's backward pass through the stage's layers (ZeRO 2's every
+//! micro-batch's under its own) and the gather under the first micro-batch's forward pass;
+//! what they outlast is exposed.
 //!
 //! Not modelled: micro-batches of different lengths in one step (every slot is the mean
 //! window), the embedding's and output layer's own compute, the optimizer step, the bandwidth
@@ -88,8 +92,11 @@ impl StepOptions {
 /// The data-parallel collectives of one step on one GPU, in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DpSync {
-    /// The gradients' reduction: all-reduce, or reduce-scatter (and the all-reduce across
-    /// shard groups).
+    /// ZeRO 2: the gradients' reduce-scatter after every micro-batch's backward pass (only a
+    /// shard of them is kept between micro-batches); 0 otherwise.
+    pub per_micro_batch_ns: u64,
+    /// The gradients' reduction once a step: all-reduce, or reduce-scatter (and the
+    /// all-reduce across shard groups).
     pub reduce_ns: u64,
     /// The updated weights' all-gather (distributed optimizer).
     pub gather_ns: u64,
@@ -107,6 +114,8 @@ impl DpSync {
         coll: &CollectiveModel<'_>,
     ) -> Result<DpSync, SimError> {
         let params = training.fullest_stage_params(model)?.total();
+        // Megatron orders ranks TP, CP, DP, then PP: the stages' groups follow each other.
+        let stages = u64::from(training.pp);
         let grads = params.saturating_mul(GRAD_BYTES);
         let weights = params.saturating_mul(u64::from(model.dtype_bytes));
         let node = u64::from(gpus_per_node.max(1));
@@ -114,8 +123,8 @@ impl DpSync {
         let replicas = u64::from(training.dp) * u64::from(cp.max(1));
         let shard = training.shard_ranks(cp);
         let groups = u64::from(training.dp / training.shard_replicas());
-        let all_spans = any_straddles(replicas, 1, node);
-        let shard_spans = any_straddles(shard, groups, node);
+        let all_spans = any_straddles(replicas, stages, node);
+        let shard_spans = any_straddles(shard, groups.saturating_mul(stages), node);
         let ring = |op, n, spans, bytes| coll.ring_ns_over(op, n, spans, bytes);
         // Under hybrid sharding each shard is summed across the groups too; the groups' GPUs
         // of one shard index lie one shard group apart.
@@ -125,17 +134,27 @@ impl DpSync {
             all_spans,
             grads.div_ceil(shard.max(1)),
         )?;
+        let scatter = || ring(Collective::ReduceScatter, shard, shard_spans, grads);
+        let gather = || ring(Collective::AllGather, shard, shard_spans, weights);
         Ok(match training.zero {
             0 => DpSync {
+                per_micro_batch_ns: 0,
                 reduce_ns: ring(Collective::AllReduce, replicas, all_spans, grads)?,
                 gather_ns: 0,
             },
-            1 | 2 => DpSync {
-                reduce_ns: ring(Collective::ReduceScatter, shard, shard_spans, grads)? + across,
-                gather_ns: ring(Collective::AllGather, shard, shard_spans, weights)?,
+            1 => DpSync {
+                per_micro_batch_ns: 0,
+                reduce_ns: scatter()? + across,
+                gather_ns: gather()?,
+            },
+            2 => DpSync {
+                per_micro_batch_ns: scatter()?,
+                reduce_ns: across,
+                gather_ns: gather()?,
             },
             // ZeRO 3 gathers and scatters layer by layer, in the layer's time.
             _ => DpSync {
+                per_micro_batch_ns: 0,
                 reduce_ns: across,
                 gather_ns: 0,
             },
@@ -188,13 +207,22 @@ pub fn step_metrics(
     let m = f64::from(opts.micro_batches);
     let pp = f64::from(training.pp);
     let slot = layers * layer.layer_time_ms;
-    let (reduce, gather) = (sync.reduce_ns as f64 * MS, sync.gather_ns as f64 * MS);
+    let (each, reduce, gather) = (
+        sync.per_micro_batch_ns as f64 * MS,
+        sync.reduce_ns as f64 * MS,
+        sync.gather_ns as f64 * MS,
+    );
+    let dp_comm_ms = m * each + reduce + gather;
     let dp_exposed_ms = if opts.dp_overlap {
+        // Each micro-batch's reduction hides under its own backward pass; the last one's
+        // carries the step's too.
         let backward = layers * layer.backward_ms;
         let forward = slot - backward;
-        (reduce - backward).max(0.0) + (gather - forward).max(0.0)
+        (m - 1.0) * (each - backward).max(0.0)
+            + (each + reduce - backward).max(0.0)
+            + (gather - forward).max(0.0)
     } else {
-        reduce + gather
+        dp_comm_ms
     };
     let pipeline_ms = (m + pp - 1.0) * slot;
     let step_ms = pipeline_ms + dp_exposed_ms;
@@ -204,7 +232,7 @@ pub fn step_metrics(
         stage_layers,
         pipeline_ms,
         bubble_ms: (pp - 1.0) * slot,
-        dp_comm_ms: reduce + gather,
+        dp_comm_ms,
         dp_exposed_ms,
         dp_overlap: opts.dp_overlap,
         step_ms,
@@ -259,6 +287,7 @@ mod tests {
     fn the_bubble_is_p_minus_one_slots_of_the_stage() {
         let t = Training::new(1, 1, 4).unwrap();
         let none = DpSync {
+            per_micro_batch_ns: 0,
             reduce_ns: 0,
             gather_ns: 0,
         };
@@ -282,6 +311,7 @@ mod tests {
     {
         let t = Training::default();
         let sync = DpSync {
+            per_micro_batch_ns: 0,
             reduce_ns: 50_000_000,
             gather_ns: 10_000_000,
         };
@@ -309,6 +339,7 @@ mod tests {
         // 60 ms of backward hide 50 of reduction; 20 ms of forward hide the 10 ms gather.
         assert_eq!(over.dp_exposed_ms, 0.0);
         let slow = DpSync {
+            per_micro_batch_ns: 0,
             reduce_ns: 70_000_000,
             gather_ns: 25_000_000,
         };
@@ -322,6 +353,72 @@ mod tests {
             8,
         );
         assert!((over.dp_exposed_ms - 15.0).abs() < 1e-9, "{over:?}");
+    }
+
+    /// Regression (bug hunt): ZeRO 2 keeps a shard of the gradients between micro-batches,
+    /// so it reduce-scatters after each; it was charged once a step, as ZeRO 1 is, and got
+    /// its memory saving for free.
+    #[test]
+    fn zero_2_reduce_scatters_every_micro_batch() {
+        let (z1, z2) = (
+            sync(Training::new(1, 1, 1).unwrap(), 8),
+            sync(Training::new(2, 1, 1).unwrap(), 8),
+        );
+        assert_eq!(z2.per_micro_batch_ns, z1.reduce_ns);
+        assert_eq!((z2.reduce_ns, z2.gather_ns), (0, z1.gather_ns));
+        let t = Training::new(2, 1, 1).unwrap();
+        let l = layer(1.0, 0.75);
+        let step = |overlap| {
+            step_metrics(
+                &l,
+                10,
+                t,
+                z2,
+                StepOptions::new(4, overlap, t).unwrap(),
+                1.0,
+                8,
+            )
+        };
+        let ms = |ns: u64| ns as f64 * 1e-6;
+        let plain = step(false);
+        assert!(
+            (plain.dp_comm_ms - (4.0 * ms(z2.per_micro_batch_ns) + ms(z2.gather_ns))).abs() < 1e-9
+        );
+        // Overlapped, each hides under its own micro-batch's 7.5 ms of backward passes.
+        let over = step(true);
+        let each = (ms(z2.per_micro_batch_ns) - 7.5).max(0.0);
+        let expected = 4.0 * each + (ms(z2.gather_ns) - 2.5).max(0.0);
+        assert!((over.dp_exposed_ms - expected).abs() < 1e-9, "{over:?}");
+    }
+
+    /// Regression (bug hunt): the pipeline's stages come after DP in Megatron's rank order,
+    /// so a later stage's CP group can straddle a node edge the first stage's does not:
+    /// TP 2 × CP 3 on 8-GPU nodes puts stage 1's CP ranks on GPUs 6, 8 and 10.
+    #[test]
+    fn a_later_stage_straddling_a_node_crosses_the_nics() {
+        let hw = Hardware::load("h100").unwrap();
+        let net = Network::new(&hw);
+        let coll = CollectiveModel::new(&net, None);
+        let m = Model::load("llama3-8b").unwrap();
+        let (_, m2) = crate::tp::split(&hw, &m, 2).unwrap();
+        let at = |pp| {
+            let t = Training::new(1, 1, pp).unwrap();
+            DpSync::new(&m2, t, 3, 4, &coll).unwrap()
+        };
+        // One stage: 3 of a node's 4 CP slots. Two: the second group straddles the edge.
+        let (one, two) = (at(1), at(2));
+        let per_param = |s: DpSync, pp| {
+            let p = Training::new(1, 1, pp)
+                .unwrap()
+                .fullest_stage_params(&m2)
+                .unwrap()
+                .total();
+            s.reduce_ns as f64 / p as f64
+        };
+        assert!(
+            per_param(two, 2) > 3.0 * per_param(one, 1),
+            "{one:?} {two:?}"
+        );
     }
 
     #[test]
@@ -341,7 +438,6 @@ mod tests {
         assert!(z0.reduce_ns > z1.reduce_ns && z1.gather_ns > 0);
         // The weights gathered in bf16 are half the fp32 gradients scattered.
         assert!(z1.gather_ns < z1.reduce_ns);
-        assert_eq!(sync(Training::new(2, 1, 1).unwrap(), 8), z1);
         // ZeRO 3 already did it layer by layer; hybrid sharding adds the groups' all-reduce.
         let z3 = sync(Training::new(3, 4, 1).unwrap(), 8);
         assert_eq!((z3.reduce_ns, z3.gather_ns), (0, 0));

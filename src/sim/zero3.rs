@@ -31,8 +31,8 @@
 //! (once a step).
 //!
 //! A group spans nodes when it is larger than one, or when groups that do not divide a node
-//! are laid out back to back and one straddles a node's edge: the slowest group sets the
-//! pace.
+//! are laid out back to back (every shard group of every pipeline stage) and one straddles a
+//! node's edge: the slowest group sets the pace.
 
 use crate::footprint::{Training, GRAD_BYTES};
 use crate::hardware::{Collective, Pass};
@@ -69,7 +69,9 @@ impl Zero3 {
             // One GPU shards nothing and gathers nothing.
             return None;
         }
-        let groups = u64::from(training.dp / training.shard_replicas());
+        // Megatron orders ranks TP, CP, DP, then PP: every stage's shard groups follow
+        // each other.
+        let groups = u64::from(training.dp / training.shard_replicas()) * u64::from(training.pp);
         Some(Zero3 {
             ranks,
             spans_nodes: any_straddles(ranks, groups, u64::from(gpus_per_node.max(1))),
@@ -135,6 +137,11 @@ mod tests {
         let t = Training::new(3, 4, 1).unwrap().with_shard_dp(2).unwrap();
         assert!(Zero3::new(&m, t, 3, 8).unwrap().spans_nodes());
         assert!(!Zero3::new(&m, Training::new(3, 2, 1).unwrap(), 3, 8)
+            .unwrap()
+            .spans_nodes());
+        // Regression (bug hunt): the pipeline's second stage follows the first, GPUs 6 to
+        // 11, across the edge; stages were left out of the layout.
+        assert!(Zero3::new(&m, Training::new(3, 2, 2).unwrap(), 3, 8)
             .unwrap()
             .spans_nodes());
     }

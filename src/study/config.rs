@@ -154,7 +154,7 @@ pub struct MemorySetting {
 
 /// A setting's error as the `[memory]` table spells it: its keys, not the CLI's flags
 /// (`--shard-dp 3 must divide --dp 8` reads `shard_dp = 3 must divide dp = 8`).
-fn config_keys(message: &str) -> String {
+pub(crate) fn config_keys(message: &str) -> String {
     [
         ("--shard-dp ", "shard_dp = "),
         ("--micro-batches ", "micro_batches = "),

@@ -304,7 +304,14 @@ fn simulator_for(cfg: &SweepConfig, hw: &Hardware, model: &Model) -> Result<Load
             .with_tp_overlap(cfg.tp_overlap);
     }
     if let Some(m) = &cfg.memory {
-        sim = sim.with_training(m.training()?)?;
+        // Regression (bug hunt): a pipeline not dividing a model's layers was said with
+        // the command line's `--pp`, not the table's `pp`.
+        sim = sim.with_training(m.training()?).map_err(|e| {
+            StudyError::Config(format!(
+                "[memory]: {}",
+                super::config::config_keys(&e.to_string())
+            ))
+        })?;
     }
     Ok(Arc::new((sim, hw, model)))
 }
@@ -741,6 +748,21 @@ mod tests {
         let none = cfg("\"mha-16\"");
         let e = run_cells(&none, &none.cells(), &|_| {}).unwrap_err();
         assert!(e.to_string().contains("mha-16 gives no `hidden`"), "{e}");
+    }
+
+    /// Regression (bug hunt): a `[memory]` pipeline that does not divide a model's layers
+    /// was said with the command line's `--pp 3`, not the table's `pp = 3`.
+    #[test]
+    fn a_pipeline_not_dividing_the_layers_is_said_with_the_tables_keys() {
+        let cfg = SweepConfig::parse(
+            "batches = 1\nlayer = true\n[memory]\npp = 3\n[grid]\ntraces = [\"default\"]\nschemes = [\"zigzag\"]\nranks = [2]\ntokens_per_rank = [4096]\nmodel = [\"llama3-8b\"]\n",
+        )
+        .unwrap();
+        let e = run_cells(&cfg, &cfg.cells(), &|_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[memory]: pp = 3 does not divide"), "{e}");
+        assert!(!e.contains("--pp"), "{e}");
     }
 
     #[test]
