@@ -4,7 +4,7 @@ mod support;
 
 use std::path::Path;
 use std::time::Duration;
-use support::fcp;
+use support::{fcp, stdout_of};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -418,6 +418,40 @@ fn dpcp_reports_the_straggler_effect() {
         .arg(dir.path().join("d.png"))
         .assert()
         .success();
+}
+
+/// `tp = 8`: each CP rank a TP group; the header and rows say so, and a group that does not
+/// divide the cluster is refused before anything runs.
+#[test]
+fn dpcp_under_tensor_parallelism_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("dpcp.toml");
+    let text = "gpus = 64\ncp = [1, 8]\ntokens_per_gpu = 4096\nsteps = 2\ntp = 8\ntrace = \"gen:exponential:mean=1024,max=8192\"\n";
+    std::fs::write(&cfg, text).unwrap();
+    let rows: Value =
+        serde_json::from_str(&stdout_of(fcp().arg("dpcp").arg(&cfg).arg("--json"))).unwrap();
+    let groups: Vec<(u64, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["cp"].as_u64().unwrap(), r["groups"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(groups, [(1, 8), (1, 8), (8, 1), (8, 1)]);
+    assert!(rows[0]["tp"] == 8);
+    fcp()
+        .arg("dpcp")
+        .arg(&cfg)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("64 GPUs · TP 8 ·"));
+    std::fs::write(&cfg, text.replace("cp = [1, 8]", "cp = [16]")).unwrap();
+    fcp()
+        .arg("dpcp")
+        .arg(&cfg)
+        .assert()
+        .failure()
+        .stdout("")
+        .stderr(predicate::str::contains("cp 16 × tp 8 = 128 GPUs a group"));
 }
 
 /// `layer = true`: every cell gains the whole-layer metrics, in results.json and as CSV columns

@@ -39,8 +39,9 @@ pub fn run(a: DpcpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs · {} tokens/GPU · {} steps · {} · cost {}{}{}",
+        "{} GPUs{} · {} tokens/GPU · {} steps · {} · cost {}{}{}",
         cfg.gpus,
+        super::common::tp_words(cfg.tp),
         cfg.tokens_per_gpu,
         cfg.steps,
         cfg.trace,

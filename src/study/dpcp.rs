@@ -24,6 +24,12 @@
 //!   profiled kernel efficiency instead of Σlen²).
 //! * `sim` — every group batch is planned with `scheme` on CP ranks and simulated.
 //!
+//! With `tp` above 1 every CP rank is a tensor-parallel group of `tp` GPUs in one node
+//! ([`crate::tp::split`]): a data-parallel group is then `CP × TP` GPUs holding `CP × TP × S`
+//! tokens, each GPU running `1/TP` of the heads, so `G / (CP × TP)` groups share the cluster.
+//! Under `cost = "sim"` with `layer = true` the TP collectives are in the group's time; the
+//! ideal cost has no communication, TP's included.
+//!
 //! With `layer = true` a group's time is its whole layer — attention plus the projections and
 //! MLP, which cost the same per token ([`crate::sim::LayerCost`]) — and `lpt` weighs each
 //! document by both, as WLB-LLM's packing weighs attention and the linear layers together:
@@ -108,6 +114,10 @@ pub struct DpcpConfig {
     /// alone; the model and hardware must give the layer's cost.
     #[serde(default)]
     pub layer: bool,
+    /// Tensor-parallel degree: every CP rank is a group of this many GPUs in one node, so a
+    /// data-parallel group is `cp × tp` GPUs (each `cp × tp` must divide `gpus`).
+    #[serde(default = "crate::tp::one")]
+    pub tp: u32,
 }
 
 /// One CP degree under one balancer, averaged over steps.
@@ -115,7 +125,10 @@ pub struct DpcpConfig {
 pub struct DpcpRow {
     /// CP degree.
     pub cp: u32,
-    /// DP groups (G / CP).
+    /// Tensor-parallel degree of every CP rank; absent at 1.
+    #[serde(default = "crate::tp::one", skip_serializing_if = "crate::tp::is_one")]
+    pub tp: u32,
+    /// DP groups (G / (CP × TP)).
     pub groups: u32,
     /// Balancer.
     pub balance: String,
@@ -160,9 +173,24 @@ impl DpcpConfig {
         if self.cp.contains(&0) {
             return bad("cp must be ≥ 1 (a CP group has at least one GPU); cp lists 0".into());
         }
+        if !(1..=crate::tp::MAX_TP).contains(&self.tp) {
+            return bad(format!(
+                "tp {}: must be 1 to {}",
+                self.tp,
+                crate::tp::MAX_TP
+            ));
+        }
         for &c in &self.cp {
-            if self.gpus % c != 0 {
-                return bad(format!("cp {c} does not divide gpus {}", self.gpus));
+            let group = u64::from(c) * u64::from(self.tp);
+            if u64::from(self.gpus) % group != 0 {
+                return bad(if self.tp == 1 {
+                    format!("cp {c} does not divide gpus {}", self.gpus)
+                } else {
+                    format!(
+                        "cp {c} × tp {} = {group} GPUs a group does not divide gpus {}",
+                        self.tp, self.gpus
+                    )
+                });
             }
         }
         if let Some(c) = super::config::repeated(&self.cp) {
@@ -291,8 +319,12 @@ fn step_stats(t: &[f64]) -> StepStats {
 pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     cfg.validate()?;
     let passes = cfg.pass_sel()?;
-    let hw = Hardware::load(&cfg.hardware)?;
-    let model = Model::load(&cfg.model)?;
+    // One GPU's share of the heads and widths, each CP rank a TP group in one node.
+    let (hw, model) = crate::tp::split(
+        &Hardware::load(&cfg.hardware)?,
+        &Model::load(&cfg.model)?,
+        cfg.tp,
+    )?;
     let mut sim = Simulator::new(hw.clone(), model.clone())?;
     // Milliseconds of token-linear work per token over the passes (0 for attention alone).
     let mut linear_ms_per_token = 0.0;
@@ -304,8 +336,9 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
             .ok_or_else(|| StudyError::Config("the whole layer could not be costed".into()))?;
         linear_ms_per_token = cost.flops_per_token(passes.passes()) / cost.flops_per_s * 1e3;
     }
-    let s = cfg.tokens_per_gpu;
-    let global = u64::from(cfg.gpus) * s;
+    let global = u64::from(cfg.gpus) * cfg.tokens_per_gpu;
+    // Tokens a CP rank holds: its TP group's GPUs' worth.
+    let s = cfg.tokens_per_gpu.saturating_mul(u64::from(cfg.tp));
     let trace = TraceSpec::parse(&cfg.trace)?.load(global.saturating_mul(cfg.steps as u64))?;
     let weight = |l: u64| {
         doc_ms(&sim, l, passes.passes()).unwrap_or(l as f64 * l as f64)
@@ -319,7 +352,7 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     }
     jobs.par_iter()
         .map(|(cp, balance)| -> Result<DpcpRow, StudyError> {
-            let groups = cfg.gpus / cp;
+            let groups = cfg.gpus / (cp * cfg.tp);
             let need = groups as usize * cfg.steps;
             let packed = pack_first(
                 &trace,
@@ -367,6 +400,7 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
             let cv = col(|x| x.1);
             Ok(DpcpRow {
                 cp: *cp,
+                tp: cfg.tp,
                 groups,
                 balance: balance.clone(),
                 steps: cfg.steps,
@@ -488,6 +522,56 @@ mod tests {
         let a = get(1, "none").mean_group_ms;
         let b = get(4, "none").mean_group_ms;
         assert!((a - b).abs() / a < 0.15, "{a} {b}");
+    }
+
+    /// Under TP 8 a CP rank is 8 GPUs holding 8 GPUs' tokens at an eighth of the heads and
+    /// widths each: 64 GPUs at TP 8 see the batches 8 GPUs of 8× the tokens see at TP 1,
+    /// with the same spread between groups and an eighth of the work on each GPU.
+    #[test]
+    fn tensor_parallelism_makes_each_cp_rank_a_group_of_gpus() {
+        let text = r#"
+            gpus = 8
+            cp = [1, 2]
+            tokens_per_gpu = 32768
+            steps = 2
+            layer = true
+            trace = "gen:exponential:mean=1024,max=8192,seed=1"
+        "#;
+        let one: DpcpConfig = toml::from_str(text).unwrap();
+        let eight = DpcpConfig {
+            gpus: 64,
+            tokens_per_gpu: 4096,
+            tp: 8,
+            ..one.clone()
+        };
+        let (a, b) = (run_dpcp(&one).unwrap(), run_dpcp(&eight).unwrap());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.cp, x.groups, y.tp), (y.cp, y.groups, 8));
+            assert!((x.cv - y.cv).abs() < 1e-9, "{x:?} {y:?}");
+            assert!((x.mean_group_ms - 8.0 * y.mean_group_ms).abs() < 1e-6 * x.mean_group_ms);
+        }
+        // Only TP above 1 names itself in the outputs.
+        assert!(!dpcp_csv(&a).contains("tp") && dpcp_csv(&b).starts_with("cp,tp,groups"));
+        let e = DpcpConfig {
+            cp: vec![16],
+            ..eight.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("cp 16 × tp 8 = 128 GPUs a group does not divide gpus 64"),
+            "{e}"
+        );
+        // A TP degree the model's heads do not split by is refused.
+        let e = run_dpcp(&DpcpConfig {
+            gpus: 48,
+            tp: 3,
+            ..eight
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("divide"), "{e}");
     }
 
     /// The whole layer adds the same linear work to every full group: the groups' spread
