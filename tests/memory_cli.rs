@@ -3,7 +3,7 @@
 mod support;
 
 use std::path::Path;
-use support::{fcp, plan_with_tp as plan, stdout_of};
+use support::{fcp, json, plan_with_tp as plan, stdout_of, tpcp_16};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -20,23 +20,6 @@ const COMPARE_4_TP8: [&str; 9] = [
     "--batches",
     "1",
 ];
-
-/// `fcp tpcp` on 16 GPUs of 32K windows, zigzag alone: the small study these tests run.
-const TPCP_16: [&str; 9] = [
-    "tpcp",
-    "--gpus",
-    "16",
-    "--context",
-    "32768",
-    "--batches",
-    "1",
-    "--schemes",
-    "zigzag",
-];
-
-fn json(cmd: &mut assert_cmd::Command) -> Value {
-    serde_json::from_str(&stdout_of(cmd)).unwrap()
-}
 
 fn u(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
@@ -264,7 +247,7 @@ fn a_model_without_layers_or_a_gpu_without_memory_says_so() {
 fn tpcp_answers_with_a_split_that_fits() {
     // Replicated state (ZeRO 0) does not fit an H100 at any split: the fastest is named with
     // what it needs, and the closest with a way out.
-    let tpcp = TPCP_16;
+    let tpcp = tpcp_16("zigzag");
     let out = stdout_of(fcp().args(tpcp).args(["--zero", "0"]));
     assert!(out.contains("No split fits in memory."), "{out}");
     assert!(out.contains("Closest: zigzag at TP 8 × CP 2."), "{out}");
@@ -569,18 +552,24 @@ fn zero_3_shards_the_weights_and_prices_each_layers_gathers() {
         .next()
         .unwrap()
         .ends_with(",zero,dp,pp,zero3_comm_ms,zero3_exposed_ms"));
-    let tpcp =
-        stdout_of(
-            fcp()
-                .args(TPCP_16)
-                .args(["--zero", "3", "--dp", "8", "--recompute", "full"]),
-        );
+    let tpcp = stdout_of(fcp().args(tpcp_16("zigzag")).args([
+        "--zero",
+        "3",
+        "--dp",
+        "8",
+        "--recompute",
+        "full",
+    ]));
     assert!(tpcp.contains(" zero3_ms "), "{tpcp}");
-    let rows = json(fcp().args(TPCP_16).args(["--zero", "3", "--json"]));
+    let rows = json(
+        fcp()
+            .args(tpcp_16("zigzag"))
+            .args(["--zero", "3", "--json"]),
+    );
     let row = &rows[0];
     assert!(row["zero3_comm_ms"].as_f64().unwrap() >= row["zero3_exposed_ms"].as_f64().unwrap());
     // Nothing fits at ZeRO 3 on 16 GPUs: the way out spreads the shards, never back to ZeRO 2.
-    let none = stdout_of(fcp().args(TPCP_16).args(["--zero", "3"]));
+    let none = stdout_of(fcp().args(tpcp_16("zigzag")).args(["--zero", "3"]));
     assert!(
         none.contains("spread the shards over more --dp replicas"),
         "{none}"

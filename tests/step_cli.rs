@@ -3,27 +3,10 @@
 
 mod support;
 
-use support::{fcp, plan_with_tp as plan, stdout_of};
+use support::{fcp, json, plan_with_tp as plan, stdout_of, tpcp_16};
 
 use predicates::prelude::*;
 use serde_json::Value;
-
-/// `fcp tpcp` on 16 GPUs of 32K windows, hybrid alone: the small study these tests run.
-const TPCP_16: [&str; 9] = [
-    "tpcp",
-    "--gpus",
-    "16",
-    "--context",
-    "32768",
-    "--batches",
-    "1",
-    "--schemes",
-    "hybrid:quick=true",
-];
-
-fn json(cmd: &mut assert_cmd::Command) -> Value {
-    serde_json::from_str(&stdout_of(cmd)).unwrap()
-}
 
 fn f(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
@@ -33,11 +16,13 @@ fn f(v: &Value, key: &str) -> f64 {
 /// throughput follows from it; rows rank by it.
 #[test]
 fn tpcp_prices_the_step_and_ranks_by_it() {
-    let rows = json(
-        fcp()
-            .args(TPCP_16)
-            .args(["--json", "--pp", "4", "--micro-batches", "8"]),
-    );
+    let rows = json(fcp().args(tpcp_16("hybrid:quick=true")).args([
+        "--json",
+        "--pp",
+        "4",
+        "--micro-batches",
+        "8",
+    ]));
     let rows = rows.as_array().unwrap();
     let ran: Vec<&Value> = rows.iter().filter(|r| r["error"].is_null()).collect();
     assert!(ran.len() >= 2, "{rows:?}");
@@ -67,11 +52,12 @@ fn tpcp_prices_the_step_and_ranks_by_it() {
         );
     }
     // The text names the step, and its answer is the fastest step, not the fastest layer.
-    let text = stdout_of(
-        fcp()
-            .args(TPCP_16)
-            .args(["--pp", "4", "--micro-batches", "8"]),
-    );
+    let text = stdout_of(fcp().args(tpcp_16("hybrid:quick=true")).args([
+        "--pp",
+        "4",
+        "--micro-batches",
+        "8",
+    ]));
     assert!(text.contains("step of 8 micro-batches"), "{text}");
     assert!(
         text.contains("step_ms") && text.contains("tok/s/GPU"),
@@ -97,8 +83,13 @@ fn tpcp_prices_the_step_and_ranks_by_it() {
 fn dp_overlap_hides_what_the_first_and_last_micro_batch_can() {
     let step = |overlap: bool| {
         let mut cmd = fcp();
-        cmd.args(TPCP_16)
-            .args(["--json", "--micro-batches", "4", "--dp", "2"]);
+        cmd.args(tpcp_16("hybrid:quick=true")).args([
+            "--json",
+            "--micro-batches",
+            "4",
+            "--dp",
+            "2",
+        ]);
         if overlap {
             cmd.arg("--dp-overlap");
         }
@@ -144,7 +135,7 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
     ];
     for (args, says) in cases {
         fcp()
-            .args(TPCP_16)
+            .args(tpcp_16("hybrid:quick=true"))
             .args(args)
             .assert()
             .failure()
@@ -158,7 +149,7 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
 #[test]
 fn zero_3_has_no_collectives_once_a_step() {
     let out = fcp()
-        .args(TPCP_16)
+        .args(tpcp_16("hybrid:quick=true"))
         .args([
             "--zero",
             "3",

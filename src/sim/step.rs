@@ -316,26 +316,21 @@ mod tests {
             gather_ns: 10_000_000,
         };
         let l = layer(1.0, 0.75);
-        let plain = step_metrics(
-            &l,
-            80,
-            t,
-            sync,
-            StepOptions::new(4, false, t).unwrap(),
-            1.0,
-            8,
-        );
+        let at = |sync, overlap| {
+            step_metrics(
+                &l,
+                80,
+                t,
+                sync,
+                StepOptions::new(4, overlap, t).unwrap(),
+                1.0,
+                8,
+            )
+        };
+        let plain = at(sync, false);
         assert_eq!((plain.dp_comm_ms, plain.dp_exposed_ms), (60.0, 60.0));
         assert_eq!(plain.step_ms, 4.0 * 80.0 + 60.0);
-        let over = step_metrics(
-            &l,
-            80,
-            t,
-            sync,
-            StepOptions::new(4, true, t).unwrap(),
-            1.0,
-            8,
-        );
+        let over = at(sync, true);
         // 60 ms of backward hide 50 of reduction; 20 ms of forward hide the 10 ms gather.
         assert_eq!(over.dp_exposed_ms, 0.0);
         let slow = DpSync {
@@ -343,15 +338,7 @@ mod tests {
             reduce_ns: 70_000_000,
             gather_ns: 25_000_000,
         };
-        let over = step_metrics(
-            &l,
-            80,
-            t,
-            slow,
-            StepOptions::new(4, true, t).unwrap(),
-            1.0,
-            8,
-        );
+        let over = at(slow, true);
         assert!((over.dp_exposed_ms - 15.0).abs() < 1e-9, "{over:?}");
     }
 

@@ -499,18 +499,18 @@ mod tests {
         assert!(sums.iter().all(|&s| s <= total.div_ceil(3)));
     }
 
+    /// A study of the balancing-compute note's exponential lengths (seeds/003) with
+    /// `settings` (TOML lines).
+    fn exponential(settings: &str) -> DpcpConfig {
+        toml::from_str(&format!(
+            "{settings}\ntrace = \"gen:exponential:mean=1024,max=8192,seed=1\""
+        ))
+        .unwrap()
+    }
+
     #[test]
     fn cp_shrinks_the_straggler_effect_and_lpt_shrinks_it_more() {
-        let cfg: DpcpConfig = toml::from_str(
-            r#"
-            gpus = 16
-            cp = [1, 4]
-            tokens_per_gpu = 8192
-            steps = 4
-            trace = "gen:exponential:mean=1024,max=8192,seed=1"
-        "#,
-        )
-        .unwrap();
+        let cfg = exponential("gpus = 16\ncp = [1, 4]\ntokens_per_gpu = 8192\nsteps = 4");
         let rows = run_dpcp(&cfg).unwrap();
         assert_eq!(rows.len(), 4);
         let get = |cp, b: &str| rows.iter().find(|r| r.cp == cp && r.balance == b).unwrap();
@@ -529,15 +529,8 @@ mod tests {
     /// with the same spread between groups and an eighth of the work on each GPU.
     #[test]
     fn tensor_parallelism_makes_each_cp_rank_a_group_of_gpus() {
-        let text = r#"
-            gpus = 8
-            cp = [1, 2]
-            tokens_per_gpu = 32768
-            steps = 2
-            layer = true
-            trace = "gen:exponential:mean=1024,max=8192,seed=1"
-        "#;
-        let one: DpcpConfig = toml::from_str(text).unwrap();
+        let one =
+            exponential("gpus = 8\ncp = [1, 2]\ntokens_per_gpu = 32768\nsteps = 2\nlayer = true");
         let eight = DpcpConfig {
             gpus: 64,
             tokens_per_gpu: 4096,
@@ -578,14 +571,7 @@ mod tests {
     /// shrinks against their mean, and the step takes longer by about that work.
     #[test]
     fn the_whole_layer_dilutes_the_straggler_effect() {
-        let text = r#"
-            gpus = 8
-            cp = [1, 2]
-            tokens_per_gpu = 8192
-            steps = 3
-            trace = "gen:exponential:mean=1024,max=8192,seed=1"
-        "#;
-        let plain: DpcpConfig = toml::from_str(text).unwrap();
+        let plain = exponential("gpus = 8\ncp = [1, 2]\ntokens_per_gpu = 8192\nsteps = 3");
         let layer = DpcpConfig {
             layer: true,
             ..plain.clone()

@@ -14,6 +14,27 @@ pub fn stdout_of(cmd: &mut assert_cmd::Command) -> String {
     String::from_utf8(cmd.assert().success().get_output().stdout.clone()).expect("UTF-8 output")
 }
 
+/// What `cmd` prints on stdout, parsed as JSON, once it has succeeded.
+pub fn json(cmd: &mut assert_cmd::Command) -> serde_json::Value {
+    serde_json::from_str(&stdout_of(cmd)).expect("JSON output")
+}
+
+/// `fcp tpcp` on 16 GPUs of one 32K window with `scheme` alone: the small study the
+/// end-to-end tests run.
+pub fn tpcp_16(scheme: &str) -> [&str; 9] {
+    [
+        "tpcp",
+        "--gpus",
+        "16",
+        "--context",
+        "32768",
+        "--batches",
+        "1",
+        "--schemes",
+        scheme,
+    ]
+}
+
 /// Plan the bundled trace's first batch with `scheme` on 4 ranks of 8,192 tokens, the model
 /// split `tp` ways, into `DIR/SCHEME-tpTP.json`.
 pub fn plan_with_tp(dir: &std::path::Path, scheme: &str, tp: u32) -> std::path::PathBuf {
