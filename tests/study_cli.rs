@@ -420,13 +420,14 @@ fn dpcp_reports_the_straggler_effect() {
         .success();
 }
 
-/// `tp = 8`: each CP rank a TP group; the header and rows say so, and a group that does not
-/// divide the cluster is refused before anything runs.
+/// `tp = 8`: each CP rank a TP group; the header and rows say so (and the plot that the times
+/// are the whole layer's), and a group that does not divide the cluster is refused before
+/// anything runs.
 #[test]
 fn dpcp_under_tensor_parallelism_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("dpcp.toml");
-    let text = "gpus = 64\ncp = [1, 8]\ntokens_per_gpu = 4096\nsteps = 2\ntp = 8\ntrace = \"gen:exponential:mean=1024,max=8192\"\n";
+    let text = "gpus = 64\ncp = [1, 8]\ntokens_per_gpu = 4096\nsteps = 2\ntp = 8\nlayer = true\ntrace = \"gen:exponential:mean=1024,max=8192\"\n";
     std::fs::write(&cfg, text).unwrap();
     let rows: Value =
         serde_json::from_str(&stdout_of(fcp().arg("dpcp").arg(&cfg).arg("--json"))).unwrap();
@@ -438,12 +439,29 @@ fn dpcp_under_tensor_parallelism_names_it() {
         .collect();
     assert_eq!(groups, [(1, 8), (1, 8), (8, 1), (8, 1)]);
     assert!(rows[0]["tp"] == 8);
+    let out = dir.path().join("o");
     fcp()
         .arg("dpcp")
         .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
         .assert()
         .success()
         .stdout(predicate::str::contains("64 GPUs · TP 8 ·"));
+    // Regression (bug hunt): a whole-layer study's plot said attention time.
+    let svg = dir.path().join("d.svg");
+    fcp()
+        .args(["plot", "dpcp"])
+        .arg(out.join("dpcp.json"))
+        .arg("-o")
+        .arg(&svg)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("whole-layer time") && !svg.contains("attention time"),
+        "{svg}"
+    );
     std::fs::write(&cfg, text.replace("cp = [1, 8]", "cp = [16]")).unwrap();
     fcp()
         .arg("dpcp")

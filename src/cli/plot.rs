@@ -473,11 +473,20 @@ fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
         .with_context(|| format!("reading {}", a.results.display()))?;
     let rows: Vec<DpcpRow> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a dpcp.json", a.results.display()))?;
-    let (label, fmt): (&str, YFormat) = match a.metric.as_str() {
-        "max_over_min" => ("max / min attention time across DP groups", YFormat::Times),
-        "cv" => ("CV of attention time across DP groups", YFormat::Percent),
-        "spread" => ("(max − min) / mean across DP groups", YFormat::Percent),
-        "step_time_ms" => ("step attention time: slowest group (ms)", YFormat::Plain),
+    // Regression (bug hunt): a whole-layer study's times were labelled attention time.
+    let time = if rows.iter().any(|r| r.layer) {
+        "whole-layer time"
+    } else {
+        "attention time"
+    };
+    let (label, fmt): (String, YFormat) = match a.metric.as_str() {
+        "max_over_min" => (format!("max / min {time} across DP groups"), YFormat::Times),
+        "cv" => (format!("CV of {time} across DP groups"), YFormat::Percent),
+        "spread" => (
+            "(max − min) / mean across DP groups".into(),
+            YFormat::Percent,
+        ),
+        "step_time_ms" => (format!("step {time}: slowest group (ms)"), YFormat::Plain),
         o => bail!("unknown metric `{o}` (max_over_min, cv, spread, step_time_ms)"),
     };
     let series = fcp::study::dpcp::series(&rows, &a.metric);
@@ -487,7 +496,7 @@ fn run_dpcp(a: DpcpPlotArgs) -> Result<()> {
     let chart = LineChart {
         title,
         x_label: "CP degree (ranks per DP group)".into(),
-        y_label: label.into(),
+        y_label: label,
         x_log2: true,
         x_tokens: false,
         y_format: fmt,

@@ -130,6 +130,10 @@ pub struct DpcpRow {
     pub tp: u32,
     /// DP groups (G / (CP × TP)).
     pub groups: u32,
+    /// Whether a group's time is its whole layer (`layer = true`), not attention alone;
+    /// absent when not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layer: bool,
     /// Balancer.
     pub balance: String,
     /// Steps averaged.
@@ -402,6 +406,7 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
                 cp: *cp,
                 tp: cfg.tp,
                 groups,
+                layer: cfg.layer,
                 balance: balance.clone(),
                 steps: cfg.steps,
                 max_over_min: col(|x| x.0),
