@@ -509,6 +509,12 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     format!("{bubble}{dp}")
 }
 
+/// The note when `--dp-overlap` overlaps nothing: `what` (a subject and its verb, "no split
+/// runs") ran no data-parallel collectives once a step.
+pub fn dp_overlap_idle_note(what: &str) {
+    eprintln!("note: --dp-overlap changes nothing: {what} data-parallel collectives once a step (ZeRO 3 runs them per layer; one GPU per weight runs none)");
+}
+
 /// `fcp simulate`'s line for a priced step.
 pub fn step_line(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     format!(

@@ -77,7 +77,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();
         let step = sim.step(layer, plan.num_ranks, tokens as f64, opts)?;
         if opts.dp_overlap && step.dp_comm_ms == 0.0 {
-            eprintln!("note: --dp-overlap changes nothing: this step runs no data-parallel collectives once a step (ZeRO 3 runs them per layer; one GPU per weight runs none)");
+            super::common::dp_overlap_idle_note("this step runs no");
         }
         layer.step = Some(step);
     }

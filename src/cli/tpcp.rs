@@ -125,7 +125,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             .filter_map(|r| r.step)
             .all(|s| s.dp_comm_ms == 0.0)
     {
-        eprintln!("note: --dp-overlap changes nothing: no split runs data-parallel collectives once a step (ZeRO 3 runs them per layer; one GPU per weight runs none)");
+        super::common::dp_overlap_idle_note("no split runs");
     }
     // Said in every format, on stderr, so that JSON consumers see it too.
     if model.stack.is_none() {
