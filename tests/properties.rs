@@ -67,6 +67,53 @@ fn ranks_strategy(max: u32) -> impl Strategy<Value = u32> {
     prop_oneof![9 => 1u32..max, 1 => Just(16u32)]
 }
 
+/// A 1F1B schedule's length by brute force, the oracle for [`fcp::sim::pipeline`]: write
+/// each stage's op list out in Megatron's order and relax every op's start (its stage's
+/// previous op, its input plus a send) until no end time moves.
+fn relaxed_1f1b(p: usize, work: &[fcp::sim::pipeline::StageWork], hop: f64) -> f64 {
+    use std::collections::HashMap;
+    let m = work.len();
+    let ops = |s: usize| {
+        let warm = (p - 1 - s).min(m);
+        let mut v: Vec<(bool, usize)> = (0..warm).map(|i| (true, i)).collect();
+        for j in 0..m - warm {
+            v.push((true, warm + j));
+            v.push((false, j));
+        }
+        v.extend((m - warm..m).map(|i| (false, i)));
+        v
+    };
+    let mut end: HashMap<(bool, usize, usize), f64> = HashMap::new();
+    loop {
+        let mut moved = false;
+        for s in 0..p {
+            let mut t = 0.0f64;
+            for (f, i) in ops(s) {
+                let get = |k| end.get(&k).copied().unwrap_or(0.0);
+                let dep = match (f, s) {
+                    (true, 0) => 0.0,
+                    (true, _) => get((true, s - 1, i)) + hop,
+                    (false, _) if s == p - 1 => get((true, s, i)),
+                    (false, _) => get((false, s + 1, i)) + hop,
+                };
+                let e = t.max(dep)
+                    + if f {
+                        work[i].forward_ms
+                    } else {
+                        work[i].backward_ms
+                    };
+                if end.insert((f, s, i), e) != Some(e) {
+                    moved = true;
+                }
+                t = e;
+            }
+        }
+        if !moved {
+            return end.values().copied().fold(0.0, f64::max);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(support::proptest_config())]
 
@@ -508,7 +555,7 @@ proptest! {
         extra in 0u32..9,
     ) {
         use fcp::footprint::Training;
-        use fcp::sim::step::StepOptions;
+        use fcp::sim::step::{MicroBatch, StepOptions};
         let (hw, model) = llama3_8b_on_h100(1);
         let ctx = causal_4096(ranks, &hw, &model);
         let batch = Batch::new(0, lens);
@@ -524,13 +571,21 @@ proptest! {
         for scheme in SCHEMES {
             let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
             let layer = sim.simulate(&plan, PassSel::Both).unwrap().metrics.layer.unwrap();
+            let window = [MicroBatch::of(&layer, tokens)];
             let step = |m, overlap| {
-                sim.step(&layer, plan.num_ranks, tokens, StepOptions::new(m, overlap, training).unwrap())
+                sim.step(&window, plan.num_ranks, 4096, StepOptions::new(m, overlap, training).unwrap())
                     .unwrap()
             };
             let (plain, over) = (step(m, false), step(m, true));
             let slot = f64::from(32 / pp) * layer.layer_time_ms;
-            prop_assert!((plain.pipeline_ms - f64::from(m + pp - 1) * slot).abs() < 1e-6, "{}", scheme);
+            // Equal micro-batches: (m + P − 1) slots, and the sends between stages on top.
+            let slots = f64::from(m + pp - 1) * slot;
+            prop_assert!(plain.pipeline_ms + 1e-6 >= slots + 2.0 * f64::from(pp - 1) * plain.pp_send_ms, "{}", scheme);
+            prop_assert_eq!(plain.pp_send_ms > 0.0, pp > 1);
+            if pp == 1 {
+                prop_assert!((plain.pipeline_ms - slots).abs() < 1e-6, "{}", scheme);
+            }
+            prop_assert!((plain.bubble_ms - (plain.pipeline_ms - f64::from(m) * slot)).abs() < 1e-6, "{}", scheme);
             prop_assert!((plain.step_ms - plain.pipeline_ms - plain.dp_exposed_ms).abs() < 1e-6, "{}", scheme);
             prop_assert_eq!(plain.dp_exposed_ms, plain.dp_comm_ms);
             prop_assert!(over.dp_exposed_ms >= 0.0 && over.dp_exposed_ms <= plain.dp_exposed_ms + 1e-9, "{}", scheme);
@@ -541,5 +596,44 @@ proptest! {
             let more = step(m + 4, false);
             prop_assert!(more.tokens_per_gpu_s + 1e-9 >= plain.tokens_per_gpu_s, "{}: {:?} {:?}", scheme, plain, more);
         }
+    }
+
+    /// The 1F1B schedule of random micro-batches, checked against what any schedule of
+    /// them must respect: equal micro-batches take the closed form's `(m + P − 1)` slots;
+    /// otherwise no less than one stage's work plus the first forward's and the last
+    /// backward's trips through the other stages, no more than running every op of every
+    /// stage one after another; and making any micro-batch heavier never makes it faster.
+    #[test]
+    fn the_1f1b_pipeline_respects_its_bounds(
+        work in prop::collection::vec((1u32..50, 1u32..100), 1..24),
+        stages in 1u32..9,
+        hop in 0u32..5,
+        heavier in 0usize..24,
+    ) {
+        use fcp::sim::pipeline::{one_f_one_b, StageWork};
+        let w: Vec<StageWork> = work
+            .iter()
+            .map(|&(f, b)| StageWork { forward_ms: f64::from(f), backward_ms: f64::from(b) })
+            .collect();
+        let (p, h) = (f64::from(stages), f64::from(hop));
+        let t = one_f_one_b(stages, &w, h);
+        let busy: f64 = w.iter().map(StageWork::total_ms).sum();
+        let lower = busy + (p - 1.0) * (w[0].forward_ms + w[w.len() - 1].backward_ms + 2.0 * h);
+        prop_assert!(t + 1e-9 >= lower, "{} < {}", t, lower);
+        prop_assert!(t <= p * busy + 2.0 * (p - 1.0) * h * w.len() as f64 + 1e-9);
+        if stages == 1 {
+            prop_assert_eq!(t, busy);
+        }
+        let even = vec![w[0]; w.len()];
+        prop_assert_eq!(
+            one_f_one_b(stages, &even, 0.0),
+            (w.len() as f64 + p - 1.0) * w[0].total_ms()
+        );
+        // The naive oracle: relax every op's start until nothing moves.
+        prop_assert!((t - relaxed_1f1b(stages as usize, &w, h)).abs() < 1e-9);
+        let mut more = w.clone();
+        let k = heavier % w.len();
+        more[k].backward_ms += 7.0;
+        prop_assert!(one_f_one_b(stages, &more, h) + 1e-9 >= t);
     }
 }

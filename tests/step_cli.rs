@@ -29,21 +29,35 @@ fn tpcp_prices_the_step_and_ranks_by_it() {
     for r in &ran {
         let s = &r["step"];
         let layer = f(r, "layer_time_ms");
-        // Llama-3-70B's 80 layers over 4 stages; 8 + 3 slots, 3 of them the bubble.
+        // Llama-3-70B's 80 layers over 4 stages; one window, so 8 equal micro-batches:
+        // 8 + 3 slots, 3 of them the bubble, and the sends between the stages on top (at
+        // least the first forward's 3 and the last backward's 3, at most two a slot).
         assert_eq!(s["stage_layers"], 20);
-        assert_eq!(s["micro_batches"], 8);
+        assert_eq!(
+            (s["micro_batches"].as_u64(), s["windows"].as_u64()),
+            (Some(8), Some(1))
+        );
+        let (slot, send) = (20.0 * layer, f(s, "pp_send_ms"));
+        assert!(send > 0.0, "{s}");
+        let pipeline = f(s, "pipeline_ms");
+        assert!(pipeline >= 11.0 * slot + 6.0 * send - 1e-6, "{s}");
+        assert!(pipeline <= 11.0 * (slot + 2.0 * send) + 1e-6, "{s}");
         assert!(
-            (f(s, "pipeline_ms") - 11.0 * 20.0 * layer).abs() < 1e-6,
+            (f(s, "bubble_ms") - (pipeline - 8.0 * slot)).abs() < 1e-6,
             "{s}"
         );
-        assert!((f(s, "bubble_ms") - 3.0 * 20.0 * layer).abs() < 1e-6, "{s}");
+        assert_eq!(f(s, "micro_batch_max_ms"), f(s, "micro_batch_mean_ms"));
+        assert_eq!(
+            (f(s, "dp_wait_ms"), s["micro_batch_order"].as_str()),
+            (0.0, Some("stream"))
+        );
         // Without overlap every data-parallel collective is exposed.
         assert_eq!(f(s, "dp_exposed_ms"), f(s, "dp_comm_ms"));
         assert!(s.get("dp_overlap").is_none());
         assert!((f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms")).abs() < 1e-6);
         // 8 windows of real tokens over 16 GPUs × 4 stages.
         let tokens = f(s, "tokens_per_gpu_s") * f(s, "step_ms") * 1e-3 * 64.0 / 8.0;
-        assert!(tokens > 30_000.0 && tokens <= 32_768.0, "{tokens}");
+        assert!(tokens > 30_000.0 && tokens <= 32_768.0 + 1e-6, "{tokens}");
         // The CP ranks of one TP index hold the same weights: at CP above 1 they reduce.
         assert_eq!(
             f(s, "dp_comm_ms") > 0.0,
@@ -127,7 +141,7 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
             &["--micro-batches", "4", "--pass", "fwd"],
             "runs both passes",
         ),
-        (&["--micro-batches", "0"], "1 to 1048576 micro-batches"),
+        (&["--micro-batches", "0"], "1 to 65536 micro-batches"),
         (
             &["--micro-batches", "4", "--model", "llama3-8b", "--pp", "3"],
             "does not divide",
@@ -191,10 +205,12 @@ fn simulate_adds_the_step_of_its_batch() {
     );
     let s = &r["step"];
     let layer = f(&r, "layer_time_ms");
-    assert!(
-        (f(s, "pipeline_ms") - 5.0 * 40.0 * layer).abs() < 1e-6,
-        "{s}"
-    );
+    // 4 copies of the batch through 2 stages of 40 layers: 5 slots, and the sends.
+    let (slot, send) = (40.0 * layer, f(s, "pp_send_ms"));
+    let pipeline = f(s, "pipeline_ms");
+    assert!(pipeline >= 5.0 * slot + 2.0 * send - 1e-6, "{s}");
+    assert!(pipeline <= 5.0 * (slot + 2.0 * send) + 1e-6, "{s}");
+    assert_eq!(s["windows"], 1);
     let text = stdout_of(
         fcp()
             .args(["simulate", "--layer", "--memory", "--micro-batches", "4"])
@@ -247,10 +263,86 @@ fn one_micro_batch_reads_in_the_singular_and_small_rates_keep_their_digits() {
         "2",
     ]));
     let rate: f64 = tiny
-        .split("micro-batches, ")
+        .split("a step of 2 micro-batches, ")
         .nth(1)
         .and_then(|t| t.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no rate in {tiny}"));
     assert!(rate > 0.0, "{tiny}");
+}
+
+/// Each micro-batch runs at its own window's layer time: unequal windows stall a pipeline
+/// beyond its bubble, the hill order takes back what it can, and a step that needs more
+/// windows than were simulated says it draws them in turn.
+#[test]
+fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
+    let run = |order: Option<&str>, batches: &str| {
+        let mut cmd = fcp();
+        cmd.args([
+            "tpcp",
+            "--gpus",
+            "16",
+            "--context",
+            "32768",
+            "--schemes",
+            "hybrid:quick=true",
+            "--json",
+            "--pp",
+            "4",
+            "--micro-batches",
+            "8",
+            "--batches",
+            batches,
+        ]);
+        if let Some(o) = order {
+            cmd.args(["--micro-batch-order", o]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (rows, String::from_utf8(out.stderr).unwrap())
+    };
+    let (stream, note) = run(None, "8");
+    assert!(!note.contains("drawn in turn"), "{note}");
+    let (hill, _) = run(Some("hill"), "8");
+    let mut saved = false;
+    for (a, b) in stream
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(hill.as_array().unwrap())
+    {
+        if !a["error"].is_null() {
+            continue;
+        }
+        let (s, h) = (&a["step"], &b["step"]);
+        assert_eq!(s["windows"], 8);
+        assert!(
+            f(s, "micro_batch_max_ms") > f(s, "micro_batch_mean_ms"),
+            "{s}"
+        );
+        // Every replica's work is the same in any order: only the waiting changes.
+        let work = |x: &Value| f(x, "pipeline_ms") - f(x, "bubble_ms");
+        assert!((work(s) - work(h)).abs() < 1e-6, "{s} {h}");
+        // The stream's row says what the hill order would take, and the hill run agrees.
+        assert_eq!(h["micro_batch_order"], "hill");
+        assert!(b.get("hill_step_ms").is_none(), "{b}");
+        assert!((f(a, "hill_step_ms") - f(h, "step_ms")).abs() < 1e-6, "{a}");
+        assert!(f(h, "step_ms") <= f(s, "step_ms") + 1e-6, "{s} {h}");
+        saved |= f(h, "step_ms") < f(s, "step_ms");
+    }
+    assert!(saved, "{stream}");
+    // Fewer windows than the step's micro-batches: they repeat, and the note says so.
+    let (_, note) = run(None, "2");
+    assert!(
+        note.contains("a step trains 8 micro-batches and they are drawn in turn from 2 simulated windows: --batches 8"),
+        "{note}"
+    );
+    // An order without a step to order is refused.
+    fcp()
+        .args(tpcp_16("zigzag"))
+        .args(["--micro-batch-order", "hill"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--micro-batches"));
 }

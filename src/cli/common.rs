@@ -485,8 +485,33 @@ impl StepArgs {
 /// What a priced step spends besides its micro-batches' layers: the pipeline's bubble (when
 /// there is one) and the data-parallel collectives, or why there are none once a step.
 pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
+    // Micro-batches of unequal lengths stall the pipeline beyond filling and draining it.
+    let spread = s.micro_batch_max_ms / s.micro_batch_mean_ms.max(f64::MIN_POSITIVE);
     let bubble = if s.bubble_ms > 0.0 {
-        format!("{:.1} ms of the step the pipeline's bubble; ", s.bubble_ms)
+        format!(
+            "{:.1} ms of the step the pipeline's bubble ({}{}); ",
+            s.bubble_ms,
+            if spread > 1.0005 {
+                format!(
+                    "filling, draining and stalls behind micro-batches up to {spread:.2}× the mean"
+                )
+            } else {
+                "filling and draining".to_string()
+            },
+            if s.pp_send_ms > 0.0 {
+                format!(", {:.2} ms a send between stages", s.pp_send_ms)
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        String::new()
+    };
+    let wait = if s.dp_wait_ms >= 0.05 {
+        format!(
+            "; replicas wait {:.1} ms on the mean for the slowest",
+            s.dp_wait_ms
+        )
     } else {
         String::new()
     };
@@ -506,7 +531,7 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     } else {
         "no data-parallel collectives: no other GPU holds these weights".to_string()
     };
-    format!("{bubble}{dp}")
+    format!("{bubble}{dp}{wait}")
 }
 
 /// The note when `--dp-overlap` overlaps nothing: `what` (a subject and its verb, "no split
@@ -547,8 +572,12 @@ pub fn rate(x: f64) -> String {
 pub fn step_words(step: Option<fcp::sim::step::StepOptions>) -> String {
     step.map_or(String::new(), |s| {
         format!(
-            " · step of {}{}",
+            " · step of {}{}{}",
             plural(s.micro_batches, "micro-batch", "micro-batches"),
+            match s.order {
+                fcp::sim::step::MicroBatchOrder::Stream => "",
+                fcp::sim::step::MicroBatchOrder::Hill => " in hill order",
+            },
             if s.dp_overlap {
                 ", DP collectives overlapped"
             } else {

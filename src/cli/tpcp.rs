@@ -7,6 +7,7 @@ use clap::Args;
 
 use fcp::hardware::Hardware;
 use fcp::report::{fits_word, human_bytes, parse_scheme_list};
+use fcp::sim::step::MicroBatchOrder;
 use fcp::study::tpcp::{
     best_split_per_scheme, fastest, fastest_that_fits, run_tpcp, smallest_footprint, TpCpOptions,
     TpCpRow,
@@ -60,6 +61,12 @@ pub struct TpCpArgs {
     training: TrainingArgs,
     #[command(flatten)]
     step: StepArgs,
+    /// With --micro-batches: the order each replica runs its micro-batches in. `stream` as
+    /// the data arrives; `hill` lightest at both ends and heaviest in the middle, each next
+    /// to the ones most like it, which stalls a 1F1B pipeline least (docs/cost-model.md
+    /// § Training step).
+    #[arg(long, value_enum, requires = "micro_batches")]
+    micro_batch_order: Option<OrderArg>,
     /// Print JSON: one object per (split, scheme).
     #[arg(long)]
     json: bool,
@@ -79,7 +86,12 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
-    let step = a.step.step(training)?;
+    let step = a.step.step(training)?.map(|s| {
+        s.with_order(
+            a.micro_batch_order
+                .map_or(MicroBatchOrder::Stream, Into::into),
+        )
+    });
     // Window packing depends on the context alone: every split sees these windows.
     let windows = BatchArgs {
         trace: a.trace.clone(),
@@ -126,6 +138,21 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             .all(|s| s.dp_comm_ms == 0.0)
     {
         super::common::dp_overlap_idle_note("no split runs");
+    }
+    if let Some(s) = rows.iter().filter_map(|r| r.step).next() {
+        let needed = u64::from(training.dp) * u64::from(s.micro_batches);
+        if (s.windows as u64) < needed {
+            eprintln!(
+                "note: a step trains {}{} and they are drawn in turn from {}: --batches {needed} gives each its own window",
+                plural(needed.min(u64::from(u32::MAX)) as u32, "micro-batch", "micro-batches"),
+                if training.dp > 1 {
+                    format!(" ({} on each of {} replicas)", s.micro_batches, training.dp)
+                } else {
+                    String::new()
+                },
+                plural(s.windows as u32, "simulated window", "simulated windows"),
+            );
+        }
     }
     // Said in every format, on stderr, so that JSON consumers see it too.
     if model.stack.is_none() {
@@ -187,6 +214,9 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 at_split(fit),
                 fit_words(fit)
             );
+            if let Some(words) = hill_words(fit) {
+                outln!("  {words}");
+            }
             if let Some(f) = &fit.footprint {
                 outln!("  {}", footprint_words(f, fit.cp));
             }
@@ -238,12 +268,28 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     outln!(
         "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
         match (step.is_some(), opts.training.gathers_weights() && model.stack.is_some()) {
-            (true, _) => "the embedding's and output layer's work, the optimizer step, the pipeline's activation sends and the contention of data-parallel and ZeRO 3 traffic with CP's own",
+            (true, _) => "the embedding's and output layer's work, the optimizer step and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
             (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own",
             (false, false) => "the pipeline's bubble and the data-parallel gradient reduction and parameter all-gather (once a step, after the last layer; --micro-batches prices them)",
         }
     );
     Ok(())
+}
+
+/// `--micro-batch-order`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OrderArg {
+    Stream,
+    Hill,
+}
+
+impl From<OrderArg> for MicroBatchOrder {
+    fn from(o: OrderArg) -> Self {
+        match o {
+            OrderArg::Stream => MicroBatchOrder::Stream,
+            OrderArg::Hill => MicroBatchOrder::Hill,
+        }
+    }
 }
 
 /// What would shrink the footprint, from where `opts` stands: the levers not yet pulled all
@@ -305,6 +351,17 @@ fn fit_words(r: &TpCpRow) -> String {
             step_parts(&s, r.zero3_comm_ms.is_some())
         ),
     }
+}
+
+/// What running the row's micro-batches in hill order would save, when it saves anything.
+fn hill_words(r: &TpCpRow) -> Option<String> {
+    let (s, hill) = (r.step?, r.hill_step_ms?);
+    (hill < s.step_ms - 0.05).then(|| {
+        format!(
+            "In hill order (--micro-batch-order hill: lightest micro-batches first and last, heaviest in the middle) the same step takes {hill:.1} ms, {:.1}% less: fewer stalls in the pipeline.",
+            100.0 * (1.0 - hill / s.step_ms)
+        )
+    })
 }
 
 /// "SCHEME at TP T × CP C", as the answer lines name a row.
@@ -392,7 +449,7 @@ fn table(rows: &[TpCpRow]) -> String {
             ""
         },
         if stepped {
-            "; step_ms a training step: the micro-batches through a pipeline stage's layers, its bubble, and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
+            "; step_ms a training step of the slowest replica: its micro-batches, the windows in turn, through a 1F1B pipeline of its stages (the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
         } else {
             ""
         },

@@ -51,6 +51,11 @@ pub struct CompareRow {
     /// Tensor-parallel degree the model was split by (`--tp`); absent when 1.
     #[serde(skip_serializing_if = "crate::tp::is_one")]
     pub tp: u32,
+    /// Every batch's whole-layer metrics, in batch order, when the layer was simulated:
+    /// what a training step over the batches is priced from ([`crate::sim::step`]). Not in
+    /// the JSON, which carries the means and percentiles.
+    #[serde(skip)]
+    pub layers: Vec<LayerMetrics>,
 }
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`
@@ -211,6 +216,7 @@ pub fn compare(
                         comm_saving: (!savings.is_empty()).then(|| mean(&savings)),
                         error: None,
                         tp: ctx.model.tp.max(1),
+                        layers: all.iter().filter_map(|m| m.layer.clone()).collect(),
                     }
                 }
                 Err(e) => CompareRow {
@@ -223,6 +229,7 @@ pub fn compare(
                     comm_saving: None,
                     error: Some(e),
                     tp: ctx.model.tp.max(1),
+                    layers: Vec::new(),
                 },
             }
         })

@@ -13,6 +13,7 @@ mod layer;
 mod memory;
 mod metrics;
 mod network;
+pub mod pipeline;
 mod program;
 pub mod step;
 pub mod waits;
@@ -151,15 +152,16 @@ impl Simulator {
         Ok(self)
     }
 
-    /// The training step around `layer` (one window's layer metrics from this simulator, or
-    /// their mean over windows) on a CP group of `cp` ranks, each micro-batch `tokens` real
-    /// tokens ([`step`]). An error unless [`Simulator::with_training`] set how the state is
-    /// held, or unless the layer ran both passes: a step trains.
+    /// The training step over `windows` (each window's layer metrics from this simulator
+    /// and its real tokens, in the order the stream trains them) on a CP group of `cp`
+    /// ranks of `tokens_per_rank` tokens each ([`step`]). An error unless
+    /// [`Simulator::with_training`] set how the state is held, or unless every layer ran
+    /// both passes: a step trains.
     pub fn step(
         &self,
-        layer: &LayerMetrics,
+        windows: &[step::MicroBatch],
         cp: u32,
-        tokens: f64,
+        tokens_per_rank: u64,
         opts: step::StepOptions,
     ) -> Result<step::StepMetrics, SimError> {
         let Some(training) = self.training else {
@@ -167,7 +169,15 @@ impl Simulator {
                 "a training step needs how the state is held (Simulator::with_training)".into(),
             ));
         };
-        if layer.backward_ms <= 0.0 || layer.backward_ms >= layer.layer_time_ms {
+        if windows.is_empty() {
+            return Err(SimError::Mismatch(
+                "a training step needs at least one simulated window".into(),
+            ));
+        }
+        if windows
+            .iter()
+            .any(|w| w.backward_ms <= 0.0 || w.backward_ms >= w.layer_ms)
+        {
             return Err(SimError::Mismatch(
                 "a training step runs the forward and the backward pass: simulate --pass both"
                     .into(),
@@ -176,13 +186,21 @@ impl Simulator {
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
         let sync = step::DpSync::new(&self.model, training, cp, self.hw.gpus_per_node, &coll)?;
         let stage = training.fullest_stage_params(&self.model)?;
+        let send = step::activation_send_ns(
+            &self.model,
+            training,
+            cp,
+            tokens_per_rank,
+            self.hw.gpus_per_node,
+            &self.net,
+        );
         Ok(step::step_metrics(
-            layer,
+            windows,
             stage.layers,
             training,
             sync,
             opts,
-            tokens,
+            send as f64 * 1e-6,
             self.model.tp.max(1) * cp.max(1),
         ))
     }

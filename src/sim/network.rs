@@ -81,6 +81,21 @@ impl Network {
         }
     }
 
+    /// A lone message of `bytes` on an idle link, nanoseconds: its latency, then its bytes at
+    /// the link's speed, NIC to NIC when it crosses nodes. For point-to-point sends priced
+    /// outside the event engine (a pipeline's activations between stages).
+    pub fn send_ns(&self, bytes: u64, across_nodes: bool) -> u64 {
+        let (alpha, bw) = if across_nodes {
+            (self.nic_alpha_ns, self.nic_bpns)
+        } else {
+            (self.nvlink_alpha_ns, self.nvlink_bpns)
+        };
+        if bytes == 0 {
+            return 0;
+        }
+        alpha + (bytes as f64 / bw).ceil() as u64
+    }
+
     /// Start-up latency of a message, nanoseconds.
     pub fn alpha_ns(&self, src: u32, dst: u32) -> u64 {
         if self.same_node(src, dst) {

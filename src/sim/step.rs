@@ -1,5 +1,5 @@
-//! A training step from one layer's time: the micro-batches, the pipeline's bubble and the
-//! data-parallel gradient reduction that runs once a step.
+//! A training step from its micro-batches' layer times: the pipeline's bubble and stalls,
+//! and the data-parallel gradient reduction that runs once a step.
 //!
 //! A layer's time compares placements, but a user picks a parallel layout by what a step
 //! costs, and two things a layer's time leaves out move that answer:
@@ -7,9 +7,9 @@
 //! - **The pipeline's bubble.** Under Megatron's 1F1B schedule a stage of `L / P` layers
 //!   runs its `m` micro-batches in `(m + P − 1)` micro-batch slots: `P − 1` of them are the
 //!   bubble of filling and draining the pipeline (Narayanan et al. 2021, arXiv:2104.04473
-//!   §2.2: the bubble is `(P − 1) / m` of the ideal time). Each slot is one micro-batch
-//!   through the stage's layers, forward and backward, at the layer time simulated for
-//!   one window.
+//!   §2.2: the bubble is `(P − 1) / m` of the ideal time) when the micro-batches are equal.
+//!   Each slot is one micro-batch through the stage's layers, forward and backward, at the
+//!   layer time simulated for its window.
 //! - **The gradients' reduction over data parallelism.** Every GPU holding a copy of the same
 //!   weights, the CP ranks of every replica (`dp × cp` GPUs, Megatron-Core's
 //!   `get_data_parallel_group(with_context_parallel=True)`), must sum its gradients once a
@@ -32,10 +32,14 @@
 //! micro-batch's under its own) and the gather under the first micro-batch's forward pass;
 //! what they outlast is exposed.
 //!
-//! Not modelled: micro-batches of different lengths in one step (every slot is the mean
-//! window), the embedding's and output layer's own compute, the optimizer step, the bandwidth
-//! the reduction takes from CP's traffic when it overlaps, and the pipeline's point-to-point
-//! activation sends between stages.
+//! Micro-batches differ: replica `r` trains windows `r·m … r·m + m − 1` of the stream, each
+//! at the layer time simulated for it, and the pipeline runs them op by op
+//! ([`super::pipeline`]), so a heavy window stalls the stages around it. The step is the
+//! slowest replica's: the reduction waits for it.
+//!
+//! Not modelled: the embedding's and output layer's own compute, the optimizer step, the
+//! interleaved 1F1B schedule, and the bandwidth the reduction and the pipeline's sends take
+//! from CP's traffic when they overlap it.
 
 use serde::Serialize;
 
@@ -44,12 +48,65 @@ use crate::hardware::Collective;
 use crate::model::Model;
 
 use super::network::CollectiveModel;
+use super::pipeline::{one_f_one_b, StageWork};
 use super::zero3::any_straddles;
 use super::{LayerMetrics, SimError};
 
-/// Most micro-batches a step may run: far beyond any global batch, small enough for exact
-/// arithmetic.
-pub const MAX_MICRO_BATCHES: u32 = 1 << 20;
+/// Most micro-batches a step may run: far beyond any global batch (65,536 windows of 128K
+/// tokens are 8.6B tokens a replica), few enough that the pipeline's schedule, which keeps
+/// every op's end time, stays small.
+pub const MAX_MICRO_BATCHES: u32 = 1 << 16;
+
+/// The order in which a replica runs its micro-batches within a step. Gradients accumulate
+/// over the step, so any order trains the same model; under a pipeline it changes the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MicroBatchOrder {
+    /// As the data loader yields them: the stream's order.
+    #[default]
+    Stream,
+    /// Lightest at both ends, heaviest in the middle, each next to the ones most like it:
+    /// 1F1B pairs a stage's forward of one micro-batch with the backward of an earlier one,
+    /// so neighbours alike stall no stage, and light ones first and last shorten the fill
+    /// and drain ([`super::pipeline`]).
+    Hill,
+}
+
+impl MicroBatchOrder {
+    /// Every order, by name.
+    pub const ALL: [MicroBatchOrder; 2] = [MicroBatchOrder::Stream, MicroBatchOrder::Hill];
+
+    /// The name users give and outputs print.
+    pub fn name(self) -> &'static str {
+        match self {
+            MicroBatchOrder::Stream => "stream",
+            MicroBatchOrder::Hill => "hill",
+        }
+    }
+
+    /// `drawn` rearranged into this order, by each micro-batch's time (stable: ties keep
+    /// the stream's order).
+    fn arrange(self, drawn: Vec<MicroBatch>) -> Vec<MicroBatch> {
+        match self {
+            MicroBatchOrder::Stream => drawn,
+            MicroBatchOrder::Hill => {
+                let mut sorted = drawn;
+                sorted.sort_by(|a, b| a.layer_ms.total_cmp(&b.layer_ms));
+                // Every other one up the front slope, the rest down the back.
+                let (mut up, mut down) = (Vec::new(), Vec::new());
+                for (i, b) in sorted.into_iter().enumerate() {
+                    if i % 2 == 0 {
+                        up.push(b);
+                    } else {
+                        down.push(b);
+                    }
+                }
+                up.extend(down.into_iter().rev());
+                up
+            }
+        }
+    }
+}
 
 /// How a training step runs around its layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +117,8 @@ pub struct StepOptions {
     /// The data-parallel reduction overlaps the last backward pass and the gather the first
     /// forward pass (Megatron's `--overlap-grad-reduce`, `--overlap-param-gather`).
     pub dp_overlap: bool,
+    /// The order each replica runs its micro-batches in ([`StepOptions::with_order`]).
+    pub order: MicroBatchOrder,
 }
 
 impl StepOptions {
@@ -85,7 +144,13 @@ impl StepOptions {
         Ok(StepOptions {
             micro_batches,
             dp_overlap,
+            order: MicroBatchOrder::Stream,
         })
+    }
+
+    /// The same step with each replica's micro-batches run in `order`.
+    pub fn with_order(self, order: MicroBatchOrder) -> StepOptions {
+        StepOptions { order, ..self }
     }
 }
 
@@ -162,86 +227,235 @@ impl DpSync {
     }
 }
 
-/// A training step's time, from a layer's.
+/// One window trained as a micro-batch: one layer's passes over it and its real tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MicroBatch {
+    /// One layer's forward and backward pass, ms ([`LayerMetrics::layer_time_ms`]).
+    pub layer_ms: f64,
+    /// The backward part of it, recomputation included, ms.
+    pub backward_ms: f64,
+    /// Real (unpadded) tokens in the window.
+    pub tokens: f64,
+}
+
+impl MicroBatch {
+    /// The micro-batch whose layer was simulated as `layer`, holding `tokens` real tokens.
+    pub fn of(layer: &LayerMetrics, tokens: f64) -> MicroBatch {
+        MicroBatch {
+            layer_ms: layer.layer_time_ms,
+            backward_ms: layer.backward_ms,
+            tokens,
+        }
+    }
+
+    /// Its passes through a stage of `layers` layers.
+    fn through(&self, layers: f64) -> StageWork {
+        StageWork {
+            forward_ms: layers * (self.layer_ms - self.backward_ms),
+            backward_ms: layers * self.backward_ms,
+        }
+    }
+}
+
+/// A training step's time, from its micro-batches' layers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StepMetrics {
     /// Micro-batches each pipeline runs.
     pub micro_batches: u32,
     /// Layers on a pipeline stage.
     pub stage_layers: u32,
-    /// The stage's layers over all micro-batches, the bubble included: `(m + P − 1) × L/P`
-    /// layer times, ms.
+    /// Distinct simulated windows the step's `dp × micro_batches` micro-batches were drawn
+    /// from, in turn: fewer than them means windows repeat.
+    pub windows: usize,
+    /// One micro-batch through a stage's layers, forward and backward, ms: the mean over the
+    /// windows drawn.
+    pub micro_batch_mean_ms: f64,
+    /// The heaviest of them, ms.
+    pub micro_batch_max_ms: f64,
+    /// The slowest replica's 1F1B pipeline, its micro-batches in order, ms
+    /// ([`super::pipeline`]): `(m + P − 1)` slots when they are equal.
     pub pipeline_ms: f64,
-    /// The `(P − 1) × L/P` layer times of it that fill and drain the pipeline, ms (0 without
+    /// What of it a stage spends waiting rather than computing, ms: filling and draining the
+    /// pipeline, and the stalls that micro-batches of unequal lengths cause (0 without
     /// pipelining).
     pub bubble_ms: f64,
+    /// One point-to-point send of a micro-batch's activations (or their gradients) to the
+    /// next stage, ms; 0 without pipelining.
+    pub pp_send_ms: f64,
     /// The data-parallel collectives of the step: the gradients' reduction and, under the
     /// distributed optimizer, the weights' all-gather, ms.
     pub dp_comm_ms: f64,
-    /// What of them the step's compute does not hide, ms: all of it without `dp_overlap`.
+    /// What of them the slowest replica's compute does not hide, ms: all of it without
+    /// `dp_overlap`.
     pub dp_exposed_ms: f64,
+    /// The order each replica ran its micro-batches in: `stream` or `hill`
+    /// ([`MicroBatchOrder`]).
+    pub micro_batch_order: MicroBatchOrder,
     /// Whether the collectives overlapped the first and last micro-batch; absent when not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dp_overlap: bool,
-    /// `pipeline_ms + dp_exposed_ms`.
+    /// How long the replicas wait for the slowest at the reduction, ms, on the mean over
+    /// replicas: their micro-batches differ (0 when one replica, or all drew alike).
+    pub dp_wait_ms: f64,
+    /// The slowest replica's `pipeline_ms + dp_exposed_ms`.
     pub step_ms: f64,
     /// Real tokens a step trains per GPU-second: the measure that compares layouts on
     /// different numbers of GPUs (a pipeline's stages multiply them).
     pub tokens_per_gpu_s: f64,
 }
 
-/// The step of `opts` around `layer` (one micro-batch's layer, forward and backward) under
-/// `training`, with `sync` the data-parallel collectives, `tokens` the real tokens of one
-/// micro-batch and `stage_gpus` the GPUs of one pipeline stage of one replica (TP × CP).
+/// One replica's step: its pipeline, its exposed collectives, its tokens.
+#[derive(Debug, Clone, Copy)]
+struct Replica {
+    pipeline_ms: f64,
+    busy_ms: f64,
+    exposed_ms: f64,
+    tokens: f64,
+}
+
+impl Replica {
+    fn step_ms(&self) -> f64 {
+        self.pipeline_ms + self.exposed_ms
+    }
+}
+
+/// The step of `opts` over `windows` (each a micro-batch's layer, forward and backward, and
+/// its tokens) under `training`: replica `r` of `training.dp` runs windows `r·m … r·m + m − 1`
+/// in that order, cycling through `windows` when the step needs more than there are. With
+/// `sync` the data-parallel collectives, `send_ms` one activation send between stages and
+/// `stage_gpus` the GPUs of one pipeline stage of one replica (TP × CP). The step is the
+/// slowest replica's: the reduction waits for it.
+#[allow(clippy::too_many_arguments)]
 pub fn step_metrics(
-    layer: &LayerMetrics,
+    windows: &[MicroBatch],
     stage_layers: u32,
     training: Training,
     sync: DpSync,
     opts: StepOptions,
-    tokens: f64,
+    send_ms: f64,
     stage_gpus: u32,
 ) -> StepMetrics {
     const MS: f64 = 1e-6;
     let layers = f64::from(stage_layers);
-    let m = f64::from(opts.micro_batches);
-    let pp = f64::from(training.pp);
-    let slot = layers * layer.layer_time_ms;
+    let m = opts.micro_batches as usize;
+    let w = windows.len().max(1);
     let (each, reduce, gather) = (
         sync.per_micro_batch_ns as f64 * MS,
         sync.reduce_ns as f64 * MS,
         sync.gather_ns as f64 * MS,
     );
-    let dp_comm_ms = m * each + reduce + gather;
-    let dp_exposed_ms = if opts.dp_overlap {
-        // Each micro-batch's reduction hides under its own backward pass; the last one's
-        // carries the step's too.
-        let backward = layers * layer.backward_ms;
-        let forward = slot - backward;
-        (m - 1.0) * (each - backward).max(0.0)
-            + (each + reduce - backward).max(0.0)
-            + (gather - forward).max(0.0)
-    } else {
-        dp_comm_ms
+    let dp_comm_ms = m as f64 * each + reduce + gather;
+    let replica = |offset: usize| -> Replica {
+        let drawn = opts.order.arrange(
+            (0..m)
+                .filter_map(|i| windows.get((offset + i) % w).copied())
+                .collect(),
+        );
+        let work: Vec<StageWork> = drawn.iter().map(|b| b.through(layers)).collect();
+        let exposed_ms = if opts.dp_overlap {
+            // Each micro-batch's reduction hides under its own backward pass; the last one's
+            // carries the step's too; the gather hides under the first forward pass.
+            let n = work.len();
+            work.iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mine = if i + 1 == n { each + reduce } else { each };
+                    (mine - s.backward_ms).max(0.0)
+                })
+                .sum::<f64>()
+                + (gather - work.first().map_or(0.0, |s| s.forward_ms)).max(0.0)
+        } else {
+            dp_comm_ms
+        };
+        Replica {
+            pipeline_ms: one_f_one_b(training.pp, &work, send_ms),
+            busy_ms: work.iter().map(StageWork::total_ms).sum(),
+            exposed_ms,
+            tokens: drawn.iter().map(|b| b.tokens).sum(),
+        }
     };
-    let pipeline_ms = (m + pp - 1.0) * slot;
-    let step_ms = pipeline_ms + dp_exposed_ms;
-    let gpus = f64::from(stage_gpus) * pp;
+    // Replicas starting at the same window modulo `w` run the same micro-batches.
+    let dp = training.dp.max(1) as usize;
+    let mut runs: Vec<(Replica, usize)> = Vec::new();
+    let mut seen: std::collections::BTreeMap<usize, usize> = Default::default();
+    for r in 0..dp {
+        let offset = (r % w) * (m % w) % w;
+        match seen.get(&offset) {
+            Some(&k) => runs[k].1 += 1,
+            None => {
+                seen.insert(offset, runs.len());
+                runs.push((replica(offset), 1));
+            }
+        }
+    }
+    let slowest = runs
+        .iter()
+        .map(|(r, _)| *r)
+        .reduce(|a, b| if b.step_ms() > a.step_ms() { b } else { a })
+        .expect("at least one replica");
+    let step_ms = slowest.step_ms();
+    let mean_step = runs
+        .iter()
+        .map(|(r, n)| r.step_ms() * *n as f64)
+        .sum::<f64>()
+        / dp as f64;
+    let tokens: f64 = runs.iter().map(|(r, n)| r.tokens * *n as f64).sum();
+    let used = w.min(dp.saturating_mul(m));
+    let slots: Vec<f64> = windows
+        .iter()
+        .take(used)
+        .map(|b| b.through(layers).total_ms())
+        .collect();
+    let gpus = f64::from(stage_gpus) * f64::from(training.pp) * dp as f64;
     StepMetrics {
         micro_batches: opts.micro_batches,
         stage_layers,
-        pipeline_ms,
-        bubble_ms: (pp - 1.0) * slot,
+        windows: used,
+        micro_batch_mean_ms: slots.iter().sum::<f64>() / slots.len().max(1) as f64,
+        micro_batch_max_ms: slots.iter().copied().fold(0.0, f64::max),
+        pipeline_ms: slowest.pipeline_ms,
+        bubble_ms: (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
+        pp_send_ms: if training.pp > 1 { send_ms } else { 0.0 },
         dp_comm_ms,
-        dp_exposed_ms,
+        dp_exposed_ms: slowest.exposed_ms,
+        micro_batch_order: opts.order,
         dp_overlap: opts.dp_overlap,
+        dp_wait_ms: (step_ms - mean_step).max(0.0),
         step_ms,
         tokens_per_gpu_s: if step_ms > 0.0 {
-            m * tokens / (step_ms * 1e-3) / gpus
+            tokens / (step_ms * 1e-3) / gpus
         } else {
             0.0
         },
     }
+}
+
+/// One send of a micro-batch's activations between neighbouring pipeline stages, ns: each
+/// GPU sends its share, the `tokens_per_rank` of its CP rank split `model.tp` ways (sequence
+/// parallelism, as Megatron's `get_tensor_shapes` sizes it) × the hidden width × the dtype.
+/// Megatron orders ranks TP, CP, DP, then PP: the stages' `dp × cp` CP ranks follow each
+/// other, so a send crosses the NICs once the pipeline outgrows a node (`gpus_per_node` in
+/// the CP view). 0 without pipelining or without the model's widths.
+pub fn activation_send_ns(
+    model: &Model,
+    training: Training,
+    cp: u32,
+    tokens_per_rank: u64,
+    gpus_per_node: u32,
+    net: &super::Network,
+) -> u64 {
+    let Some(linear) = model.linear.as_ref() else {
+        return 0;
+    };
+    if training.pp < 2 {
+        return 0;
+    }
+    let bytes = tokens_per_rank
+        .saturating_mul(u64::from(linear.hidden))
+        .saturating_mul(u64::from(model.dtype_bytes))
+        / u64::from(model.tp.max(1));
+    let span = u64::from(training.pp) * u64::from(training.dp) * u64::from(cp.max(1));
+    net.send_ns(bytes, span > u64::from(gpus_per_node.max(1)))
 }
 
 #[cfg(test)]
@@ -262,24 +476,11 @@ mod tests {
         DpSync::new(&llama70(), t, cp, 8, &coll).unwrap()
     }
 
-    fn layer(time: f64, backward: f64) -> LayerMetrics {
-        LayerMetrics {
-            layer_time_ms: time,
-            backward_ms: backward,
-            linear_mean_ms: 0.0,
-            linear_max_ms: 0.0,
-            token_imbalance: 0.0,
-            layer_lower_bound_ms: time,
-            layer_vs_lower_bound: 1.0,
-            layer_mfu: 0.0,
-            act_max_bytes: 0,
-            recompute: Default::default(),
-            tp_comm_max_ms: None,
-            tp_overlap: false,
-            zero3_comm_ms: None,
-            zero3_exposed_ms: None,
-            footprint: None,
-            step: None,
+    fn mb(layer_ms: f64, backward_ms: f64, tokens: f64) -> MicroBatch {
+        MicroBatch {
+            layer_ms,
+            backward_ms,
+            tokens,
         }
     }
 
@@ -292,7 +493,7 @@ mod tests {
             gather_ns: 0,
         };
         let opts = StepOptions::new(8, false, t).unwrap();
-        let s = step_metrics(&layer(2.0, 1.5), 20, t, none, opts, 1000.0, 64);
+        let s = step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 0.0, 64);
         // 20 layers × 2 ms a slot, 8 + 3 slots, 3 of them the bubble.
         assert_eq!(
             (s.pipeline_ms, s.bubble_ms, s.step_ms),
@@ -315,7 +516,7 @@ mod tests {
             reduce_ns: 50_000_000,
             gather_ns: 10_000_000,
         };
-        let l = layer(1.0, 0.75);
+        let l = [mb(1.0, 0.75, 1.0)];
         let at = |sync, overlap| {
             step_metrics(
                 &l,
@@ -323,7 +524,7 @@ mod tests {
                 t,
                 sync,
                 StepOptions::new(4, overlap, t).unwrap(),
-                1.0,
+                0.0,
                 8,
             )
         };
@@ -354,7 +555,7 @@ mod tests {
         assert_eq!(z2.per_micro_batch_ns, z1.reduce_ns);
         assert_eq!((z2.reduce_ns, z2.gather_ns), (0, z1.gather_ns));
         let t = Training::new(2, 1, 1).unwrap();
-        let l = layer(1.0, 0.75);
+        let l = [mb(1.0, 0.75, 1.0)];
         let step = |overlap| {
             step_metrics(
                 &l,
@@ -362,7 +563,7 @@ mod tests {
                 t,
                 z2,
                 StepOptions::new(4, overlap, t).unwrap(),
-                1.0,
+                0.0,
                 8,
             )
         };
@@ -442,5 +643,95 @@ mod tests {
         let t4 = Training::new(1, 1, 4).unwrap();
         let (a, b) = (sync(t1, 8), sync(t4, 8));
         assert!(b.reduce_ns * 3 < a.reduce_ns, "{a:?} {b:?}");
+    }
+
+    fn no_sync() -> DpSync {
+        DpSync {
+            per_micro_batch_ns: 0,
+            reduce_ns: 0,
+            gather_ns: 0,
+        }
+    }
+
+    #[test]
+    fn unequal_micro_batches_stall_the_pipeline_beyond_its_bubble() {
+        let t = Training::new(1, 1, 2).unwrap();
+        let opts = StepOptions::new(4, false, t).unwrap();
+        // One layer a stage; a window 3× as heavy as the others, second in the stream.
+        let windows = [
+            mb(3.0, 2.0, 100.0),
+            mb(9.0, 6.0, 300.0),
+            mb(3.0, 2.0, 100.0),
+            mb(3.0, 2.0, 100.0),
+        ];
+        let s = step_metrics(&windows, 1, t, no_sync(), opts, 0.0, 8);
+        // The pipeline module's worked example: 25 ms, where four mean windows take 22.5.
+        assert_eq!(s.pipeline_ms, 25.0);
+        assert_eq!((s.micro_batch_mean_ms, s.micro_batch_max_ms), (4.5, 9.0));
+        assert_eq!(s.bubble_ms, 25.0 - 18.0);
+        assert_eq!((s.windows, s.dp_wait_ms, s.pp_send_ms), (4, 0.0, 0.0));
+        assert!((s.tokens_per_gpu_s - 600.0 / 0.025 / 16.0).abs() < 1e-9);
+        // Equal windows of the same mean: the closed form, (m + P − 1) slots.
+        let even = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 0.0, 8);
+        assert_eq!((even.pipeline_ms, even.bubble_ms), (22.5, 4.5));
+        // Each send between the stages delays both the fill and the drain.
+        let sent = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 0.25, 8);
+        assert_eq!(sent.pp_send_ms, 0.25);
+        assert!(sent.pipeline_ms >= even.pipeline_ms + 0.5, "{sent:?}");
+    }
+
+    #[test]
+    fn each_replica_draws_its_own_windows_and_the_slowest_sets_the_step() {
+        let t = Training::new(1, 2, 1).unwrap();
+        let opts = StepOptions::new(2, false, t).unwrap();
+        let sync = DpSync {
+            per_micro_batch_ns: 0,
+            reduce_ns: 1_000_000,
+            gather_ns: 0,
+        };
+        // Replica 0 trains windows 0 and 1, replica 1 windows 2 and 3.
+        let windows = [
+            mb(2.0, 1.0, 10.0),
+            mb(2.0, 1.0, 10.0),
+            mb(4.0, 3.0, 30.0),
+            mb(4.0, 3.0, 30.0),
+        ];
+        let s = step_metrics(&windows, 10, t, sync, opts, 0.0, 4);
+        // Replica 1: 2 × 40 ms, then the 1 ms reduction; replica 0 waits 40 of it.
+        assert_eq!((s.pipeline_ms, s.step_ms), (80.0, 81.0));
+        assert_eq!(s.dp_wait_ms, 81.0 - (41.0 + 81.0) / 2.0);
+        assert!((s.tokens_per_gpu_s - 80.0 / 0.081 / 8.0).abs() < 1e-9);
+        // Fewer windows than the step needs: they repeat, and the replicas draw in turn.
+        let t4 = Training::new(1, 4, 1).unwrap();
+        let o4 = StepOptions::new(2, false, t4).unwrap();
+        let three = step_metrics(&windows[1..], 10, t4, sync, o4, 0.0, 4);
+        assert_eq!(three.windows, 3);
+        // Replicas start at windows 0, 2, 1, 0 of three: one draws both heavy ones.
+        assert_eq!(three.pipeline_ms, 80.0);
+        // One window serves every replica alike: nobody waits.
+        let one = step_metrics(&windows[..1], 10, t4, sync, o4, 0.0, 4);
+        assert_eq!((one.windows, one.dp_wait_ms), (1, 0.0));
+    }
+
+    #[test]
+    fn a_pipeline_s_sends_cross_the_nics_once_it_outgrows_a_node() {
+        let hw = Hardware::load("h100").unwrap();
+        let net = Network::new(&hw);
+        let m = llama70();
+        let t = |dp, pp| Training::new(1, dp, pp).unwrap();
+        assert_eq!(activation_send_ns(&m, t(1, 1), 8, 4096, 8, &net), 0);
+        // 4096 tokens × 8192 wide × 2 bytes, 64 MiB.
+        let bytes = 4096 * 8192 * 2;
+        let within = activation_send_ns(&m, t(1, 2), 4, 4096, 8, &net);
+        assert_eq!(within, net.send_ns(bytes, false));
+        let across = activation_send_ns(&m, t(1, 2), 8, 4096, 8, &net);
+        assert_eq!(across, net.send_ns(bytes, true));
+        assert!(across > 2 * within, "{within} {across}");
+        // Under TP each GPU sends its share of the tokens' activations.
+        let (_, m8) = crate::tp::split(&hw, &m, 8).unwrap();
+        assert_eq!(
+            activation_send_ns(&m8, t(1, 2), 8, 4096, 1, &net),
+            net.send_ns(bytes / 8, true)
+        );
     }
 }

@@ -21,6 +21,7 @@ use crate::model::Model;
 use crate::output::write_atomic;
 use crate::planners::{planner_for, PlanContext};
 use crate::report::{mean, percentile};
+use crate::sim::step::MicroBatch;
 use crate::sim::{LayerMetrics, PlanMetrics, Simulator};
 use crate::trace::{pack_first, PackOptions, Trace};
 
@@ -388,8 +389,13 @@ fn run_cell(
                     let mut m = r.metrics;
                     if let (Some(opts), Some(layer)) = (step, m.layer.as_mut()) {
                         layer.step = Some(
-                            sim.step(layer, key.ranks, b.tokens() as f64, opts)
-                                .map_err(|e| e.to_string())?,
+                            sim.step(
+                                &[MicroBatch::of(layer, b.tokens() as f64)],
+                                key.ranks,
+                                key.tokens_per_rank,
+                                opts,
+                            )
+                            .map_err(|e| e.to_string())?,
                         );
                     }
                     Ok(m)

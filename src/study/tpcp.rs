@@ -19,7 +19,7 @@ use crate::model::{Model, Recompute};
 use crate::plan::Mask;
 use crate::planners::PlanContext;
 use crate::report::{compare, CompareOptions};
-use crate::sim::step::{StepMetrics, StepOptions};
+use crate::sim::step::{MicroBatch, MicroBatchOrder, StepMetrics, StepOptions};
 use crate::sim::{PassSel, Simulator};
 use crate::trace::{Batch, PackMode};
 
@@ -90,6 +90,11 @@ pub struct TpCpRow {
     /// The training step around the layer, when [`TpCpOptions::step`] asks for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<StepMetrics>,
+    /// The step's time, ms, were each replica's micro-batches run in hill order
+    /// ([`MicroBatchOrder::Hill`]); present when the step was priced in stream order under
+    /// a pipeline, where the order matters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hill_step_ms: Option<f64>,
     /// Why this split or scheme has no numbers.
     pub error: Option<String>,
 }
@@ -110,6 +115,7 @@ impl TpCpRow {
             weight_bytes_per_layer: None,
             footprint: None,
             step: None,
+            hill_step_ms: None,
             error: Some(error),
         }
     }
@@ -155,9 +161,6 @@ pub fn run_tpcp(
             )));
         }
     }
-    // Real tokens a micro-batch (a window) trains, on the mean.
-    let tokens =
-        windows.iter().map(|w| w.tokens() as f64).sum::<f64>() / windows.len().max(1) as f64;
     // A pipeline that does not divide the layers fails every split alike: say so once.
     if model.stack.is_some() {
         opts.training
@@ -217,8 +220,24 @@ pub fn run_tpcp(
             let row = match (&r.mean, &r.error) {
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
-                    let step = match (opts.step, l) {
-                        (Some(o), Some(l)) => Some(sim.step(l, cp, tokens, o)?),
+                    let mut hill_step_ms = None;
+                    let step = match opts.step {
+                        Some(o) if r.layers.len() == windows.len() => {
+                            let drawn: Vec<MicroBatch> = r
+                                .layers
+                                .iter()
+                                .zip(windows)
+                                .map(|(l, w)| MicroBatch::of(l, w.tokens() as f64))
+                                .collect();
+                            let step = sim.step(&drawn, cp, ctx.tokens_per_rank, o)?;
+                            // What the pipeline would save run in hill order.
+                            if o.order == MicroBatchOrder::Stream && opts.training.pp > 1 {
+                                let hill = o.with_order(MicroBatchOrder::Hill);
+                                hill_step_ms =
+                                    Some(sim.step(&drawn, cp, ctx.tokens_per_rank, hill)?.step_ms);
+                            }
+                            Some(step)
+                        }
                         _ => None,
                     };
                     TpCpRow {
@@ -237,6 +256,7 @@ pub fn run_tpcp(
                             .map(|w| w * u64::from(model_t.dtype_bytes)),
                         footprint: l.and_then(|l| l.footprint),
                         step,
+                        hill_step_ms,
                         error: None,
                     }
                 }

@@ -1,0 +1,192 @@
+//! The 1F1B pipeline schedule run op by op, so micro-batches of different lengths cost what
+//! they cost.
+//!
+//! With equal micro-batches a 1F1B pipeline of `P` stages runs `m` of them in exactly
+//! `(m + P − 1)` micro-batch slots (Narayanan et al. 2021, arXiv:2104.04473 §2.2). Packed
+//! long-context windows are not equal: one window's attention can cost several times
+//! another's, and a heavy micro-batch stalls the stages on either side of it, which is the
+//! pipeline-level imbalance WLB-LLM (OSDI'25, arXiv:2503.17924) sets out to remove. So this
+//! module runs the schedule itself: every stage executes its forward (`F`) and backward
+//! (`B`) passes in Megatron's non-interleaved 1F1B order
+//! (`megatron/core/pipeline_parallel/schedules.py`,
+//! `forward_backward_pipelining_without_interleaving`): stage `s` of `P` first runs
+//! `min(P − 1 − s, m)` warm-up forwards, then alternates one forward and one backward, then
+//! drains the remaining backwards. A forward waits for the same micro-batch's forward on the
+//! stage before it, a backward for its backward on the stage after it (the last stage's
+//! backward follows its own forward), each plus the point-to-point send between the stages.
+//! Every op starts when both its stage and its input are free: the longest path through
+//! that dependency graph is the pipeline's time.
+//!
+//! Every stage holds the same layers, so a micro-batch's work is the same on each. The
+//! sends are dependencies only: they delay the receiver, not the sender.
+
+/// One micro-batch on one pipeline stage: its forward and backward passes through the
+/// stage's layers, ms.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageWork {
+    /// Forward pass through the stage's layers, ms.
+    pub forward_ms: f64,
+    /// Backward pass (recomputation included), ms.
+    pub backward_ms: f64,
+}
+
+impl StageWork {
+    /// Both passes, ms.
+    pub fn total_ms(&self) -> f64 {
+        self.forward_ms + self.backward_ms
+    }
+}
+
+/// The `k`-th op of stage `s` in a 1F1B schedule of `stages` stages and `m` micro-batches:
+/// `(true, i)` is micro-batch `i`'s forward, `(false, i)` its backward.
+fn op(stages: usize, m: usize, s: usize, k: usize) -> (bool, usize) {
+    let warm = (stages - 1 - s).min(m);
+    if k < warm {
+        return (true, k);
+    }
+    let r = k - warm;
+    let steady = 2 * (m - warm);
+    if r < steady {
+        (r % 2 == 0, if r % 2 == 0 { warm + r / 2 } else { r / 2 })
+    } else {
+        (false, m - warm + (r - steady))
+    }
+}
+
+/// The time, ms, from the first stage's first forward to the last op of any stage, for
+/// `work` (in micro-batch order) through `stages` stages with `hop_ms` for each send
+/// between neighbouring stages. Zero micro-batches take no time.
+pub fn one_f_one_b(stages: u32, work: &[StageWork], hop_ms: f64) -> f64 {
+    let (p, m) = (stages.max(1) as usize, work.len());
+    if m == 0 {
+        return 0.0;
+    }
+    // End times, NaN until computed; each op is computed once, in dependency order.
+    let mut f_end = vec![f64::NAN; p * m];
+    let mut b_end = vec![f64::NAN; p * m];
+    let mut next = vec![0usize; p];
+    let mut free = vec![0.0f64; p];
+    let mut pending: Vec<usize> = (0..p).rev().collect();
+    while let Some(s) = pending.pop() {
+        while next[s] < 2 * m {
+            let (forward, i) = op(p, m, s, next[s]);
+            let input = match (forward, s) {
+                (true, 0) => 0.0,
+                (true, _) => f_end[(s - 1) * m + i] + hop_ms,
+                // The last stage turns its own forward's output round.
+                (false, _) if s == p - 1 => f_end[s * m + i],
+                (false, _) => b_end[(s + 1) * m + i] + hop_ms,
+            };
+            if input.is_nan() {
+                break; // Its input is not computed yet; the stage that makes it wakes us.
+            }
+            let start = free[s].max(input);
+            let w = work[i];
+            free[s] = start + if forward { w.forward_ms } else { w.backward_ms };
+            next[s] += 1;
+            if forward {
+                f_end[s * m + i] = free[s];
+                if s + 1 < p {
+                    pending.push(s + 1);
+                }
+            } else {
+                b_end[s * m + i] = free[s];
+                if s > 0 {
+                    pending.push(s - 1);
+                }
+            }
+        }
+    }
+    debug_assert!(next.iter().all(|&n| n == 2 * m), "1F1B never deadlocks");
+    free.into_iter().fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(forward_ms: f64, backward_ms: f64) -> StageWork {
+        StageWork {
+            forward_ms,
+            backward_ms,
+        }
+    }
+
+    #[test]
+    fn each_stage_runs_megatrons_1f1b_order() {
+        let order = |s| (0..8).map(|k| op(4, 4, s, k)).collect::<Vec<_>>();
+        let (f, b) = (true, false);
+        // Stage 0 of 4 warms up with 3 forwards, the last stage with none.
+        assert_eq!(
+            order(0),
+            [
+                (f, 0),
+                (f, 1),
+                (f, 2),
+                (f, 3),
+                (b, 0),
+                (b, 1),
+                (b, 2),
+                (b, 3)
+            ]
+        );
+        assert_eq!(
+            order(3),
+            [
+                (f, 0),
+                (b, 0),
+                (f, 1),
+                (b, 1),
+                (f, 2),
+                (b, 2),
+                (f, 3),
+                (b, 3)
+            ]
+        );
+        assert_eq!(
+            order(2),
+            [
+                (f, 0),
+                (f, 1),
+                (b, 0),
+                (f, 2),
+                (b, 1),
+                (f, 3),
+                (b, 2),
+                (b, 3)
+            ]
+        );
+        // Fewer micro-batches than warm-up slots: all forwards, then all backwards.
+        let short: Vec<_> = (0..4).map(|k| op(4, 2, 0, k)).collect();
+        assert_eq!(short, [(f, 0), (f, 1), (b, 0), (b, 1)]);
+    }
+
+    #[test]
+    fn equal_micro_batches_take_m_plus_p_minus_one_slots() {
+        for (p, m) in [(1, 1), (1, 5), (2, 2), (4, 8), (8, 8), (3, 17)] {
+            let t = one_f_one_b(p, &vec![w(1.0, 2.0); m], 0.0);
+            assert_eq!(t, 3.0 * (m as f64 + f64::from(p) - 1.0), "P {p} m {m}");
+        }
+        assert_eq!(one_f_one_b(4, &[], 1.0), 0.0);
+    }
+
+    #[test]
+    fn each_send_delays_the_pipeline_s_fill_and_drain() {
+        // One micro-batch: P forwards and P backwards in a chain, 2(P − 1) sends between.
+        assert_eq!(one_f_one_b(4, &[w(1.0, 2.0)], 0.5), 12.0 + 6.0 * 0.5);
+    }
+
+    #[test]
+    fn a_heavy_micro_batch_stalls_the_stages_around_it() {
+        // Without pipelining the order and the spread do not matter: the stage runs them all.
+        let mixed = [w(1.0, 2.0), w(3.0, 6.0), w(1.0, 2.0), w(1.0, 2.0)];
+        assert_eq!(one_f_one_b(1, &mixed, 0.0), 18.0);
+        // Two stages, by hand. Stage 0: F0 0–1, F1 1–4, B0 4–6 (after stage 1's B0 2–4),
+        // F2 6–7, B1 13–19 (stage 1 ran F1 4–7, B1 7–13), F3 19–20, B2 20–22, B3 23–25
+        // (stage 1: F2 13–14, B2 14–16, F3 20–21, B3 21–23).
+        assert_eq!(one_f_one_b(2, &mixed, 0.0), 25.0);
+        // Four slots of the mean (4.5 ms) would take 22.5: the heavy one holds both up.
+        assert_eq!(one_f_one_b(2, &[w(1.5, 3.0); 4], 0.0), 22.5);
+        assert!(one_f_one_b(4, &mixed, 0.0) > one_f_one_b(4, &[w(1.5, 3.0); 4], 0.0));
+    }
+}
