@@ -636,4 +636,62 @@ proptest! {
         more[k].backward_ms += 7.0;
         prop_assert!(one_f_one_b(stages, &more, h) + 1e-9 >= t);
     }
+
+    /// A step over random windows, under every order and deal: the same tokens whichever
+    /// replica trains which window in which order, the same work behind every order, no
+    /// replica slower than the step, and never faster than an even share of the work.
+    #[test]
+    fn a_step_trains_its_windows_whichever_way_they_are_dealt_and_ordered(
+        times in prop::collection::vec((2u32..200, 1u32..100), 1..12),
+        dp in 1u32..5,
+        pp in 1u32..5,
+        extra in 0u32..6,
+        send in 0u32..3,
+    ) {
+        use fcp::footprint::Training;
+        use fcp::sim::step::{step_metrics, Deal, DpSync, MicroBatch, MicroBatchOrder, StepOptions};
+        let windows: Vec<MicroBatch> = times
+            .iter()
+            .map(|&(t, tok)| MicroBatch {
+                layer_ms: f64::from(t),
+                backward_ms: f64::from(t) * 0.6,
+                tokens: f64::from(tok),
+            })
+            .collect();
+        let training = Training::new(1, dp, pp).unwrap();
+        let m = pp + extra;
+        let none = DpSync { per_micro_batch_ns: 0, reduce_ns: 0, gather_ns: 0 };
+        let mut tokens = Vec::new();
+        for deal in [Deal::Stream, Deal::Lpt] {
+            let mut work = Vec::new();
+            for order in MicroBatchOrder::ALL {
+                let o = StepOptions::new(m, false, training)
+                    .unwrap()
+                    .with_order(order)
+                    .with_deal(deal, training)
+                    .unwrap();
+                let s = step_metrics(&windows, 2, training, none, o, f64::from(send), 1);
+                prop_assert!(s.dp_wait_ms >= 0.0 && s.bubble_ms >= 0.0);
+                if pp == 1 {
+                    prop_assert!(s.bubble_ms.abs() < 1e-9, "{:?}", s);
+                }
+                // Every micro-batch of the step, each through 2 layers, shared evenly.
+                let all: f64 = (0..(dp * m) as usize)
+                    .map(|k| 2.0 * windows[k % windows.len()].layer_ms)
+                    .sum();
+                prop_assert!(s.step_ms + 1e-6 >= all / f64::from(dp), "{:?}", s);
+                prop_assert!(s.micro_batch_max_ms + 1e-9 >= s.micro_batch_mean_ms);
+                tokens.push(s.tokens_per_gpu_s * s.step_ms);
+                work.push(s.pipeline_ms - s.bubble_ms);
+            }
+            // Only the order of a replica's micro-batches changed: not its work. (Over
+            // several replicas another one may become the slowest, with other work.)
+            if dp == 1 {
+                prop_assert!((work[0] - work[1]).abs() < 1e-6, "{:?}", work);
+            }
+        }
+        for t in &tokens {
+            prop_assert!((t - tokens[0]).abs() <= 1e-9 * tokens[0].abs().max(1.0), "{:?}", tokens);
+        }
+    }
 }

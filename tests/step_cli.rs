@@ -346,3 +346,54 @@ fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
         .failure()
         .stderr(predicate::str::contains("--micro-batches"));
 }
+
+/// Dealing the windows LPT never leaves a replica waiting longer than the stream's deal,
+/// trains the same tokens, and the stream's row says what it would save.
+#[test]
+fn an_lpt_deal_shortens_the_wait_for_the_slowest_replica() {
+    let run = |deal: &str| {
+        json(fcp().args([
+            "tpcp",
+            "--gpus",
+            "16",
+            "--context",
+            "32768",
+            "--schemes",
+            "hybrid:quick=true",
+            "--json",
+            "--dp",
+            "2",
+            "--micro-batches",
+            "4",
+            "--batches",
+            "8",
+            "--deal",
+            deal,
+        ]))
+    };
+    let (stream, lpt) = (run("stream"), run("lpt"));
+    let mut waited = false;
+    for (a, b) in stream
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(lpt.as_array().unwrap())
+    {
+        if !a["error"].is_null() {
+            continue;
+        }
+        let (s, l) = (&a["step"], &b["step"]);
+        assert_eq!(
+            (s["deal"].as_str(), l["deal"].as_str()),
+            (Some("stream"), Some("lpt"))
+        );
+        assert!(f(l, "step_ms") <= f(s, "step_ms") + 1e-6, "{s} {l}");
+        assert!(f(l, "dp_wait_ms") <= f(s, "dp_wait_ms") + 1e-6, "{s} {l}");
+        let tokens = |x: &Value| f(x, "tokens_per_gpu_s") * f(x, "step_ms");
+        assert!((tokens(s) - tokens(l)).abs() < 1e-6 * tokens(s), "{s} {l}");
+        assert!((f(a, "lpt_step_ms") - f(l, "step_ms")).abs() < 1e-6, "{a}");
+        assert!(b.get("lpt_step_ms").is_none(), "{b}");
+        waited |= f(s, "dp_wait_ms") > 0.0;
+    }
+    assert!(waited, "{stream}");
+}

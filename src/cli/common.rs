@@ -570,13 +570,16 @@ pub fn rate(x: f64) -> String {
 /// ` · step of M micro-batches` (and whether DP's collectives overlap it) for report
 /// headers, else nothing.
 pub fn step_words(step: Option<fcp::sim::step::StepOptions>) -> String {
+    use fcp::sim::step::{Deal, MicroBatchOrder};
     step.map_or(String::new(), |s| {
         format!(
             " · step of {}{}{}",
             plural(s.micro_batches, "micro-batch", "micro-batches"),
-            match s.order {
-                fcp::sim::step::MicroBatchOrder::Stream => "",
-                fcp::sim::step::MicroBatchOrder::Hill => " in hill order",
+            match (s.order, s.deal) {
+                (MicroBatchOrder::Stream, Deal::Stream) => "",
+                (MicroBatchOrder::Hill, Deal::Stream) => " in hill order",
+                (MicroBatchOrder::Stream, Deal::Lpt) => " dealt LPT",
+                (MicroBatchOrder::Hill, Deal::Lpt) => " dealt LPT, in hill order",
             },
             if s.dp_overlap {
                 ", DP collectives overlapped"

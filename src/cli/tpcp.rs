@@ -7,7 +7,7 @@ use clap::Args;
 
 use fcp::hardware::Hardware;
 use fcp::report::{fits_word, human_bytes, parse_scheme_list};
-use fcp::sim::step::MicroBatchOrder;
+use fcp::sim::step::{Deal, MicroBatchOrder};
 use fcp::study::tpcp::{
     best_split_per_scheme, fastest, fastest_that_fits, run_tpcp, smallest_footprint, TpCpOptions,
     TpCpRow,
@@ -67,6 +67,11 @@ pub struct TpCpArgs {
     /// § Training step).
     #[arg(long, value_enum, requires = "micro_batches")]
     micro_batch_order: Option<OrderArg>,
+    /// With --micro-batches: how the step's DP × M windows are dealt to the --dp replicas.
+    /// `stream` gives replica r windows r·M … r·M + M − 1; `lpt` gives the heaviest window to
+    /// the replica with least work and room left, so fewer replicas wait for the slowest.
+    #[arg(long, value_enum, requires = "micro_batches")]
+    deal: Option<DealArg>,
     /// Print JSON: one object per (split, scheme).
     #[arg(long)]
     json: bool,
@@ -86,12 +91,16 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
-    let step = a.step.step(training)?.map(|s| {
-        s.with_order(
-            a.micro_batch_order
-                .map_or(MicroBatchOrder::Stream, Into::into),
-        )
-    });
+    let step = match a.step.step(training)? {
+        Some(s) => Some(
+            s.with_order(
+                a.micro_batch_order
+                    .map_or(MicroBatchOrder::Stream, Into::into),
+            )
+            .with_deal(a.deal.map_or(Deal::Stream, Into::into), training)?,
+        ),
+        None => None,
+    };
     // Window packing depends on the context alone: every split sees these windows.
     let windows = BatchArgs {
         trace: a.trace.clone(),
@@ -214,7 +223,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 at_split(fit),
                 fit_words(fit)
             );
-            if let Some(words) = hill_words(fit) {
+            for words in lever_words(fit) {
                 outln!("  {words}");
             }
             if let Some(f) = &fit.footprint {
@@ -292,6 +301,22 @@ impl From<OrderArg> for MicroBatchOrder {
     }
 }
 
+/// `--deal`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DealArg {
+    Stream,
+    Lpt,
+}
+
+impl From<DealArg> for Deal {
+    fn from(d: DealArg) -> Self {
+        match d {
+            DealArg::Stream => Deal::Stream,
+            DealArg::Lpt => Deal::Lpt,
+        }
+    }
+}
+
 /// What would shrink the footprint, from where `opts` stands: the levers not yet pulled all
 /// the way.
 fn to_fit(opts: &TpCpOptions) -> String {
@@ -353,15 +378,28 @@ fn fit_words(r: &TpCpRow) -> String {
     }
 }
 
-/// What running the row's micro-batches in hill order would save, when it saves anything.
-fn hill_words(r: &TpCpRow) -> Option<String> {
-    let (s, hill) = (r.step?, r.hill_step_ms?);
-    (hill < s.step_ms - 0.05).then(|| {
-        format!(
-            "In hill order (--micro-batch-order hill: lightest micro-batches first and last, heaviest in the middle) the same step takes {hill:.1} ms, {:.1}% less: fewer stalls in the pipeline.",
-            100.0 * (1.0 - hill / s.step_ms)
-        )
-    })
+/// What the step's levers would save the row, where they save anything: its micro-batches
+/// in hill order, its windows dealt to the replicas LPT.
+fn lever_words(r: &TpCpRow) -> Vec<String> {
+    let Some(s) = r.step else {
+        return Vec::new();
+    };
+    let saves = |t: Option<f64>| t.filter(|&t| t < s.step_ms - 0.05);
+    let less = |t: f64| format!("{t:.1} ms, {:.1}% less", 100.0 * (1.0 - t / s.step_ms));
+    let mut out = Vec::new();
+    if let Some(t) = saves(r.hill_step_ms) {
+        out.push(format!(
+            "In hill order (--micro-batch-order hill: lightest micro-batches first and last, heaviest in the middle) the same step takes {}: fewer stalls in the pipeline.",
+            less(t)
+        ));
+    }
+    if let Some(t) = saves(r.lpt_step_ms) {
+        out.push(format!(
+            "Dealt to the replicas LPT (--deal lpt: the heaviest window to the replica with least work) it takes {}: less waiting for the slowest replica.",
+            less(t)
+        ));
+    }
+    out
 }
 
 /// "SCHEME at TP T × CP C", as the answer lines name a row.

@@ -108,6 +108,32 @@ impl MicroBatchOrder {
     }
 }
 
+/// How a step's `dp × m` windows are dealt to the data-parallel replicas. Each replica
+/// trains `m` of them whichever way, so the global batch is the same; what changes is how
+/// long the others wait for the slowest at the gradient reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Deal {
+    /// As the stream yields them: replica `r` takes windows `r·m … r·m + m − 1`.
+    #[default]
+    Stream,
+    /// Longest processing time first: the heaviest window to the replica with the least
+    /// work that still has room, until each holds `m`. The data-parallel balancing of
+    /// WLB-LLM's packing and of Megatron's DP-balanced scheduler (anchors-cp.md §3–4), at
+    /// the granularity of whole windows.
+    Lpt,
+}
+
+impl Deal {
+    /// The name users give and outputs print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Deal::Stream => "stream",
+            Deal::Lpt => "lpt",
+        }
+    }
+}
+
 /// How a training step runs around its layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepOptions {
@@ -119,6 +145,8 @@ pub struct StepOptions {
     pub dp_overlap: bool,
     /// The order each replica runs its micro-batches in ([`StepOptions::with_order`]).
     pub order: MicroBatchOrder,
+    /// How the windows are dealt to the replicas ([`StepOptions::with_deal`]).
+    pub deal: Deal,
 }
 
 impl StepOptions {
@@ -145,7 +173,22 @@ impl StepOptions {
             micro_batches,
             dp_overlap,
             order: MicroBatchOrder::Stream,
+            deal: Deal::Stream,
         })
+    }
+
+    /// The same step with its windows dealt to `training.dp` replicas by `deal`. LPT deals
+    /// every micro-batch of the step one by one: refused beyond [`MAX_MICRO_BATCHES`] of
+    /// them in all.
+    pub fn with_deal(self, deal: Deal, training: Training) -> Result<StepOptions, FootprintError> {
+        let all = u64::from(self.micro_batches) * u64::from(training.dp);
+        if deal == Deal::Lpt && all > u64::from(MAX_MICRO_BATCHES) {
+            return Err(FootprintError::Setting(format!(
+                "--deal lpt deals at most {MAX_MICRO_BATCHES} micro-batches a step: {} on each of {} replicas are {all}",
+                self.micro_batches, training.dp
+            )));
+        }
+        Ok(StepOptions { deal, ..self })
     }
 
     /// The same step with each replica's micro-batches run in `order`.
@@ -291,6 +334,8 @@ pub struct StepMetrics {
     /// The order each replica ran its micro-batches in: `stream` or `hill`
     /// ([`MicroBatchOrder`]).
     pub micro_batch_order: MicroBatchOrder,
+    /// How the windows were dealt to the replicas: `stream` or `lpt` ([`Deal`]).
+    pub deal: Deal,
     /// Whether the collectives overlapped the first and last micro-batch; absent when not.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub dp_overlap: bool,
@@ -345,12 +390,8 @@ pub fn step_metrics(
         sync.gather_ns as f64 * MS,
     );
     let dp_comm_ms = m as f64 * each + reduce + gather;
-    let replica = |offset: usize| -> Replica {
-        let drawn = opts.order.arrange(
-            (0..m)
-                .filter_map(|i| windows.get((offset + i) % w).copied())
-                .collect(),
-        );
+    let replica = |drawn: Vec<MicroBatch>| -> Replica {
+        let drawn = opts.order.arrange(drawn);
         let work: Vec<StageWork> = drawn.iter().map(|b| b.through(layers)).collect();
         let exposed_ms = if opts.dp_overlap {
             // Each micro-batch's reduction hides under its own backward pass; the last one's
@@ -374,20 +415,33 @@ pub fn step_metrics(
             tokens: drawn.iter().map(|b| b.tokens).sum(),
         }
     };
-    // Replicas starting at the same window modulo `w` run the same micro-batches.
     let dp = training.dp.max(1) as usize;
-    let mut runs: Vec<(Replica, usize)> = Vec::new();
-    let mut seen: std::collections::BTreeMap<usize, usize> = Default::default();
-    for r in 0..dp {
-        let offset = (r % w) * (m % w) % w;
-        match seen.get(&offset) {
-            Some(&k) => runs[k].1 += 1,
-            None => {
-                seen.insert(offset, runs.len());
-                runs.push((replica(offset), 1));
+    // Each distinct replica's run, with how many replicas run it.
+    let runs: Vec<(Replica, usize)> = match opts.deal {
+        Deal::Stream => {
+            // Replicas starting at the same window modulo `w` run the same micro-batches.
+            let mut runs: Vec<(Replica, usize)> = Vec::new();
+            let mut seen: std::collections::BTreeMap<usize, usize> = Default::default();
+            for r in 0..dp {
+                let offset = (r % w) * (m % w) % w;
+                match seen.get(&offset) {
+                    Some(&k) => runs[k].1 += 1,
+                    None => {
+                        seen.insert(offset, runs.len());
+                        let drawn = (0..m)
+                            .filter_map(|i| windows.get((offset + i) % w).copied())
+                            .collect();
+                        runs.push((replica(drawn), 1));
+                    }
+                }
             }
+            runs
         }
-    }
+        Deal::Lpt => lpt_deal(windows, dp, m, layers)
+            .into_iter()
+            .map(|drawn| (replica(drawn), 1))
+            .collect(),
+    };
     let slowest = runs
         .iter()
         .map(|(r, _)| *r)
@@ -419,6 +473,7 @@ pub fn step_metrics(
         dp_comm_ms,
         dp_exposed_ms: slowest.exposed_ms,
         micro_batch_order: opts.order,
+        deal: opts.deal,
         dp_overlap: opts.dp_overlap,
         dp_wait_ms: (step_ms - mean_step).max(0.0),
         step_ms,
@@ -428,6 +483,43 @@ pub fn step_metrics(
             0.0
         },
     }
+}
+
+/// The step's `dp × m` windows (the stream's, cycling through `windows`) dealt longest
+/// first to the replica with the least work and room left, each replica's in the stream's
+/// order. Ties go to the earlier window and the lower replica, so the deal is deterministic.
+fn lpt_deal(windows: &[MicroBatch], dp: usize, m: usize, layers: f64) -> Vec<Vec<MicroBatch>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let w = windows.len().max(1);
+    let time = |k: usize| {
+        windows
+            .get(k % w)
+            .map_or(0.0, |b| b.through(layers).total_ms())
+    };
+    let mut order: Vec<usize> = (0..dp * m).collect();
+    order.sort_by(|&a, &b| time(b).total_cmp(&time(a)).then(a.cmp(&b)));
+    // Loads in whole nanoseconds, so the heap orders them exactly.
+    let mut open: BinaryHeap<Reverse<(u64, usize)>> = (0..dp).map(|r| Reverse((0, r))).collect();
+    let mut dealt: Vec<Vec<usize>> = vec![Vec::with_capacity(m); dp];
+    for k in order {
+        let Some(Reverse((load, r))) = open.pop() else {
+            break;
+        };
+        dealt[r].push(k);
+        if dealt[r].len() < m {
+            open.push(Reverse((load + (time(k) * 1e6).round() as u64, r)));
+        }
+    }
+    dealt
+        .into_iter()
+        .map(|mut ks| {
+            ks.sort_unstable();
+            ks.into_iter()
+                .filter_map(|k| windows.get(k % w).copied())
+                .collect()
+        })
+        .collect()
 }
 
 /// One send of a micro-batch's activations between neighbouring pipeline stages, ns: each
@@ -733,5 +825,50 @@ mod tests {
             activation_send_ns(&m8, t(1, 2), 8, 4096, 1, &net),
             net.send_ns(bytes / 8, true)
         );
+    }
+
+    #[test]
+    fn an_lpt_deal_evens_the_replicas_out() {
+        let t = Training::new(1, 2, 1).unwrap();
+        let windows = [
+            mb(4.0, 3.0, 40.0),
+            mb(4.0, 3.0, 40.0),
+            mb(2.0, 1.0, 20.0),
+            mb(2.0, 1.0, 20.0),
+        ];
+        let at = |deal| {
+            let o = StepOptions::new(2, false, t)
+                .unwrap()
+                .with_deal(deal, t)
+                .unwrap();
+            step_metrics(&windows, 1, t, no_sync(), o, 0.0, 4)
+        };
+        // The stream gives replica 0 both heavy windows: 8 ms against 4.
+        let stream = at(Deal::Stream);
+        assert_eq!((stream.step_ms, stream.dp_wait_ms), (8.0, 2.0));
+        // LPT deals one heavy and one light to each: 6 ms, nobody waits; same tokens.
+        let lpt = at(Deal::Lpt);
+        assert_eq!(
+            (lpt.step_ms, lpt.dp_wait_ms, lpt.deal),
+            (6.0, 0.0, Deal::Lpt)
+        );
+        assert_eq!(
+            lpt.tokens_per_gpu_s * lpt.step_ms,
+            stream.tokens_per_gpu_s * stream.step_ms
+        );
+        // Each replica's deal keeps the stream's order and its m windows.
+        let dealt = lpt_deal(&windows, 2, 2, 1.0);
+        assert_eq!(
+            dealt,
+            vec![vec![windows[0], windows[2]], vec![windows[1], windows[3]]]
+        );
+        // Dealing every micro-batch one by one has a limit.
+        let wide = Training::new(1, 1 << 10, 1).unwrap();
+        let e = StepOptions::new(128, false, wide)
+            .unwrap()
+            .with_deal(Deal::Lpt, wide)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 65536 micro-batches"), "{e}");
     }
 }

@@ -19,7 +19,7 @@ use crate::model::{Model, Recompute};
 use crate::plan::Mask;
 use crate::planners::PlanContext;
 use crate::report::{compare, CompareOptions};
-use crate::sim::step::{MicroBatch, MicroBatchOrder, StepMetrics, StepOptions};
+use crate::sim::step::{Deal, MicroBatch, MicroBatchOrder, StepMetrics, StepOptions};
 use crate::sim::{PassSel, Simulator};
 use crate::trace::{Batch, PackMode};
 
@@ -95,6 +95,10 @@ pub struct TpCpRow {
     /// a pipeline, where the order matters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hill_step_ms: Option<f64>,
+    /// The step's time, ms, were the windows dealt to the replicas LPT ([`Deal::Lpt`]);
+    /// present when the step was priced dealt as streamed over several replicas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lpt_step_ms: Option<f64>,
     /// Why this split or scheme has no numbers.
     pub error: Option<String>,
 }
@@ -116,6 +120,7 @@ impl TpCpRow {
             footprint: None,
             step: None,
             hill_step_ms: None,
+            lpt_step_ms: None,
             error: Some(error),
         }
     }
@@ -220,7 +225,7 @@ pub fn run_tpcp(
             let row = match (&r.mean, &r.error) {
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
-                    let mut hill_step_ms = None;
+                    let (mut hill_step_ms, mut lpt_step_ms) = (None, None);
                     let step = match opts.step {
                         Some(o) if r.layers.len() == windows.len() => {
                             let drawn: Vec<MicroBatch> = r
@@ -230,11 +235,18 @@ pub fn run_tpcp(
                                 .map(|(l, w)| MicroBatch::of(l, w.tokens() as f64))
                                 .collect();
                             let step = sim.step(&drawn, cp, ctx.tokens_per_rank, o)?;
-                            // What the pipeline would save run in hill order.
+                            let time = |o| -> Result<f64, StudyError> {
+                                Ok(sim.step(&drawn, cp, ctx.tokens_per_rank, o)?.step_ms)
+                            };
+                            // What the pipeline would save run in hill order, and the
+                            // replicas dealt their windows LPT.
                             if o.order == MicroBatchOrder::Stream && opts.training.pp > 1 {
-                                let hill = o.with_order(MicroBatchOrder::Hill);
-                                hill_step_ms =
-                                    Some(sim.step(&drawn, cp, ctx.tokens_per_rank, hill)?.step_ms);
+                                hill_step_ms = Some(time(o.with_order(MicroBatchOrder::Hill))?);
+                            }
+                            if o.deal == Deal::Stream && opts.training.dp > 1 {
+                                if let Ok(lpt) = o.with_deal(Deal::Lpt, opts.training) {
+                                    lpt_step_ms = Some(time(lpt)?);
+                                }
                             }
                             Some(step)
                         }
@@ -257,6 +269,7 @@ pub fn run_tpcp(
                         footprint: l.and_then(|l| l.footprint),
                         step,
                         hill_step_ms,
+                        lpt_step_ms,
                         error: None,
                     }
                 }
