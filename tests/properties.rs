@@ -70,7 +70,12 @@ fn ranks_strategy(max: u32) -> impl Strategy<Value = u32> {
 /// A 1F1B schedule's length by brute force, the oracle for [`fcp::sim::pipeline`]: write
 /// each stage's op list out in Megatron's order and relax every op's start (its stage's
 /// previous op, its input plus a send) until no end time moves.
-fn relaxed_1f1b(p: usize, work: &[fcp::sim::pipeline::StageWork], hop: f64) -> f64 {
+fn relaxed_1f1b(
+    p: usize,
+    work: &[fcp::sim::pipeline::StageWork],
+    hop: f64,
+    head: fcp::sim::pipeline::StageWork,
+) -> f64 {
     use std::collections::HashMap;
     let m = work.len();
     let ops = |s: usize| {
@@ -96,11 +101,12 @@ fn relaxed_1f1b(p: usize, work: &[fcp::sim::pipeline::StageWork], hop: f64) -> f
                     (false, _) if s == p - 1 => get((true, s, i)),
                     (false, _) => get((false, s + 1, i)) + hop,
                 };
+                let last = if s == p - 1 { head } else { Default::default() };
                 let e = t.max(dep)
                     + if f {
-                        work[i].forward_ms
+                        work[i].forward_ms + last.forward_ms
                     } else {
-                        work[i].backward_ms
+                        work[i].backward_ms + last.backward_ms
                     };
                 if end.insert((f, s, i), e) != Some(e) {
                     moved = true;
@@ -578,14 +584,18 @@ proptest! {
             };
             let (plain, over) = (step(m, false), step(m, true));
             let slot = f64::from(32 / pp) * layer.layer_time_ms;
-            // Equal micro-batches: (m + P − 1) slots, and the sends between stages on top.
-            let slots = f64::from(m + pp - 1) * slot;
+            // Equal micro-batches: (m + P − 1) slots, the last stage's output layer on each
+            // micro-batch, and the sends between stages on top.
+            let head = plain.output_layer_ms;
+            prop_assert!(head > 0.0, "{}", scheme);
+            let slots = f64::from(m + pp - 1) * slot + f64::from(m) * head;
             prop_assert!(plain.pipeline_ms + 1e-6 >= slots + 2.0 * f64::from(pp - 1) * plain.pp_send_ms, "{}", scheme);
             prop_assert_eq!(plain.pp_send_ms > 0.0, pp > 1);
             if pp == 1 {
                 prop_assert!((plain.pipeline_ms - slots).abs() < 1e-6, "{}", scheme);
             }
-            prop_assert!((plain.bubble_ms - (plain.pipeline_ms - f64::from(m) * slot)).abs() < 1e-6, "{}", scheme);
+            let busiest = f64::from(m) * (slot + head);
+            prop_assert!((plain.bubble_ms - (plain.pipeline_ms - busiest)).abs() < 1e-6, "{}", scheme);
             prop_assert!((plain.step_ms - plain.pipeline_ms - plain.dp_exposed_ms).abs() < 1e-6, "{}", scheme);
             prop_assert_eq!(plain.dp_exposed_ms, plain.dp_comm_ms);
             prop_assert!(over.dp_exposed_ms >= 0.0 && over.dp_exposed_ms <= plain.dp_exposed_ms + 1e-9, "{}", scheme);
@@ -610,7 +620,7 @@ proptest! {
         hop in 0u32..5,
         heavier in 0usize..24,
     ) {
-        use fcp::sim::pipeline::{one_f_one_b, StageWork};
+        use fcp::sim::pipeline::{one_f_one_b, one_f_one_b_with_head, StageWork};
         let w: Vec<StageWork> = work
             .iter()
             .map(|&(f, b)| StageWork { forward_ms: f64::from(f), backward_ms: f64::from(b) })
@@ -630,7 +640,13 @@ proptest! {
             (w.len() as f64 + p - 1.0) * w[0].total_ms()
         );
         // The naive oracle: relax every op's start until nothing moves.
-        prop_assert!((t - relaxed_1f1b(stages as usize, &w, h)).abs() < 1e-9);
+        let zero = StageWork::default();
+        prop_assert!((t - relaxed_1f1b(stages as usize, &w, h, zero)).abs() < 1e-9);
+        // With the last stage's output layer too.
+        let head = StageWork { forward_ms: f64::from(hop) * 3.0, backward_ms: heavier as f64 };
+        let with = one_f_one_b_with_head(stages, &w, h, head);
+        prop_assert!((with - relaxed_1f1b(stages as usize, &w, h, head)).abs() < 1e-9);
+        prop_assert!(with + 1e-9 >= t.max(busy + w.len() as f64 * head.total_ms()));
         let mut more = w.clone();
         let k = heavier % w.len();
         more[k].backward_ms += 7.0;
@@ -649,7 +665,10 @@ proptest! {
         send in 0u32..3,
     ) {
         use fcp::footprint::Training;
-        use fcp::sim::step::{step_metrics, Deal, DpSync, MicroBatch, MicroBatchOrder, StepOptions};
+        use fcp::sim::step::{
+            step_metrics, Deal, DpSync, MicroBatch, MicroBatchOrder, StageExtras, StageWork, StepOptions,
+        };
+        let head = StageWork { forward_ms: f64::from(send) * 0.7, backward_ms: f64::from(send) * 1.4 };
         let windows: Vec<MicroBatch> = times
             .iter()
             .map(|&(t, tok)| MicroBatch {
@@ -670,7 +689,8 @@ proptest! {
                     .with_order(order)
                     .with_deal(deal, training)
                     .unwrap();
-                let s = step_metrics(&windows, 2, training, none, o, f64::from(send), 1);
+                let extras = StageExtras { send_ms: f64::from(send), head };
+                let s = step_metrics(&windows, 2, training, none, o, extras, 1);
                 prop_assert!(s.dp_wait_ms >= 0.0 && s.bubble_ms >= 0.0);
                 if pp == 1 {
                     prop_assert!(s.bubble_ms.abs() < 1e-9, "{:?}", s);

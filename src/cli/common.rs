@@ -531,7 +531,15 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     } else {
         "no data-parallel collectives: no other GPU holds these weights".to_string()
     };
-    format!("{bubble}{dp}{wait}")
+    let head = if s.output_layer_ms > 0.0 {
+        format!(
+            "the output layer {:.1} ms a micro-batch on the last stage; ",
+            s.output_layer_ms
+        )
+    } else {
+        String::new()
+    };
+    format!("{head}{bubble}{dp}{wait}")
 }
 
 /// The note when `--dp-overlap` overlaps nothing: `what` (a subject and its verb, "no split

@@ -277,7 +277,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     outln!(
         "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
         match (step.is_some(), opts.training.gathers_weights() && model.stack.is_some()) {
-            (true, _) => "the embedding's and output layer's work, the optimizer step and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
+            (true, _) => "the loss's element-wise work, the optimizer step and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
             (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own",
             (false, false) => "the pipeline's bubble and the data-parallel gradient reduction and parameter all-gather (once a step, after the last layer; --micro-batches prices them)",
         }
@@ -487,7 +487,7 @@ fn table(rows: &[TpCpRow]) -> String {
             ""
         },
         if stepped {
-            "; step_ms a training step of the slowest replica: its micro-batches, the windows in turn, through a 1F1B pipeline of its stages (the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
+            "; step_ms a training step of the slowest replica: its micro-batches, the windows in turn, through a 1F1B pipeline of its stages (the last one running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
         } else {
             ""
         },

@@ -194,13 +194,21 @@ impl Simulator {
             self.hw.gpus_per_node,
             &self.net,
         );
+        let head = step::output_layer(
+            &self.model,
+            tokens_per_rank,
+            self.layer.as_ref().map_or(0.0, |l| l.flops_per_s),
+        );
         Ok(step::step_metrics(
             windows,
             stage.layers,
             training,
             sync,
             opts,
-            send as f64 * 1e-6,
+            step::StageExtras {
+                send_ms: send as f64 * 1e-6,
+                head,
+            },
             self.model.tp.max(1) * cp.max(1),
         ))
     }

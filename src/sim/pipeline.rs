@@ -17,12 +17,13 @@
 //! Every op starts when both its stage and its input are free: the longest path through
 //! that dependency graph is the pipeline's time.
 //!
-//! Every stage holds the same layers, so a micro-batch's work is the same on each. The
-//! sends are dependencies only: they delay the receiver, not the sender.
+//! Every stage holds the same layers, so a micro-batch's work is the same on each, but for
+//! the last stage's output layer and loss ([`one_f_one_b_with_head`]). The sends are
+//! dependencies only: they delay the receiver, not the sender.
 
 /// One micro-batch on one pipeline stage: its forward and backward passes through the
 /// stage's layers, ms.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StageWork {
     /// Forward pass through the stage's layers, ms.
     pub forward_ms: f64,
@@ -57,6 +58,13 @@ fn op(stages: usize, m: usize, s: usize, k: usize) -> (bool, usize) {
 /// `work` (in micro-batch order) through `stages` stages with `hop_ms` for each send
 /// between neighbouring stages. Zero micro-batches take no time.
 pub fn one_f_one_b(stages: u32, work: &[StageWork], hop_ms: f64) -> f64 {
+    one_f_one_b_with_head(stages, work, hop_ms, StageWork::default())
+}
+
+/// [`one_f_one_b`] with `head` more work for every micro-batch on the last stage: the
+/// output layer and the loss, which only the last stage runs (the first stage's embedding
+/// lookup is a gather, next to nothing).
+pub fn one_f_one_b_with_head(stages: u32, work: &[StageWork], hop_ms: f64, head: StageWork) -> f64 {
     let (p, m) = (stages.max(1) as usize, work.len());
     if m == 0 {
         return 0.0;
@@ -82,7 +90,17 @@ pub fn one_f_one_b(stages: u32, work: &[StageWork], hop_ms: f64) -> f64 {
             }
             let start = free[s].max(input);
             let w = work[i];
-            free[s] = start + if forward { w.forward_ms } else { w.backward_ms };
+            let extra = if s == p - 1 {
+                head
+            } else {
+                StageWork::default()
+            };
+            free[s] = start
+                + if forward {
+                    w.forward_ms + extra.forward_ms
+                } else {
+                    w.backward_ms + extra.backward_ms
+                };
             next[s] += 1;
             if forward {
                 f_end[s * m + i] = free[s];
@@ -188,5 +206,23 @@ mod tests {
         // Four slots of the mean (4.5 ms) would take 22.5: the heavy one holds both up.
         assert_eq!(one_f_one_b(2, &[w(1.5, 3.0); 4], 0.0), 22.5);
         assert!(one_f_one_b(4, &mixed, 0.0) > one_f_one_b(4, &[w(1.5, 3.0); 4], 0.0));
+    }
+
+    #[test]
+    fn the_last_stage_s_head_runs_on_every_micro_batch() {
+        let head = w(0.5, 1.0);
+        // One stage: every micro-batch carries the head.
+        assert_eq!(
+            one_f_one_b_with_head(1, &[w(1.0, 2.0); 4], 0.0, head),
+            4.0 * 4.5
+        );
+        // One micro-batch through 3 stages: a chain of every op, the head once each way.
+        assert_eq!(
+            one_f_one_b_with_head(3, &[w(1.0, 2.0)], 0.0, head),
+            9.0 + 1.5
+        );
+        // In the steady state the last stage is the slowest: it sets the pace.
+        let t = one_f_one_b_with_head(4, &[w(1.0, 2.0); 16], 0.0, head);
+        assert!(t >= 16.0 * 4.5 + 3.0 * 3.0, "{t}");
     }
 }

@@ -37,7 +37,9 @@
 //! ([`super::pipeline`]), so a heavy window stalls the stages around it. The step is the
 //! slowest replica's: the reduction waits for it.
 //!
-//! Not modelled: the embedding's and output layer's own compute, the optimizer step, the
+//! The last stage also runs the output layer on every micro-batch ([`output_layer`]).
+//!
+//! Not modelled: the embedding lookup, the loss's element-wise work, the optimizer step, the
 //! interleaved 1F1B schedule, and the bandwidth the reduction and the pipeline's sends take
 //! from CP's traffic when they overlap it.
 
@@ -48,7 +50,8 @@ use crate::hardware::Collective;
 use crate::model::Model;
 
 use super::network::CollectiveModel;
-use super::pipeline::{one_f_one_b, StageWork};
+use super::pipeline::one_f_one_b_with_head;
+pub use super::pipeline::StageWork;
 use super::zero3::any_straddles;
 use super::{LayerMetrics, SimError};
 
@@ -318,13 +321,16 @@ pub struct StepMetrics {
     /// The slowest replica's 1F1B pipeline, its micro-batches in order, ms
     /// ([`super::pipeline`]): `(m + P − 1)` slots when they are equal.
     pub pipeline_ms: f64,
-    /// What of it a stage spends waiting rather than computing, ms: filling and draining the
-    /// pipeline, and the stalls that micro-batches of unequal lengths cause (0 without
-    /// pipelining).
+    /// What of it the busiest stage (the last, with the output layer) spends waiting rather
+    /// than computing, ms: filling and draining the pipeline, and the stalls that
+    /// micro-batches of unequal lengths cause (0 without pipelining).
     pub bubble_ms: f64,
     /// One point-to-point send of a micro-batch's activations (or their gradients) to the
     /// next stage, ms; 0 without pipelining.
     pub pp_send_ms: f64,
+    /// The output layer's GEMMs for one micro-batch on the last stage, forward and
+    /// backward, ms ([`output_layer`]): that stage's extra work on every micro-batch.
+    pub output_layer_ms: f64,
     /// The data-parallel collectives of the step: the gradients' reduction and, under the
     /// distributed optimizer, the weights' all-gather, ms.
     pub dp_comm_ms: f64,
@@ -347,6 +353,37 @@ pub struct StepMetrics {
     /// Real tokens a step trains per GPU-second: the measure that compares layouts on
     /// different numbers of GPUs (a pipeline's stages multiply them).
     pub tokens_per_gpu_s: f64,
+}
+
+/// What a step adds to its stages' layers: the sends between stages and the last stage's
+/// output layer.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StageExtras {
+    /// One activation send between neighbouring stages, ms ([`activation_send_ns`]).
+    pub send_ms: f64,
+    /// The output layer and loss on the last stage, for every micro-batch ([`output_layer`]).
+    pub head: StageWork,
+}
+
+/// The output layer's GEMM on one GPU for one micro-batch, ms: the `tokens_per_rank` of its
+/// CP rank (under sequence parallelism the TP group gathers them) times `2 × hidden ×
+/// vocab / tp` FLOPs forward (Megatron splits the vocabulary over TP), twice that backward
+/// (the gradients of the input and of the weights), at the measured GEMM rate. The
+/// softmax and loss over the logits are element-wise and not counted, as in the layer.
+pub fn output_layer(model: &Model, tokens_per_rank: u64, flops_per_s: f64) -> StageWork {
+    let (Some(linear), Some(stack)) = (model.linear.as_ref(), model.stack.as_ref()) else {
+        return StageWork::default();
+    };
+    if flops_per_s <= 0.0 {
+        return StageWork::default();
+    }
+    let vocab = f64::from(stack.vocab.div_ceil(model.tp.max(1)));
+    let forward = tokens_per_rank as f64 * 2.0 * f64::from(linear.hidden) * vocab;
+    let ms = |flops: f64| flops / flops_per_s * 1e3;
+    StageWork {
+        forward_ms: ms(forward),
+        backward_ms: ms(2.0 * forward),
+    }
 }
 
 /// One replica's step: its pipeline, its exposed collectives, its tokens.
@@ -377,9 +414,10 @@ pub fn step_metrics(
     training: Training,
     sync: DpSync,
     opts: StepOptions,
-    send_ms: f64,
+    extras: StageExtras,
     stage_gpus: u32,
 ) -> StepMetrics {
+    let (send_ms, head) = (extras.send_ms, extras.head);
     const MS: f64 = 1e-6;
     let layers = f64::from(stage_layers);
     let m = opts.micro_batches as usize;
@@ -409,8 +447,9 @@ pub fn step_metrics(
             dp_comm_ms
         };
         Replica {
-            pipeline_ms: one_f_one_b(training.pp, &work, send_ms),
-            busy_ms: work.iter().map(StageWork::total_ms).sum(),
+            pipeline_ms: one_f_one_b_with_head(training.pp, &work, send_ms, head),
+            // The last stage's: the busiest, with the head.
+            busy_ms: work.iter().map(|s| s.total_ms() + head.total_ms()).sum(),
             exposed_ms,
             tokens: drawn.iter().map(|b| b.tokens).sum(),
         }
@@ -470,6 +509,7 @@ pub fn step_metrics(
         pipeline_ms: slowest.pipeline_ms,
         bubble_ms: (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
         pp_send_ms: if training.pp > 1 { send_ms } else { 0.0 },
+        output_layer_ms: head.total_ms(),
         dp_comm_ms,
         dp_exposed_ms: slowest.exposed_ms,
         micro_batch_order: opts.order,
@@ -585,7 +625,15 @@ mod tests {
             gather_ns: 0,
         };
         let opts = StepOptions::new(8, false, t).unwrap();
-        let s = step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 0.0, 64);
+        let s = step_metrics(
+            &[mb(2.0, 1.5, 1000.0)],
+            20,
+            t,
+            none,
+            opts,
+            StageExtras::default(),
+            64,
+        );
         // 20 layers × 2 ms a slot, 8 + 3 slots, 3 of them the bubble.
         assert_eq!(
             (s.pipeline_ms, s.bubble_ms, s.step_ms),
@@ -616,7 +664,7 @@ mod tests {
                 t,
                 sync,
                 StepOptions::new(4, overlap, t).unwrap(),
-                0.0,
+                StageExtras::default(),
                 8,
             )
         };
@@ -655,7 +703,7 @@ mod tests {
                 t,
                 z2,
                 StepOptions::new(4, overlap, t).unwrap(),
-                0.0,
+                StageExtras::default(),
                 8,
             )
         };
@@ -737,6 +785,13 @@ mod tests {
         assert!(b.reduce_ns * 3 < a.reduce_ns, "{a:?} {b:?}");
     }
 
+    fn sends(send_ms: f64) -> StageExtras {
+        StageExtras {
+            send_ms,
+            ..Default::default()
+        }
+    }
+
     fn no_sync() -> DpSync {
         DpSync {
             per_micro_batch_ns: 0,
@@ -756,7 +811,7 @@ mod tests {
             mb(3.0, 2.0, 100.0),
             mb(3.0, 2.0, 100.0),
         ];
-        let s = step_metrics(&windows, 1, t, no_sync(), opts, 0.0, 8);
+        let s = step_metrics(&windows, 1, t, no_sync(), opts, StageExtras::default(), 8);
         // The pipeline module's worked example: 25 ms, where four mean windows take 22.5.
         assert_eq!(s.pipeline_ms, 25.0);
         assert_eq!((s.micro_batch_mean_ms, s.micro_batch_max_ms), (4.5, 9.0));
@@ -764,10 +819,26 @@ mod tests {
         assert_eq!((s.windows, s.dp_wait_ms, s.pp_send_ms), (4, 0.0, 0.0));
         assert!((s.tokens_per_gpu_s - 600.0 / 0.025 / 16.0).abs() < 1e-9);
         // Equal windows of the same mean: the closed form, (m + P − 1) slots.
-        let even = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 0.0, 8);
+        let even = step_metrics(
+            &[mb(4.5, 3.0, 150.0)],
+            1,
+            t,
+            no_sync(),
+            opts,
+            StageExtras::default(),
+            8,
+        );
         assert_eq!((even.pipeline_ms, even.bubble_ms), (22.5, 4.5));
         // Each send between the stages delays both the fill and the drain.
-        let sent = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 0.25, 8);
+        let sent = step_metrics(
+            &[mb(4.5, 3.0, 150.0)],
+            1,
+            t,
+            no_sync(),
+            opts,
+            sends(0.25),
+            8,
+        );
         assert_eq!(sent.pp_send_ms, 0.25);
         assert!(sent.pipeline_ms >= even.pipeline_ms + 0.5, "{sent:?}");
     }
@@ -788,7 +859,7 @@ mod tests {
             mb(4.0, 3.0, 30.0),
             mb(4.0, 3.0, 30.0),
         ];
-        let s = step_metrics(&windows, 10, t, sync, opts, 0.0, 4);
+        let s = step_metrics(&windows, 10, t, sync, opts, StageExtras::default(), 4);
         // Replica 1: 2 × 40 ms, then the 1 ms reduction; replica 0 waits 40 of it.
         assert_eq!((s.pipeline_ms, s.step_ms), (80.0, 81.0));
         assert_eq!(s.dp_wait_ms, 81.0 - (41.0 + 81.0) / 2.0);
@@ -796,12 +867,12 @@ mod tests {
         // Fewer windows than the step needs: they repeat, and the replicas draw in turn.
         let t4 = Training::new(1, 4, 1).unwrap();
         let o4 = StepOptions::new(2, false, t4).unwrap();
-        let three = step_metrics(&windows[1..], 10, t4, sync, o4, 0.0, 4);
+        let three = step_metrics(&windows[1..], 10, t4, sync, o4, StageExtras::default(), 4);
         assert_eq!(three.windows, 3);
         // Replicas start at windows 0, 2, 1, 0 of three: one draws both heavy ones.
         assert_eq!(three.pipeline_ms, 80.0);
         // One window serves every replica alike: nobody waits.
-        let one = step_metrics(&windows[..1], 10, t4, sync, o4, 0.0, 4);
+        let one = step_metrics(&windows[..1], 10, t4, sync, o4, StageExtras::default(), 4);
         assert_eq!((one.windows, one.dp_wait_ms), (1, 0.0));
     }
 
@@ -841,7 +912,7 @@ mod tests {
                 .unwrap()
                 .with_deal(deal, t)
                 .unwrap();
-            step_metrics(&windows, 1, t, no_sync(), o, 0.0, 4)
+            step_metrics(&windows, 1, t, no_sync(), o, StageExtras::default(), 4)
         };
         // The stream gives replica 0 both heavy windows: 8 ms against 4.
         let stream = at(Deal::Stream);

@@ -703,14 +703,26 @@ mod tests {
             .unwrap()
             .ends_with("zero3_exposed_ms_p95,zero3_exposed_ms_max"));
         assert!(!rows3[0].metrics.contains_key("step_ms"));
-        // A priced step: 8 micro-batches of every batch through its 32 layers, and the
-        // gradients' reduction over the 2 CP ranks, all of it exposed without overlap.
+        // A priced step: 8 micro-batches of every batch through its 32 layers and the output
+        // layer, and the gradients' reduction over the 2 CP ranks, all of it exposed
+        // without overlap.
         let stepped = cfg("[memory]\nzero = 1\nmicro_batches = 8");
         let rows_s = run_cells(&stepped, &stepped.cells(), &|_| {}).unwrap();
         let m = &rows_s[0].metrics;
         let (step, dp) = (m["step_ms"], m["dp_exposed_ms"]);
         assert!(dp.mean > 0.0);
-        assert!((step.mean - (8.0 * 32.0 * layer(&rows) + dp.mean)).abs() < 1e-6);
+        let hw = Hardware::load("h100").unwrap();
+        let head = crate::sim::step::output_layer(
+            &Model::load("llama3-8b").unwrap(),
+            8192,
+            hw.gemm_flops_per_s().unwrap(),
+        );
+        let expected = 8.0 * (32.0 * layer(&rows) + head.total_ms()) + dp.mean;
+        assert!(
+            (step.mean - expected).abs() < 1e-6,
+            "{} {expected}",
+            step.mean
+        );
         assert!(m["tokens_per_gpu_s"].mean > 0.0);
         assert!(results_csv(&rows_s)
             .lines()
