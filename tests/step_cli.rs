@@ -37,13 +37,18 @@ fn tpcp_prices_the_step_and_ranks_by_it() {
             (s["micro_batches"].as_u64(), s["windows"].as_u64()),
             (Some(8), Some(1))
         );
-        let (slot, send) = (20.0 * layer, f(s, "pp_send_ms"));
-        assert!(send > 0.0, "{s}");
+        // The last stage also runs the output layer on each.
+        let (slot, send, head) = (20.0 * layer, f(s, "pp_send_ms"), f(s, "output_layer_ms"));
+        assert!(send > 0.0 && head > 0.0, "{s}");
         let pipeline = f(s, "pipeline_ms");
-        assert!(pipeline >= 11.0 * slot + 6.0 * send - 1e-6, "{s}");
-        assert!(pipeline <= 11.0 * (slot + 2.0 * send) + 1e-6, "{s}");
         assert!(
-            (f(s, "bubble_ms") - (pipeline - 8.0 * slot)).abs() < 1e-6,
+            pipeline >= 11.0 * slot + 8.0 * head + 6.0 * send - 1e-6,
+            "{s}"
+        );
+        assert!(pipeline <= 11.0 * (slot + head + 2.0 * send) + 1e-6, "{s}");
+        let busiest = 8.0 * (slot + head);
+        assert!(
+            (f(s, "bubble_ms") - (pipeline - busiest)).abs() < 1e-6,
             "{s}"
         );
         assert_eq!(f(s, "micro_batch_max_ms"), f(s, "micro_batch_mean_ms"));
@@ -206,10 +211,13 @@ fn simulate_adds_the_step_of_its_batch() {
     let s = &r["step"];
     let layer = f(&r, "layer_time_ms");
     // 4 copies of the batch through 2 stages of 40 layers: 5 slots, and the sends.
-    let (slot, send) = (40.0 * layer, f(s, "pp_send_ms"));
+    let (slot, send, head) = (40.0 * layer, f(s, "pp_send_ms"), f(s, "output_layer_ms"));
     let pipeline = f(s, "pipeline_ms");
-    assert!(pipeline >= 5.0 * slot + 2.0 * send - 1e-6, "{s}");
-    assert!(pipeline <= 5.0 * (slot + 2.0 * send) + 1e-6, "{s}");
+    assert!(
+        pipeline >= 5.0 * slot + 4.0 * head + 2.0 * send - 1e-6,
+        "{s}"
+    );
+    assert!(pipeline <= 5.0 * (slot + head + 2.0 * send) + 1e-6, "{s}");
     assert_eq!(s["windows"], 1);
     let text = stdout_of(
         fcp()
@@ -328,6 +336,13 @@ fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
         assert_eq!(h["micro_batch_order"], "hill");
         assert!(b.get("hill_step_ms").is_none(), "{b}");
         assert!((f(a, "hill_step_ms") - f(h, "step_ms")).abs() < 1e-6, "{a}");
+        // And the hill's row says what the stream's order takes: neither always wins.
+        assert!(
+            (f(b, "stream_order_step_ms") - f(s, "step_ms")).abs() < 1e-6,
+            "{b}"
+        );
+        assert!(a.get("stream_order_step_ms").is_none(), "{a}");
+        assert!(f(s, "stall_ms") <= f(s, "bubble_ms"), "{s}");
         assert!(f(h, "step_ms") <= f(s, "step_ms") + 1e-6, "{s} {h}");
         saved |= f(h, "step_ms") < f(s, "step_ms");
     }
@@ -396,4 +411,74 @@ fn an_lpt_deal_shortens_the_wait_for_the_slowest_replica() {
         waited |= f(s, "dp_wait_ms") > 0.0;
     }
     assert!(waited, "{stream}");
+}
+
+/// Regression (bug hunt): when no split fits, the answer named the fastest but not what
+/// the other micro-batch order would save it; a trace too short for a window per
+/// micro-batch was told to ask for more `--batches`; and a step of 65,536 micro-batches on
+/// each of 65,536 replicas was counted as 4,294,967,295.
+#[test]
+fn the_step_s_notes_and_levers_hold_at_the_edges() {
+    let text = stdout_of(fcp().args([
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "32768",
+        "--batches",
+        "4",
+        "--schemes",
+        "zigzag",
+        "--micro-batches",
+        "4",
+        "--pp",
+        "2",
+    ]));
+    assert!(text.contains("No split fits in memory"), "{text}");
+    assert!(
+        text.contains("In hill order") || text.contains("In the stream's order"),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("three.csv");
+    std::fs::write(&trace, "doc_len\n32768\n32768\n32768\n").unwrap();
+    let out = fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "8",
+            "--context",
+            "32768",
+            "--schemes",
+            "zigzag",
+        ])
+        .args([
+            "--micro-batches",
+            "4",
+            "--batches",
+            "8",
+            "--model",
+            "llama3-8b",
+        ])
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{note}");
+    assert!(
+        note.contains("drawn in turn from 3 simulated windows: the trace packs into only 3 windows of 32768 tokens"),
+        "{note}"
+    );
+    let out = fcp()
+        .args(tpcp_16("zigzag"))
+        .args(["--micro-batches", "65536", "--dp", "65536"])
+        .output()
+        .unwrap();
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{note}");
+    assert!(
+        note.contains("a step trains 4294967296 micro-batches (65536 on each of 65536 replicas)"),
+        "{note}"
+    );
 }

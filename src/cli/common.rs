@@ -486,23 +486,22 @@ impl StepArgs {
 /// there is one) and the data-parallel collectives, or why there are none once a step.
 pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     // Micro-batches of unequal lengths stall the pipeline beyond filling and draining it.
-    let spread = s.micro_batch_max_ms / s.micro_batch_mean_ms.max(f64::MIN_POSITIVE);
     let bubble = if s.bubble_ms > 0.0 {
+        let mut parts = vec![if s.stall_ms >= 0.05 {
+            format!(
+                "filling and draining it, and {:.1} ms of stalls behind unequal micro-batches",
+                s.stall_ms
+            )
+        } else {
+            "filling and draining it".to_string()
+        }];
+        if s.pp_send_ms > 0.0 {
+            parts.push(format!("{:.2} ms a send between stages", s.pp_send_ms));
+        }
         format!(
-            "{:.1} ms of the step the pipeline's bubble ({}{}); ",
+            "{:.1} ms of the step the pipeline's bubble ({}); ",
             s.bubble_ms,
-            if spread > 1.0005 {
-                format!(
-                    "filling, draining and stalls behind micro-batches up to {spread:.2}× the mean"
-                )
-            } else {
-                "filling and draining".to_string()
-            },
-            if s.pp_send_ms > 0.0 {
-                format!(", {:.2} ms a send between stages", s.pp_send_ms)
-            } else {
-                String::new()
-            }
+            parts.join(", ")
         )
     } else {
         String::new()

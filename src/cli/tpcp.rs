@@ -63,8 +63,8 @@ pub struct TpCpArgs {
     step: StepArgs,
     /// With --micro-batches: the order each replica runs its micro-batches in. `stream` as
     /// the data arrives; `hill` lightest at both ends and heaviest in the middle, each next
-    /// to the ones most like it, which stalls a 1F1B pipeline least (docs/cost-model.md
-    /// § Training step).
+    /// to the ones most like it, which usually stalls a 1F1B pipeline less; the answer says
+    /// when the other order is faster (docs/cost-model.md § Training step).
     #[arg(long, value_enum, requires = "micro_batches")]
     micro_batch_order: Option<OrderArg>,
     /// With --micro-batches: how the step's DP × M windows are dealt to the --dp replicas.
@@ -151,15 +151,30 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if let Some(s) = rows.iter().filter_map(|r| r.step).next() {
         let needed = u64::from(training.dp) * u64::from(s.micro_batches);
         if (s.windows as u64) < needed {
+            // Bug hunt: the count is a u64 (65,536 × 65,536 overflowed a u32), and a trace
+            // too short for more windows gets no advice it cannot follow.
             eprintln!(
-                "note: a step trains {}{} and they are drawn in turn from {}: --batches {needed} gives each its own window",
-                plural(needed.min(u64::from(u32::MAX)) as u32, "micro-batch", "micro-batches"),
+                "note: a step trains {needed} {}{} and they are drawn in turn from {}: {}",
+                if needed == 1 {
+                    "micro-batch"
+                } else {
+                    "micro-batches"
+                },
                 if training.dp > 1 {
                     format!(" ({} on each of {} replicas)", s.micro_batches, training.dp)
                 } else {
                     String::new()
                 },
                 plural(s.windows as u32, "simulated window", "simulated windows"),
+                if windows.batches.len() < a.batches {
+                    format!(
+                        "the trace packs into only {} of {} tokens",
+                        plural(windows.batches.len() as u32, "window", "windows"),
+                        a.context
+                    )
+                } else {
+                    format!("--batches {needed} gives each its own window")
+                }
             );
         }
     }
@@ -245,6 +260,9 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 time_words(best),
                 needs(best)
             );
+            for words in lever_words(best) {
+                outln!("  {words}");
+            }
             if let Some(small) = smallest_footprint(&rows) {
                 if let Some(f) = &small.footprint {
                     outln!(
@@ -379,27 +397,43 @@ fn fit_words(r: &TpCpRow) -> String {
 }
 
 /// What the step's levers would save the row, where they save anything: its micro-batches
-/// in hill order, its windows dealt to the replicas LPT.
+/// in the other order, its windows dealt to the replicas the other way.
 fn lever_words(r: &TpCpRow) -> Vec<String> {
     let Some(s) = r.step else {
         return Vec::new();
     };
-    let saves = |t: Option<f64>| t.filter(|&t| t < s.step_ms - 0.05);
-    let less = |t: f64| format!("{t:.1} ms, {:.1}% less", 100.0 * (1.0 - t / s.step_ms));
-    let mut out = Vec::new();
-    if let Some(t) = saves(r.hill_step_ms) {
-        out.push(format!(
-            "In hill order (--micro-batch-order hill: lightest micro-batches first and last, heaviest in the middle) the same step takes {}: fewer stalls in the pipeline.",
-            less(t)
-        ));
-    }
-    if let Some(t) = saves(r.lpt_step_ms) {
-        out.push(format!(
-            "Dealt to the replicas LPT (--deal lpt: the heaviest window to the replica with least work) it takes {}: less waiting for the slowest replica.",
-            less(t)
-        ));
-    }
-    out
+    let l = r.levers;
+    [
+        (
+            l.hill_step_ms,
+            "In hill order (--micro-batch-order hill: lightest micro-batches first and last, heaviest in the middle) the same step takes",
+            "fewer stalls in the pipeline",
+        ),
+        (
+            l.stream_order_step_ms,
+            "In the stream's order (--micro-batch-order stream) the same step takes",
+            "the hill order stalls this pipeline more",
+        ),
+        (
+            l.lpt_step_ms,
+            "Dealt to the replicas LPT (--deal lpt: the heaviest window to the replica with least work) it takes",
+            "less waiting for the slowest replica",
+        ),
+        (
+            l.stream_deal_step_ms,
+            "Dealt as streamed (--deal stream) it takes",
+            "LPT's deal leaves a slower replica here",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(t, what, why)| {
+        let t = t.filter(|&t| t < s.step_ms - 0.05)?;
+        Some(format!(
+            "{what} {t:.1} ms, {:.1}% less: {why}.",
+            100.0 * (1.0 - t / s.step_ms)
+        ))
+    })
+    .collect()
 }
 
 /// "SCHEME at TP T × CP C", as the answer lines name a row.

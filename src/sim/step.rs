@@ -57,7 +57,8 @@ use super::{LayerMetrics, SimError};
 
 /// Most micro-batches a step may run: far beyond any global batch (65,536 windows of 128K
 /// tokens are 8.6B tokens a replica), few enough that the pipeline's schedule, which keeps
-/// every op's end time, stays small.
+/// every op's end time, fits in memory (`2 × P × M` of them per distinct replica; the
+/// largest settings still take minutes).
 pub const MAX_MICRO_BATCHES: u32 = 1 << 16;
 
 /// The order in which a replica runs its micro-batches within a step. Gradients accumulate
@@ -70,8 +71,9 @@ pub enum MicroBatchOrder {
     Stream,
     /// Lightest at both ends, heaviest in the middle, each next to the ones most like it:
     /// 1F1B pairs a stage's forward of one micro-batch with the backward of an earlier one,
-    /// so neighbours alike stall no stage, and light ones first and last shorten the fill
-    /// and drain ([`super::pipeline`]).
+    /// so neighbours alike seldom stall a stage, and light ones first and last shorten the
+    /// fill and drain ([`super::pipeline`]). A heuristic: it sorts by a micro-batch's whole
+    /// time, blind to its split between the passes, and can lose to the stream's order.
     Hill,
 }
 
@@ -325,6 +327,10 @@ pub struct StepMetrics {
     /// than computing, ms: filling and draining the pipeline, and the stalls that
     /// micro-batches of unequal lengths cause (0 without pipelining).
     pub bubble_ms: f64,
+    /// What of the bubble the slowest replica's micro-batches being unequal cost, ms: its
+    /// pipeline against the same pipeline with every micro-batch its mean (0 without
+    /// pipelining, or when the order makes up for the spread).
+    pub stall_ms: f64,
     /// One point-to-point send of a micro-batch's activations (or their gradients) to the
     /// next stage, ms; 0 without pipelining.
     pub pp_send_ms: f64,
@@ -393,6 +399,10 @@ struct Replica {
     busy_ms: f64,
     exposed_ms: f64,
     tokens: f64,
+    /// Its micro-batches' mean work and how many: the pipeline it would run were they
+    /// equal, what its stalls are measured against.
+    mean: StageWork,
+    count: usize,
 }
 
 impl Replica {
@@ -446,12 +456,18 @@ pub fn step_metrics(
         } else {
             dp_comm_ms
         };
+        let n = work.len().max(1) as f64;
         Replica {
             pipeline_ms: one_f_one_b_with_head(training.pp, &work, send_ms, head),
             // The last stage's: the busiest, with the head.
             busy_ms: work.iter().map(|s| s.total_ms() + head.total_ms()).sum(),
             exposed_ms,
             tokens: drawn.iter().map(|b| b.tokens).sum(),
+            mean: StageWork {
+                forward_ms: work.iter().map(|s| s.forward_ms).sum::<f64>() / n,
+                backward_ms: work.iter().map(|s| s.backward_ms).sum::<f64>() / n,
+            },
+            count: work.len(),
         }
     };
     let dp = training.dp.max(1) as usize;
@@ -487,6 +503,22 @@ pub fn step_metrics(
         .reduce(|a, b| if b.step_ms() > a.step_ms() { b } else { a })
         .expect("at least one replica");
     let step_ms = slowest.step_ms();
+    // Without a pipeline a stage never waits (bug hunt: summing the ops in another order
+    // left a 1e-12 ms "bubble" the report then named).
+    let (bubble_ms, stall_ms) = if training.pp > 1 {
+        let even = one_f_one_b_with_head(
+            training.pp,
+            &vec![slowest.mean; slowest.count],
+            send_ms,
+            head,
+        );
+        (
+            (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
+            (slowest.pipeline_ms - even).max(0.0),
+        )
+    } else {
+        (0.0, 0.0)
+    };
     let mean_step = runs
         .iter()
         .map(|(r, n)| r.step_ms() * *n as f64)
@@ -507,7 +539,8 @@ pub fn step_metrics(
         micro_batch_mean_ms: slots.iter().sum::<f64>() / slots.len().max(1) as f64,
         micro_batch_max_ms: slots.iter().copied().fold(0.0, f64::max),
         pipeline_ms: slowest.pipeline_ms,
-        bubble_ms: (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
+        bubble_ms,
+        stall_ms,
         pp_send_ms: if training.pp > 1 { send_ms } else { 0.0 },
         output_layer_ms: head.total_ms(),
         dp_comm_ms,
@@ -941,5 +974,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("at most 65536 micro-batches"), "{e}");
+    }
+
+    /// Regression (bug hunt): without a pipeline, summing a replica's ops in another order
+    /// than its work left a 1e-12 ms bubble, which the report named "the pipeline's bubble".
+    #[test]
+    fn one_stage_never_waits() {
+        let t = Training::new(1, 1, 1).unwrap();
+        let windows = [mb(0.1, 0.07, 1.0), mb(0.3, 0.2, 1.0), mb(0.7, 0.3, 1.0)];
+        let o = StepOptions::new(3, false, t).unwrap();
+        let s = step_metrics(&windows, 7, t, no_sync(), o, sends(0.01), 8);
+        assert_eq!((s.bubble_ms, s.stall_ms, s.pp_send_ms), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn stalls_are_what_unequal_micro_batches_add_to_the_bubble() {
+        let t = Training::new(1, 1, 2).unwrap();
+        let o = StepOptions::new(4, false, t).unwrap();
+        let unequal = [
+            mb(3.0, 2.0, 1.0),
+            mb(9.0, 6.0, 1.0),
+            mb(3.0, 2.0, 1.0),
+            mb(3.0, 2.0, 1.0),
+        ];
+        // The worked example: 25 ms, where four mean micro-batches take 22.5.
+        let s = step_metrics(&unequal, 1, t, no_sync(), o, StageExtras::default(), 8);
+        assert_eq!((s.bubble_ms, s.stall_ms), (7.0, 2.5));
+        let even = step_metrics(&[mb(4.5, 3.0, 1.0)], 1, t, no_sync(), o, sends(0.5), 8);
+        assert_eq!(even.stall_ms, 0.0);
+        assert!(even.bubble_ms > 4.5, "{even:?}");
+    }
+
+    /// Regression (bug hunt): the hill order is a heuristic, not an optimum. It sorts by a
+    /// micro-batch's whole time, blind to how it splits between the passes: here it puts
+    /// the long forward first, and the second stage waits 6 ms for it.
+    #[test]
+    fn the_hill_order_can_lose() {
+        let t = Training::new(1, 1, 2).unwrap();
+        let windows = [mb(9.0, 8.0, 1.0), mb(8.0, 2.0, 1.0)];
+        let at = |order| {
+            let o = StepOptions::new(2, false, t).unwrap().with_order(order);
+            step_metrics(&windows, 1, t, no_sync(), o, StageExtras::default(), 8).pipeline_ms
+        };
+        assert_eq!(at(MicroBatchOrder::Stream), 20.0);
+        assert_eq!(at(MicroBatchOrder::Hill), 31.0);
     }
 }

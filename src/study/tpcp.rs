@@ -90,17 +90,32 @@ pub struct TpCpRow {
     /// The training step around the layer, when [`TpCpOptions::step`] asks for it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<StepMetrics>,
-    /// The step's time, ms, were each replica's micro-batches run in hill order
-    /// ([`MicroBatchOrder::Hill`]); present when the step was priced in stream order under
-    /// a pipeline, where the order matters.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hill_step_ms: Option<f64>,
-    /// The step's time, ms, were the windows dealt to the replicas LPT ([`Deal::Lpt`]);
-    /// present when the step was priced dealt as streamed over several replicas.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lpt_step_ms: Option<f64>,
+    /// The step's time under the other micro-batch order and the other deal, where they
+    /// apply.
+    #[serde(flatten)]
+    pub levers: Levers,
     /// Why this split or scheme has no numbers.
     pub error: Option<String>,
+}
+
+/// A priced step's time, ms, under the levers it was not priced with: neither the hill
+/// order nor the LPT deal always wins, so the answer says which way is faster. Each is
+/// absent where it does not apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Levers {
+    /// In hill order ([`MicroBatchOrder::Hill`]), when priced in the stream's order under a
+    /// pipeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hill_step_ms: Option<f64>,
+    /// In the stream's order, when priced in hill order under a pipeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_order_step_ms: Option<f64>,
+    /// Dealt LPT ([`Deal::Lpt`]), when priced dealt as streamed over several replicas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lpt_step_ms: Option<f64>,
+    /// Dealt as streamed, when priced dealt LPT over several replicas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_deal_step_ms: Option<f64>,
 }
 
 impl TpCpRow {
@@ -119,8 +134,7 @@ impl TpCpRow {
             weight_bytes_per_layer: None,
             footprint: None,
             step: None,
-            hill_step_ms: None,
-            lpt_step_ms: None,
+            levers: Levers::default(),
             error: Some(error),
         }
     }
@@ -225,7 +239,7 @@ pub fn run_tpcp(
             let row = match (&r.mean, &r.error) {
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
-                    let (mut hill_step_ms, mut lpt_step_ms) = (None, None);
+                    let mut levers = Levers::default();
                     let step = match opts.step {
                         Some(o) if r.layers.len() == windows.len() => {
                             let drawn: Vec<MicroBatch> = r
@@ -238,14 +252,30 @@ pub fn run_tpcp(
                             let time = |o| -> Result<f64, StudyError> {
                                 Ok(sim.step(&drawn, cp, ctx.tokens_per_rank, o)?.step_ms)
                             };
-                            // What the pipeline would save run in hill order, and the
-                            // replicas dealt their windows LPT.
-                            if o.order == MicroBatchOrder::Stream && opts.training.pp > 1 {
-                                hill_step_ms = Some(time(o.with_order(MicroBatchOrder::Hill))?);
+                            // The step under the other order, where the order matters,
+                            // and under the other deal, where there are replicas to deal to:
+                            // neither lever always wins.
+                            if opts.training.pp > 1 {
+                                let t = Some(time(o.with_order(match o.order {
+                                    MicroBatchOrder::Stream => MicroBatchOrder::Hill,
+                                    MicroBatchOrder::Hill => MicroBatchOrder::Stream,
+                                }))?);
+                                match o.order {
+                                    MicroBatchOrder::Stream => levers.hill_step_ms = t,
+                                    MicroBatchOrder::Hill => levers.stream_order_step_ms = t,
+                                }
                             }
-                            if o.deal == Deal::Stream && opts.training.dp > 1 {
-                                if let Ok(lpt) = o.with_deal(Deal::Lpt, opts.training) {
-                                    lpt_step_ms = Some(time(lpt)?);
+                            if opts.training.dp > 1 {
+                                let other = match o.deal {
+                                    Deal::Stream => Deal::Lpt,
+                                    Deal::Lpt => Deal::Stream,
+                                };
+                                if let Ok(d) = o.with_deal(other, opts.training) {
+                                    let t = Some(time(d)?);
+                                    match o.deal {
+                                        Deal::Stream => levers.lpt_step_ms = t,
+                                        Deal::Lpt => levers.stream_deal_step_ms = t,
+                                    }
                                 }
                             }
                             Some(step)
@@ -268,8 +298,7 @@ pub fn run_tpcp(
                             .map(|w| w * u64::from(model_t.dtype_bytes)),
                         footprint: l.and_then(|l| l.footprint),
                         step,
-                        hill_step_ms,
-                        lpt_step_ms,
+                        levers,
                         error: None,
                     }
                 }
