@@ -579,7 +579,7 @@ proptest! {
             let layer = sim.simulate(&plan, PassSel::Both).unwrap().metrics.layer.unwrap();
             let window = [MicroBatch::of(&layer, tokens)];
             let step = |m, overlap| {
-                sim.step(&window, plan.num_ranks, 4096, StepOptions::new(m, overlap, training).unwrap())
+                sim.step(&window, plan.num_ranks, StepOptions::new(m, overlap, training).unwrap())
                     .unwrap()
             };
             let (plain, over) = (step(m, false), step(m, true));
@@ -668,13 +668,18 @@ proptest! {
         use fcp::sim::step::{
             step_metrics, Deal, DpSync, MicroBatch, MicroBatchOrder, StageExtras, StageWork, StepOptions,
         };
-        let head = StageWork { forward_ms: f64::from(send) * 0.7, backward_ms: f64::from(send) * 1.4 };
+        // Each window's output layer and sends grow with its tokens.
         let windows: Vec<MicroBatch> = times
             .iter()
             .map(|&(t, tok)| MicroBatch {
                 layer_ms: f64::from(t),
                 backward_ms: f64::from(t) * 0.6,
                 tokens: f64::from(tok),
+                rank_tokens: u64::from(tok),
+                extras: StageExtras {
+                    send_ms: f64::from(send * tok) * 0.01,
+                    head: StageWork { forward_ms: f64::from(tok) * 0.07, backward_ms: f64::from(tok) * 0.14 },
+                },
             })
             .collect();
         let training = Training::new(1, dp, pp).unwrap();
@@ -689,8 +694,7 @@ proptest! {
                     .with_order(order)
                     .with_deal(deal, training)
                     .unwrap();
-                let extras = StageExtras { send_ms: f64::from(send), head };
-                let s = step_metrics(&windows, 2, training, none, o, extras, 1);
+                let s = step_metrics(&windows, 2, training, none, o, 1);
                 prop_assert!(s.dp_wait_ms >= 0.0 && s.bubble_ms >= 0.0);
                 if pp == 1 {
                     prop_assert!(s.bubble_ms.abs() < 1e-9, "{:?}", s);

@@ -467,7 +467,37 @@ fn the_step_s_notes_and_levers_hold_at_the_edges() {
     let note = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "{note}");
     assert!(
-        note.contains("drawn in turn from 3 simulated windows: the trace packs into only 3 windows of 32768 tokens"),
+        note.contains("drawn in turn from 3 simulated windows: the trace packs into only 3 windows of 32768 tokens\n"),
+        "{note}"
+    );
+    // More windows than simulated, fewer than the step needs: ask for them all.
+    let out = fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "8",
+            "--context",
+            "32768",
+            "--schemes",
+            "zigzag",
+        ])
+        .args([
+            "--micro-batches",
+            "4",
+            "--batches",
+            "1",
+            "--model",
+            "llama3-8b",
+        ])
+        .arg("--trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        note.contains(
+            "the trace packs into only 3 windows of 32768 tokens (--batches 3 simulates them all)"
+        ),
         "{note}"
     );
     let out = fcp()
@@ -479,6 +509,55 @@ fn the_step_s_notes_and_levers_hold_at_the_edges() {
     assert!(out.status.success(), "{note}");
     assert!(
         note.contains("a step trains 4294967296 micro-batches (65536 on each of 65536 replicas)"),
+        "{note}"
+    );
+}
+
+/// Regression (bug hunt): every window's output layer and pipeline sends were priced at a
+/// full window's tokens per rank, so a trace's short last window of 1,000 tokens paid
+/// 130 ms of output layer (TP 8 × CP 1) for a 1.8 ms layer. And levers that change nothing
+/// say so.
+#[test]
+fn a_short_window_pays_for_its_own_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("tiny.csv");
+    std::fs::write(&trace, "doc_len\n1000\n").unwrap();
+    let rows = json(
+        fcp()
+            .args(["tpcp", "--gpus", "8", "--schemes", "zigzag", "--json"])
+            .args(["--micro-batches", "4", "--pp", "2", "--trace"])
+            .arg(&trace),
+    );
+    let tp8 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tp"] == 8)
+        .unwrap();
+    // 1,000 tokens × 2 × 8192 × 16,032 words, forward and twice backward, at ~800 TFLOP/s.
+    let head = f(&tp8["step"], "output_layer_ms");
+    assert!(head > 0.5 && head < 2.0, "{tp8}");
+    assert!(f(&tp8["step"], "pp_send_ms") < 0.1, "{tp8}");
+    let out = fcp()
+        .args(tpcp_16("zigzag"))
+        .args([
+            "--micro-batches",
+            "4",
+            "--micro-batch-order",
+            "hill",
+            "--deal",
+            "lpt",
+        ])
+        .output()
+        .unwrap();
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{note}");
+    assert!(
+        note.contains("--micro-batch-order hill changes nothing without a pipeline"),
+        "{note}"
+    );
+    assert!(
+        note.contains("--deal lpt changes nothing with one replica"),
         "{note}"
     );
 }

@@ -76,9 +76,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let mut report = sim.simulate(&plan, a.pass.into())?;
     if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
         let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();
-        let per_rank = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
         let window = MicroBatch::of(layer, tokens as f64);
-        let step = sim.step(&[window], plan.num_ranks, per_rank, opts)?;
+        let step = sim.step(&[window], plan.num_ranks, opts)?;
         if opts.dp_overlap && step.dp_comm_ms == 0.0 {
             super::common::dp_overlap_idle_note("this step runs no");
         }

@@ -146,6 +146,8 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
         linear_mean_ms: col(&|l| l.linear_mean_ms),
         linear_max_ms: col(&|l| l.linear_max_ms),
         token_imbalance: col(&|l| l.token_imbalance),
+        // The fullest window's, as the footprint below.
+        max_rank_tokens: layers.iter().map(|l| l.max_rank_tokens).max().unwrap_or(0),
         layer_lower_bound_ms: col(&|l| l.layer_lower_bound_ms),
         layer_vs_lower_bound: col(&|l| l.layer_vs_lower_bound),
         layer_mfu: col(&|l| l.layer_mfu),

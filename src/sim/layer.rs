@@ -425,6 +425,10 @@ pub struct LayerMetrics {
     pub linear_max_ms: f64,
     /// (max − mean) / max of tokens per rank: the imbalance the token-linear work inherits.
     pub token_imbalance: f64,
+    /// Tokens on the busiest rank, padding included: what a training step's output layer
+    /// and pipeline sends carry for this window ([`crate::sim::step`]). Not in the JSON.
+    #[serde(skip)]
+    pub max_rank_tokens: u64,
     /// The attention lower bound plus every document's token-linear work spread evenly over
     /// the ranks (no padding, no imbalance, nothing exposed).
     pub layer_lower_bound_ms: f64,
@@ -525,6 +529,7 @@ pub fn metrics(
         linear_mean_ms: linear.iter().sum::<f64>() / ranks,
         linear_max_ms: linear.iter().copied().fold(0.0, f64::max),
         token_imbalance: crate::plan::imbalance(&token_f),
+        max_rank_tokens: tokens.iter().copied().max().unwrap_or(0),
         layer_lower_bound_ms,
         layer_vs_lower_bound: if layer_lower_bound_ms > 0.0 {
             layer_time_ms / layer_lower_bound_ms

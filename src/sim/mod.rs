@@ -153,15 +153,15 @@ impl Simulator {
     }
 
     /// The training step over `windows` (each window's layer metrics from this simulator
-    /// and its real tokens, in the order the stream trains them) on a CP group of `cp`
-    /// ranks of `tokens_per_rank` tokens each ([`step`]). An error unless
+    /// and its real tokens, [`step::MicroBatch::of`], in the order the stream trains them)
+    /// on a CP group of `cp` ranks ([`step`]): each window's output layer and sends between
+    /// stages priced from the tokens on its busiest rank. An error unless
     /// [`Simulator::with_training`] set how the state is held, or unless every layer ran
     /// both passes: a step trains.
     pub fn step(
         &self,
         windows: &[step::MicroBatch],
         cp: u32,
-        tokens_per_rank: u64,
         opts: step::StepOptions,
     ) -> Result<step::StepMetrics, SimError> {
         let Some(training) = self.training else {
@@ -186,29 +186,31 @@ impl Simulator {
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
         let sync = step::DpSync::new(&self.model, training, cp, self.hw.gpus_per_node, &coll)?;
         let stage = training.fullest_stage_params(&self.model)?;
-        let send = step::activation_send_ns(
-            &self.model,
-            training,
-            cp,
-            tokens_per_rank,
-            self.hw.gpus_per_node,
-            &self.net,
-        );
-        let head = step::output_layer(
-            &self.model,
-            tokens_per_rank,
-            self.layer.as_ref().map_or(0.0, |l| l.flops_per_s),
-        );
+        let rate = self.layer.as_ref().map_or(0.0, |l| l.flops_per_s);
+        let priced: Vec<step::MicroBatch> = windows
+            .iter()
+            .map(|w| step::MicroBatch {
+                extras: step::StageExtras {
+                    send_ms: step::activation_send_ns(
+                        &self.model,
+                        training,
+                        cp,
+                        w.rank_tokens,
+                        self.hw.gpus_per_node,
+                        &self.net,
+                    ) as f64
+                        * 1e-6,
+                    head: step::output_layer(&self.model, w.rank_tokens, rate),
+                },
+                ..*w
+            })
+            .collect();
         Ok(step::step_metrics(
-            windows,
+            &priced,
             stage.layers,
             training,
             sync,
             opts,
-            step::StageExtras {
-                send_ms: send as f64 * 1e-6,
-                head,
-            },
             self.model.tp.max(1) * cp.max(1),
         ))
     }

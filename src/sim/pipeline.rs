@@ -18,8 +18,9 @@
 //! that dependency graph is the pipeline's time.
 //!
 //! Every stage holds the same layers, so a micro-batch's work is the same on each, but for
-//! the last stage's output layer and loss ([`one_f_one_b_with_head`]). The sends are
-//! dependencies only: they delay the receiver, not the sender.
+//! the last stage's output layer and loss ([`Load::head`]); a micro-batch's sends carry its
+//! own tokens' activations. The sends are dependencies only: they delay the receiver, not
+//! the sender.
 
 /// One micro-batch on one pipeline stage: its forward and backward passes through the
 /// stage's layers, ms.
@@ -54,6 +55,20 @@ fn op(stages: usize, m: usize, s: usize, k: usize) -> (bool, usize) {
     }
 }
 
+/// One micro-batch's load on the pipeline: its passes on every stage, the last stage's
+/// extra work for it, and each send of its activations (or their gradients) between
+/// neighbouring stages.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Load {
+    /// Its passes through one stage's layers, on every stage.
+    pub work: StageWork,
+    /// What the last stage runs on it besides: the output layer and the loss (the first
+    /// stage's embedding lookup is a gather, next to nothing).
+    pub head: StageWork,
+    /// One send between neighbouring stages, ms.
+    pub send_ms: f64,
+}
+
 /// The time, ms, from the first stage's first forward to the last op of any stage, for
 /// `work` (in micro-batch order) through `stages` stages with `hop_ms` for each send
 /// between neighbouring stages. Zero micro-batches take no time.
@@ -61,11 +76,24 @@ pub fn one_f_one_b(stages: u32, work: &[StageWork], hop_ms: f64) -> f64 {
     one_f_one_b_with_head(stages, work, hop_ms, StageWork::default())
 }
 
-/// [`one_f_one_b`] with `head` more work for every micro-batch on the last stage: the
-/// output layer and the loss, which only the last stage runs (the first stage's embedding
-/// lookup is a gather, next to nothing).
+/// [`one_f_one_b`] with `head` more work for every micro-batch on the last stage.
 pub fn one_f_one_b_with_head(stages: u32, work: &[StageWork], hop_ms: f64, head: StageWork) -> f64 {
-    let (p, m) = (stages.max(1) as usize, work.len());
+    let loads: Vec<Load> = work
+        .iter()
+        .map(|&work| Load {
+            work,
+            head,
+            send_ms: hop_ms,
+        })
+        .collect();
+    schedule(stages, &loads)
+}
+
+/// The 1F1B schedule of `loads` (in micro-batch order) through `stages` stages, each
+/// micro-batch with its own work, head and sends: the time, ms, from the first stage's
+/// first forward to the last op of any stage. Zero micro-batches take no time.
+pub fn schedule(stages: u32, loads: &[Load]) -> f64 {
+    let (p, m) = (stages.max(1) as usize, loads.len());
     if m == 0 {
         return 0.0;
     }
@@ -78,28 +106,28 @@ pub fn one_f_one_b_with_head(stages: u32, work: &[StageWork], hop_ms: f64, head:
     while let Some(s) = pending.pop() {
         while next[s] < 2 * m {
             let (forward, i) = op(p, m, s, next[s]);
+            let l = loads[i];
             let input = match (forward, s) {
                 (true, 0) => 0.0,
-                (true, _) => f_end[(s - 1) * m + i] + hop_ms,
+                (true, _) => f_end[(s - 1) * m + i] + l.send_ms,
                 // The last stage turns its own forward's output round.
                 (false, _) if s == p - 1 => f_end[s * m + i],
-                (false, _) => b_end[(s + 1) * m + i] + hop_ms,
+                (false, _) => b_end[(s + 1) * m + i] + l.send_ms,
             };
             if input.is_nan() {
                 break; // Its input is not computed yet; the stage that makes it wakes us.
             }
             let start = free[s].max(input);
-            let w = work[i];
             let extra = if s == p - 1 {
-                head
+                l.head
             } else {
                 StageWork::default()
             };
             free[s] = start
                 + if forward {
-                    w.forward_ms + extra.forward_ms
+                    l.work.forward_ms + extra.forward_ms
                 } else {
-                    w.backward_ms + extra.backward_ms
+                    l.work.backward_ms + extra.backward_ms
                 };
             next[s] += 1;
             if forward {
@@ -224,5 +252,25 @@ mod tests {
         // In the steady state the last stage is the slowest: it sets the pace.
         let t = one_f_one_b_with_head(4, &[w(1.0, 2.0); 16], 0.0, head);
         assert!(t >= 16.0 * 4.5 + 3.0 * 3.0, "{t}");
+    }
+
+    #[test]
+    fn each_micro_batch_carries_its_own_head_and_sends() {
+        let load = |f, b, head, send_ms| Load {
+            work: w(f, b),
+            head: w(head, 2.0 * head),
+            send_ms,
+        };
+        // One stage: every op back to back, heads included; no sends.
+        let one = [load(1.0, 2.0, 0.5, 9.0), load(2.0, 4.0, 0.25, 9.0)];
+        assert_eq!(schedule(1, &one), 3.0 + 1.5 + 6.0 + 0.75);
+        // Two stages, one micro-batch: a chain with its own two sends.
+        assert_eq!(schedule(2, &[load(1.0, 2.0, 0.5, 0.25)]), 6.0 + 1.5 + 0.5);
+        // The uniform wrappers are the same schedule.
+        let even = [load(1.0, 2.0, 0.5, 0.25); 5];
+        assert_eq!(
+            schedule(3, &even),
+            one_f_one_b_with_head(3, &[w(1.0, 2.0); 5], 0.25, w(0.5, 1.0))
+        );
     }
 }

@@ -50,8 +50,8 @@ use crate::hardware::Collective;
 use crate::model::Model;
 
 use super::network::CollectiveModel;
-use super::pipeline::one_f_one_b_with_head;
 pub use super::pipeline::StageWork;
+use super::pipeline::{schedule, Load};
 use super::zero3::any_straddles;
 use super::{LayerMetrics, SimError};
 
@@ -276,7 +276,7 @@ impl DpSync {
 }
 
 /// One window trained as a micro-batch: one layer's passes over it and its real tokens.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct MicroBatch {
     /// One layer's forward and backward pass, ms ([`LayerMetrics::layer_time_ms`]).
     pub layer_ms: f64,
@@ -284,6 +284,12 @@ pub struct MicroBatch {
     pub backward_ms: f64,
     /// Real (unpadded) tokens in the window.
     pub tokens: f64,
+    /// Tokens on its busiest CP rank, padding included ([`LayerMetrics::max_rank_tokens`]):
+    /// what the output layer and the sends between stages carry.
+    pub rank_tokens: u64,
+    /// Its output layer and sends ([`crate::sim::Simulator::step`] prices them from
+    /// `rank_tokens`).
+    pub extras: StageExtras,
 }
 
 impl MicroBatch {
@@ -293,6 +299,17 @@ impl MicroBatch {
             layer_ms: layer.layer_time_ms,
             backward_ms: layer.backward_ms,
             tokens,
+            rank_tokens: layer.max_rank_tokens,
+            extras: StageExtras::default(),
+        }
+    }
+
+    /// Its load on a pipeline of stages of `layers` layers.
+    fn load(&self, layers: f64) -> Load {
+        Load {
+            work: self.through(layers),
+            head: self.extras.head,
+            send_ms: self.extras.send_ms,
         }
     }
 
@@ -332,10 +349,11 @@ pub struct StepMetrics {
     /// pipelining, or when the order makes up for the spread).
     pub stall_ms: f64,
     /// One point-to-point send of a micro-batch's activations (or their gradients) to the
-    /// next stage, ms; 0 without pipelining.
+    /// next stage, ms, on the mean over the windows drawn; 0 without pipelining.
     pub pp_send_ms: f64,
     /// The output layer's GEMMs for one micro-batch on the last stage, forward and
-    /// backward, ms ([`output_layer`]): that stage's extra work on every micro-batch.
+    /// backward, ms ([`output_layer`]), on the mean over the windows drawn: that stage's
+    /// extra work on every micro-batch.
     pub output_layer_ms: f64,
     /// The data-parallel collectives of the step: the gradients' reduction and, under the
     /// distributed optimizer, the weights' all-gather, ms.
@@ -361,13 +379,13 @@ pub struct StepMetrics {
     pub tokens_per_gpu_s: f64,
 }
 
-/// What a step adds to its stages' layers: the sends between stages and the last stage's
-/// output layer.
+/// What a micro-batch adds to its stages' layers: the sends between stages and the last
+/// stage's output layer.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StageExtras {
     /// One activation send between neighbouring stages, ms ([`activation_send_ns`]).
     pub send_ms: f64,
-    /// The output layer and loss on the last stage, for every micro-batch ([`output_layer`]).
+    /// The output layer on the last stage ([`output_layer`]).
     pub head: StageWork,
 }
 
@@ -399,9 +417,9 @@ struct Replica {
     busy_ms: f64,
     exposed_ms: f64,
     tokens: f64,
-    /// Its micro-batches' mean work and how many: the pipeline it would run were they
+    /// Its micro-batches' mean load and how many: the pipeline it would run were they
     /// equal, what its stalls are measured against.
-    mean: StageWork,
+    mean: Load,
     count: usize,
 }
 
@@ -411,23 +429,20 @@ impl Replica {
     }
 }
 
-/// The step of `opts` over `windows` (each a micro-batch's layer, forward and backward, and
-/// its tokens) under `training`: replica `r` of `training.dp` runs windows `r·m … r·m + m − 1`
-/// in that order, cycling through `windows` when the step needs more than there are. With
-/// `sync` the data-parallel collectives, `send_ms` one activation send between stages and
-/// `stage_gpus` the GPUs of one pipeline stage of one replica (TP × CP). The step is the
-/// slowest replica's: the reduction waits for it.
-#[allow(clippy::too_many_arguments)]
+/// The step of `opts` over `windows` (each a micro-batch's layer, forward and backward, its
+/// tokens, output layer and sends) under `training`: replica `r` of `training.dp` runs
+/// windows `r·m … r·m + m − 1` in that order (or as [`StepOptions::deal`] deals them),
+/// cycling through `windows` when the step needs more than there are. With `sync` the
+/// data-parallel collectives and `stage_gpus` the GPUs of one pipeline stage of one replica
+/// (TP × CP). The step is the slowest replica's: the reduction waits for it.
 pub fn step_metrics(
     windows: &[MicroBatch],
     stage_layers: u32,
     training: Training,
     sync: DpSync,
     opts: StepOptions,
-    extras: StageExtras,
     stage_gpus: u32,
 ) -> StepMetrics {
-    let (send_ms, head) = (extras.send_ms, extras.head);
     const MS: f64 = 1e-6;
     let layers = f64::from(stage_layers);
     let m = opts.micro_batches as usize;
@@ -440,7 +455,8 @@ pub fn step_metrics(
     let dp_comm_ms = m as f64 * each + reduce + gather;
     let replica = |drawn: Vec<MicroBatch>| -> Replica {
         let drawn = opts.order.arrange(drawn);
-        let work: Vec<StageWork> = drawn.iter().map(|b| b.through(layers)).collect();
+        let loads: Vec<Load> = drawn.iter().map(|b| b.load(layers)).collect();
+        let work: Vec<StageWork> = loads.iter().map(|l| l.work).collect();
         let exposed_ms = if opts.dp_overlap {
             // Each micro-batch's reduction hides under its own backward pass; the last one's
             // carries the step's too; the gather hides under the first forward pass.
@@ -456,18 +472,17 @@ pub fn step_metrics(
         } else {
             dp_comm_ms
         };
-        let n = work.len().max(1) as f64;
         Replica {
-            pipeline_ms: one_f_one_b_with_head(training.pp, &work, send_ms, head),
+            pipeline_ms: schedule(training.pp, &loads),
             // The last stage's: the busiest, with the head.
-            busy_ms: work.iter().map(|s| s.total_ms() + head.total_ms()).sum(),
+            busy_ms: loads
+                .iter()
+                .map(|l| l.work.total_ms() + l.head.total_ms())
+                .sum(),
             exposed_ms,
             tokens: drawn.iter().map(|b| b.tokens).sum(),
-            mean: StageWork {
-                forward_ms: work.iter().map(|s| s.forward_ms).sum::<f64>() / n,
-                backward_ms: work.iter().map(|s| s.backward_ms).sum::<f64>() / n,
-            },
-            count: work.len(),
+            mean: mean_load(&loads),
+            count: loads.len(),
         }
     };
     let dp = training.dp.max(1) as usize;
@@ -506,12 +521,7 @@ pub fn step_metrics(
     // Without a pipeline a stage never waits (bug hunt: summing the ops in another order
     // left a 1e-12 ms "bubble" the report then named).
     let (bubble_ms, stall_ms) = if training.pp > 1 {
-        let even = one_f_one_b_with_head(
-            training.pp,
-            &vec![slowest.mean; slowest.count],
-            send_ms,
-            head,
-        );
+        let even = schedule(training.pp, &vec![slowest.mean; slowest.count]);
         (
             (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
             (slowest.pipeline_ms - even).max(0.0),
@@ -531,6 +541,14 @@ pub fn step_metrics(
         .take(used)
         .map(|b| b.through(layers).total_ms())
         .collect();
+    // The windows drawn, on the mean: what one of them adds beside its layers.
+    let drawn = mean_load(
+        &windows
+            .iter()
+            .take(used)
+            .map(|b| b.load(layers))
+            .collect::<Vec<_>>(),
+    );
     let gpus = f64::from(stage_gpus) * f64::from(training.pp) * dp as f64;
     StepMetrics {
         micro_batches: opts.micro_batches,
@@ -541,8 +559,8 @@ pub fn step_metrics(
         pipeline_ms: slowest.pipeline_ms,
         bubble_ms,
         stall_ms,
-        pp_send_ms: if training.pp > 1 { send_ms } else { 0.0 },
-        output_layer_ms: head.total_ms(),
+        pp_send_ms: if training.pp > 1 { drawn.send_ms } else { 0.0 },
+        output_layer_ms: drawn.head.total_ms(),
         dp_comm_ms,
         dp_exposed_ms: slowest.exposed_ms,
         micro_batch_order: opts.order,
@@ -555,6 +573,23 @@ pub fn step_metrics(
         } else {
             0.0
         },
+    }
+}
+
+/// The mean of `loads`, field by field (zero for none).
+fn mean_load(loads: &[Load]) -> Load {
+    let n = loads.len().max(1) as f64;
+    let sum = |f: fn(&Load) -> f64| loads.iter().map(f).sum::<f64>() / n;
+    Load {
+        work: StageWork {
+            forward_ms: sum(|l| l.work.forward_ms),
+            backward_ms: sum(|l| l.work.backward_ms),
+        },
+        head: StageWork {
+            forward_ms: sum(|l| l.head.forward_ms),
+            backward_ms: sum(|l| l.head.backward_ms),
+        },
+        send_ms: sum(|l| l.send_ms),
     }
 }
 
@@ -646,6 +681,7 @@ mod tests {
             layer_ms,
             backward_ms,
             tokens,
+            ..Default::default()
         }
     }
 
@@ -658,15 +694,7 @@ mod tests {
             gather_ns: 0,
         };
         let opts = StepOptions::new(8, false, t).unwrap();
-        let s = step_metrics(
-            &[mb(2.0, 1.5, 1000.0)],
-            20,
-            t,
-            none,
-            opts,
-            StageExtras::default(),
-            64,
-        );
+        let s = step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 64);
         // 20 layers × 2 ms a slot, 8 + 3 slots, 3 of them the bubble.
         assert_eq!(
             (s.pipeline_ms, s.bubble_ms, s.step_ms),
@@ -691,15 +719,7 @@ mod tests {
         };
         let l = [mb(1.0, 0.75, 1.0)];
         let at = |sync, overlap| {
-            step_metrics(
-                &l,
-                80,
-                t,
-                sync,
-                StepOptions::new(4, overlap, t).unwrap(),
-                StageExtras::default(),
-                8,
-            )
+            step_metrics(&l, 80, t, sync, StepOptions::new(4, overlap, t).unwrap(), 8)
         };
         let plain = at(sync, false);
         assert_eq!((plain.dp_comm_ms, plain.dp_exposed_ms), (60.0, 60.0));
@@ -729,17 +749,8 @@ mod tests {
         assert_eq!((z2.reduce_ns, z2.gather_ns), (0, z1.gather_ns));
         let t = Training::new(2, 1, 1).unwrap();
         let l = [mb(1.0, 0.75, 1.0)];
-        let step = |overlap| {
-            step_metrics(
-                &l,
-                10,
-                t,
-                z2,
-                StepOptions::new(4, overlap, t).unwrap(),
-                StageExtras::default(),
-                8,
-            )
-        };
+        let step =
+            |overlap| step_metrics(&l, 10, t, z2, StepOptions::new(4, overlap, t).unwrap(), 8);
         let ms = |ns: u64| ns as f64 * 1e-6;
         let plain = step(false);
         assert!(
@@ -818,10 +829,14 @@ mod tests {
         assert!(b.reduce_ns * 3 < a.reduce_ns, "{a:?} {b:?}");
     }
 
-    fn sends(send_ms: f64) -> StageExtras {
-        StageExtras {
-            send_ms,
-            ..Default::default()
+    /// `b` with `send_ms` for each send between stages.
+    fn sent(b: MicroBatch, send_ms: f64) -> MicroBatch {
+        MicroBatch {
+            extras: StageExtras {
+                send_ms,
+                ..Default::default()
+            },
+            ..b
         }
     }
 
@@ -844,7 +859,7 @@ mod tests {
             mb(3.0, 2.0, 100.0),
             mb(3.0, 2.0, 100.0),
         ];
-        let s = step_metrics(&windows, 1, t, no_sync(), opts, StageExtras::default(), 8);
+        let s = step_metrics(&windows, 1, t, no_sync(), opts, 8);
         // The pipeline module's worked example: 25 ms, where four mean windows take 22.5.
         assert_eq!(s.pipeline_ms, 25.0);
         assert_eq!((s.micro_batch_mean_ms, s.micro_batch_max_ms), (4.5, 9.0));
@@ -852,28 +867,15 @@ mod tests {
         assert_eq!((s.windows, s.dp_wait_ms, s.pp_send_ms), (4, 0.0, 0.0));
         assert!((s.tokens_per_gpu_s - 600.0 / 0.025 / 16.0).abs() < 1e-9);
         // Equal windows of the same mean: the closed form, (m + P − 1) slots.
-        let even = step_metrics(
-            &[mb(4.5, 3.0, 150.0)],
-            1,
-            t,
-            no_sync(),
-            opts,
-            StageExtras::default(),
-            8,
-        );
+        let even = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 8);
         assert_eq!((even.pipeline_ms, even.bubble_ms), (22.5, 4.5));
         // Each send between the stages delays both the fill and the drain.
-        let sent = step_metrics(
-            &[mb(4.5, 3.0, 150.0)],
-            1,
-            t,
-            no_sync(),
-            opts,
-            sends(0.25),
-            8,
+        let with_sends = step_metrics(&[sent(mb(4.5, 3.0, 150.0), 0.25)], 1, t, no_sync(), opts, 8);
+        assert_eq!(with_sends.pp_send_ms, 0.25);
+        assert!(
+            with_sends.pipeline_ms >= even.pipeline_ms + 0.5,
+            "{with_sends:?}"
         );
-        assert_eq!(sent.pp_send_ms, 0.25);
-        assert!(sent.pipeline_ms >= even.pipeline_ms + 0.5, "{sent:?}");
     }
 
     #[test]
@@ -892,7 +894,7 @@ mod tests {
             mb(4.0, 3.0, 30.0),
             mb(4.0, 3.0, 30.0),
         ];
-        let s = step_metrics(&windows, 10, t, sync, opts, StageExtras::default(), 4);
+        let s = step_metrics(&windows, 10, t, sync, opts, 4);
         // Replica 1: 2 × 40 ms, then the 1 ms reduction; replica 0 waits 40 of it.
         assert_eq!((s.pipeline_ms, s.step_ms), (80.0, 81.0));
         assert_eq!(s.dp_wait_ms, 81.0 - (41.0 + 81.0) / 2.0);
@@ -900,12 +902,12 @@ mod tests {
         // Fewer windows than the step needs: they repeat, and the replicas draw in turn.
         let t4 = Training::new(1, 4, 1).unwrap();
         let o4 = StepOptions::new(2, false, t4).unwrap();
-        let three = step_metrics(&windows[1..], 10, t4, sync, o4, StageExtras::default(), 4);
+        let three = step_metrics(&windows[1..], 10, t4, sync, o4, 4);
         assert_eq!(three.windows, 3);
         // Replicas start at windows 0, 2, 1, 0 of three: one draws both heavy ones.
         assert_eq!(three.pipeline_ms, 80.0);
         // One window serves every replica alike: nobody waits.
-        let one = step_metrics(&windows[..1], 10, t4, sync, o4, StageExtras::default(), 4);
+        let one = step_metrics(&windows[..1], 10, t4, sync, o4, 4);
         assert_eq!((one.windows, one.dp_wait_ms), (1, 0.0));
     }
 
@@ -945,7 +947,7 @@ mod tests {
                 .unwrap()
                 .with_deal(deal, t)
                 .unwrap();
-            step_metrics(&windows, 1, t, no_sync(), o, StageExtras::default(), 4)
+            step_metrics(&windows, 1, t, no_sync(), o, 4)
         };
         // The stream gives replica 0 both heavy windows: 8 ms against 4.
         let stream = at(Deal::Stream);
@@ -981,9 +983,9 @@ mod tests {
     #[test]
     fn one_stage_never_waits() {
         let t = Training::new(1, 1, 1).unwrap();
-        let windows = [mb(0.1, 0.07, 1.0), mb(0.3, 0.2, 1.0), mb(0.7, 0.3, 1.0)];
+        let windows = [0.1, 0.3, 0.7].map(|x| sent(mb(x, 0.4 * x, 1.0), 0.01));
         let o = StepOptions::new(3, false, t).unwrap();
-        let s = step_metrics(&windows, 7, t, no_sync(), o, sends(0.01), 8);
+        let s = step_metrics(&windows, 7, t, no_sync(), o, 8);
         assert_eq!((s.bubble_ms, s.stall_ms, s.pp_send_ms), (0.0, 0.0, 0.0));
     }
 
@@ -998,9 +1000,9 @@ mod tests {
             mb(3.0, 2.0, 1.0),
         ];
         // The worked example: 25 ms, where four mean micro-batches take 22.5.
-        let s = step_metrics(&unequal, 1, t, no_sync(), o, StageExtras::default(), 8);
+        let s = step_metrics(&unequal, 1, t, no_sync(), o, 8);
         assert_eq!((s.bubble_ms, s.stall_ms), (7.0, 2.5));
-        let even = step_metrics(&[mb(4.5, 3.0, 1.0)], 1, t, no_sync(), o, sends(0.5), 8);
+        let even = step_metrics(&[sent(mb(4.5, 3.0, 1.0), 0.5)], 1, t, no_sync(), o, 8);
         assert_eq!(even.stall_ms, 0.0);
         assert!(even.bubble_ms > 4.5, "{even:?}");
     }
@@ -1014,9 +1016,40 @@ mod tests {
         let windows = [mb(9.0, 8.0, 1.0), mb(8.0, 2.0, 1.0)];
         let at = |order| {
             let o = StepOptions::new(2, false, t).unwrap().with_order(order);
-            step_metrics(&windows, 1, t, no_sync(), o, StageExtras::default(), 8).pipeline_ms
+            step_metrics(&windows, 1, t, no_sync(), o, 8).pipeline_ms
         };
         assert_eq!(at(MicroBatchOrder::Stream), 20.0);
         assert_eq!(at(MicroBatchOrder::Hill), 31.0);
+    }
+
+    /// Regression (bug hunt): every window's output layer and sends were priced at the full
+    /// window's tokens per rank, so a short last window of a trace paid 130 ms of output
+    /// layer for 1,000 tokens. Each window now carries its own.
+    #[test]
+    fn each_window_pays_its_own_output_layer_and_sends() {
+        let hw = Hardware::load("h100").unwrap();
+        let model = Model::load("llama3-8b").unwrap();
+        let rate = hw.gemm_flops_per_s().unwrap();
+        let full = output_layer(&model, 131072, rate);
+        let short = output_layer(&model, 1000, rate);
+        assert!((full.total_ms() / short.total_ms() - 131.072).abs() < 1e-9);
+        // 1,000 tokens × 2 × 4096 wide × 128,256 words, at the GEMM rate; twice backward.
+        let forward = 1000.0 * 2.0 * 4096.0 * 128256.0 / rate * 1e3;
+        assert!((short.forward_ms - forward).abs() < 1e-12);
+        assert!((short.backward_ms - 2.0 * forward).abs() < 1e-12);
+        // A step of one full and one short window charges each its own head.
+        let t = Training::new(1, 1, 1).unwrap();
+        let o = StepOptions::new(2, false, t).unwrap();
+        let with = |b: MicroBatch, head: StageWork| MicroBatch {
+            extras: StageExtras { send_ms: 0.0, head },
+            ..b
+        };
+        let windows = [
+            with(mb(1.0, 0.5, 1.0), full),
+            with(mb(1.0, 0.5, 1.0), short),
+        ];
+        let s = step_metrics(&windows, 1, t, no_sync(), o, 8);
+        assert!((s.pipeline_ms - (2.0 + full.total_ms() + short.total_ms())).abs() < 1e-9);
+        assert!((s.output_layer_ms - (full.total_ms() + short.total_ms()) / 2.0).abs() < 1e-9);
     }
 }

@@ -389,13 +389,8 @@ fn run_cell(
                     let mut m = r.metrics;
                     if let (Some(opts), Some(layer)) = (step, m.layer.as_mut()) {
                         layer.step = Some(
-                            sim.step(
-                                &[MicroBatch::of(layer, b.tokens() as f64)],
-                                key.ranks,
-                                key.tokens_per_rank,
-                                opts,
-                            )
-                            .map_err(|e| e.to_string())?,
+                            sim.step(&[MicroBatch::of(layer, b.tokens() as f64)], key.ranks, opts)
+                                .map_err(|e| e.to_string())?,
                         );
                     }
                     Ok(m)
@@ -717,10 +712,13 @@ mod tests {
             8192,
             hw.gemm_flops_per_s().unwrap(),
         );
-        let expected = 8.0 * (32.0 * layer(&rows) + head.total_ms()) + dp.mean;
+        // Each batch's output layer runs on its busiest rank's tokens: at most the 8,192 a
+        // rank holds.
+        let layers = 8.0 * 32.0 * layer(&rows) + dp.mean;
+        let full = layers + 8.0 * head.total_ms();
         assert!(
-            (step.mean - expected).abs() < 1e-6,
-            "{} {expected}",
+            step.mean > layers && step.mean <= full + 1e-6,
+            "{} {full}",
             step.mean
         );
         assert!(m["tokens_per_gpu_s"].mean > 0.0);

@@ -248,9 +248,9 @@ pub fn run_tpcp(
                                 .zip(windows)
                                 .map(|(l, w)| MicroBatch::of(l, w.tokens() as f64))
                                 .collect();
-                            let step = sim.step(&drawn, cp, ctx.tokens_per_rank, o)?;
+                            let step = sim.step(&drawn, cp, o)?;
                             let time = |o| -> Result<f64, StudyError> {
-                                Ok(sim.step(&drawn, cp, ctx.tokens_per_rank, o)?.step_ms)
+                                Ok(sim.step(&drawn, cp, o)?.step_ms)
                             };
                             // The step under the other order, where the order matters,
                             // and under the other deal, where there are replicas to deal to:
