@@ -3,10 +3,25 @@
 
 mod support;
 
-use support::{fcp, json, plan_with_tp as plan, stdout_of, tpcp_16};
+use support::{fcp, json, plan_with_tp as plan, stderr_of, stdout_of, tpcp_16};
 
 use predicates::prelude::*;
 use serde_json::Value;
+
+/// The rows of two runs of the same study side by side, those that ran (same splits and
+/// schemes, so the same rows run in both).
+fn ran_pairs<'a>(a: &'a Value, b: &'a Value) -> impl Iterator<Item = (&'a Value, &'a Value)> {
+    let rows = |v: &'a Value| v.as_array().expect("JSON rows").iter();
+    rows(a).zip(rows(b)).filter(|(x, _)| x["error"].is_null())
+}
+
+/// `fcp tpcp` as [`tpcp_16`] runs it, on `batches` windows, hybrid alone, in JSON.
+fn tpcp_16_json(batches: &str) -> assert_cmd::Command {
+    let mut cmd = fcp();
+    cmd.args(["tpcp", "--gpus", "16", "--context", "32768", "--json"])
+        .args(["--schemes", "hybrid:quick=true", "--batches", batches]);
+    cmd
+}
 
 fn f(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("{key} in {v}"))
@@ -116,15 +131,7 @@ fn dp_overlap_hides_what_the_first_and_last_micro_batch_can() {
     };
     let (plain, over) = (step(false), step(true));
     let mut hid = false;
-    for (a, b) in plain
-        .as_array()
-        .unwrap()
-        .iter()
-        .zip(over.as_array().unwrap())
-    {
-        if !a["error"].is_null() {
-            continue;
-        }
+    for (a, b) in ran_pairs(&plain, &over) {
         let (a, b) = (&a["step"], &b["step"]);
         assert_eq!(b["dp_overlap"], Value::Bool(true));
         assert_eq!(f(a, "dp_comm_ms"), f(b, "dp_comm_ms"));
@@ -285,23 +292,8 @@ fn one_micro_batch_reads_in_the_singular_and_small_rates_keep_their_digits() {
 #[test]
 fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
     let run = |order: Option<&str>, batches: &str| {
-        let mut cmd = fcp();
-        cmd.args([
-            "tpcp",
-            "--gpus",
-            "16",
-            "--context",
-            "32768",
-            "--schemes",
-            "hybrid:quick=true",
-            "--json",
-            "--pp",
-            "4",
-            "--micro-batches",
-            "8",
-            "--batches",
-            batches,
-        ]);
+        let mut cmd = tpcp_16_json(batches);
+        cmd.args(["--pp", "4", "--micro-batches", "8"]);
         if let Some(o) = order {
             cmd.args(["--micro-batch-order", o]);
         }
@@ -314,15 +306,7 @@ fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
     assert!(!note.contains("drawn in turn"), "{note}");
     let (hill, _) = run(Some("hill"), "8");
     let mut saved = false;
-    for (a, b) in stream
-        .as_array()
-        .unwrap()
-        .iter()
-        .zip(hill.as_array().unwrap())
-    {
-        if !a["error"].is_null() {
-            continue;
-        }
+    for (a, b) in ran_pairs(&stream, &hill) {
         let (s, h) = (&a["step"], &b["step"]);
         assert_eq!(s["windows"], 8);
         assert!(
@@ -367,36 +351,11 @@ fn unequal_windows_stall_the_pipeline_and_the_hill_order_takes_it_back() {
 #[test]
 fn an_lpt_deal_shortens_the_wait_for_the_slowest_replica() {
     let run = |deal: &str| {
-        json(fcp().args([
-            "tpcp",
-            "--gpus",
-            "16",
-            "--context",
-            "32768",
-            "--schemes",
-            "hybrid:quick=true",
-            "--json",
-            "--dp",
-            "2",
-            "--micro-batches",
-            "4",
-            "--batches",
-            "8",
-            "--deal",
-            deal,
-        ]))
+        json(tpcp_16_json("8").args(["--dp", "2", "--micro-batches", "4", "--deal", deal]))
     };
     let (stream, lpt) = (run("stream"), run("lpt"));
     let mut waited = false;
-    for (a, b) in stream
-        .as_array()
-        .unwrap()
-        .iter()
-        .zip(lpt.as_array().unwrap())
-    {
-        if !a["error"].is_null() {
-            continue;
-        }
+    for (a, b) in ran_pairs(&stream, &lpt) {
         let (s, l) = (&a["step"], &b["step"]);
         assert_eq!(
             (s["deal"].as_str(), l["deal"].as_str()),
@@ -442,74 +401,38 @@ fn the_step_s_notes_and_levers_hold_at_the_edges() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("three.csv");
     std::fs::write(&trace, "doc_len\n32768\n32768\n32768\n").unwrap();
-    let out = fcp()
-        .args([
-            "tpcp",
-            "--gpus",
-            "8",
-            "--context",
-            "32768",
-            "--schemes",
-            "zigzag",
-        ])
-        .args([
-            "--micro-batches",
-            "4",
-            "--batches",
-            "8",
-            "--model",
-            "llama3-8b",
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let note = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{note}");
+    // Four micro-batches from a trace of three 32K windows, `batches` of them simulated.
+    let note = |batches: &str| {
+        stderr_of(
+            fcp()
+                .args(["tpcp", "--gpus", "8", "--context", "32768"])
+                .args(["--schemes", "zigzag", "--model", "llama3-8b"])
+                .args(["--micro-batches", "4", "--batches", batches, "--trace"])
+                .arg(&trace),
+        )
+    };
+    let all = note("8");
     assert!(
-        note.contains("drawn in turn from 3 simulated windows: the trace packs into only 3 windows of 32768 tokens\n"),
-        "{note}"
+        all.contains("drawn in turn from 3 simulated windows: the trace packs into only 3 windows of 32768 tokens\n"),
+        "{all}"
     );
     // More windows than simulated, fewer than the step needs: ask for them all.
-    let out = fcp()
-        .args([
-            "tpcp",
-            "--gpus",
-            "8",
-            "--context",
-            "32768",
-            "--schemes",
-            "zigzag",
-        ])
-        .args([
-            "--micro-batches",
-            "4",
-            "--batches",
-            "1",
-            "--model",
-            "llama3-8b",
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let note = String::from_utf8(out.stderr).unwrap();
+    let one = note("1");
     assert!(
-        note.contains(
+        one.contains(
             "the trace packs into only 3 windows of 32768 tokens (--batches 3 simulates them all)"
         ),
-        "{note}"
+        "{one}"
     );
-    let out = fcp()
-        .args(tpcp_16("zigzag"))
-        .args(["--micro-batches", "65536", "--dp", "65536"])
-        .output()
-        .unwrap();
-    let note = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{note}");
+    let wide = stderr_of(fcp().args(tpcp_16("zigzag")).args([
+        "--micro-batches",
+        "65536",
+        "--dp",
+        "65536",
+    ]));
     assert!(
-        note.contains("a step trains 4294967296 micro-batches (65536 on each of 65536 replicas)"),
-        "{note}"
+        wide.contains("a step trains 4294967296 micro-batches (65536 on each of 65536 replicas)"),
+        "{wide}"
     );
 }
 
@@ -538,20 +461,14 @@ fn a_short_window_pays_for_its_own_tokens() {
     let head = f(&tp8["step"], "output_layer_ms");
     assert!(head > 0.5 && head < 2.0, "{tp8}");
     assert!(f(&tp8["step"], "pp_send_ms") < 0.1, "{tp8}");
-    let out = fcp()
-        .args(tpcp_16("zigzag"))
-        .args([
-            "--micro-batches",
-            "4",
-            "--micro-batch-order",
-            "hill",
-            "--deal",
-            "lpt",
-        ])
-        .output()
-        .unwrap();
-    let note = String::from_utf8(out.stderr).unwrap();
-    assert!(out.status.success(), "{note}");
+    let note = stderr_of(fcp().args(tpcp_16("zigzag")).args([
+        "--micro-batches",
+        "4",
+        "--micro-batch-order",
+        "hill",
+        "--deal",
+        "lpt",
+    ]));
     assert!(
         note.contains("--micro-batch-order hill changes nothing without a pipeline"),
         "{note}"

@@ -14,6 +14,11 @@ pub fn stdout_of(cmd: &mut assert_cmd::Command) -> String {
     String::from_utf8(cmd.assert().success().get_output().stdout.clone()).expect("UTF-8 output")
 }
 
+/// What `cmd` prints on stderr (its notes), once it has succeeded.
+pub fn stderr_of(cmd: &mut assert_cmd::Command) -> String {
+    String::from_utf8(cmd.assert().success().get_output().stderr.clone()).expect("UTF-8 output")
+}
+
 /// What `cmd` prints on stdout, parsed as JSON, once it has succeeded.
 pub fn json(cmd: &mut assert_cmd::Command) -> serde_json::Value {
     serde_json::from_str(&stdout_of(cmd)).expect("JSON output")
