@@ -478,3 +478,58 @@ fn a_short_window_pays_for_its_own_tokens() {
         "{note}"
     );
 }
+
+/// `compare --micro-batches` prices each scheme's step over the compared batches, in order:
+/// without a pipeline, every batch's layers and output layer back to back, then the
+/// data-parallel reduction.
+#[test]
+fn compare_prices_each_scheme_s_step_over_its_batches() {
+    let args = [
+        "compare",
+        "--ranks",
+        "4",
+        "--tokens-per-rank",
+        "8192",
+        "--model",
+        "llama3-8b",
+        "--schemes",
+        "zigzag,fcp",
+        "--batches",
+        "3",
+        "--layer",
+        "--memory",
+        "--micro-batches",
+        "3",
+    ];
+    let rows = json(fcp().args(args).arg("--json"));
+    for r in rows.as_array().unwrap() {
+        let s = &r["step"];
+        assert_eq!(
+            (s["windows"].as_u64(), s["stage_layers"].as_u64()),
+            (Some(3), Some(32))
+        );
+        let layers = 3.0 * 32.0 * f(r, "layer_time_ms");
+        let heads = 3.0 * f(s, "output_layer_ms");
+        assert!((f(s, "pipeline_ms") - layers - heads).abs() < 1e-6, "{r}");
+        assert!((f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms")).abs() < 1e-6);
+    }
+    let csv = stdout_of(fcp().args(args).arg("--csv"));
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",micro_batches,step_ms,tokens_per_gpu_s"),
+        "{csv}"
+    );
+    let text = stdout_of(fcp().args(args));
+    assert!(
+        text.contains("step of 3 micro-batches") && text.contains("tok/s/GPU"),
+        "{text}"
+    );
+    fcp()
+        .args(["compare", "--ranks", "4", "--schemes", "zigzag", "--layer"])
+        .args(["--micro-batches", "3"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--layer --memory"));
+}

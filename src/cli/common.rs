@@ -482,6 +482,69 @@ impl StepArgs {
     }
 }
 
+/// The levers of a priced step that change nothing but its time: the order each replica
+/// runs its micro-batches in and how the windows are dealt to the replicas.
+#[derive(Debug, Clone, Args)]
+pub struct LeverArgs {
+    /// With --micro-batches: the order each replica runs its micro-batches in. `stream` as
+    /// the data arrives; `hill` lightest at both ends and heaviest in the middle, each next
+    /// to the ones most like it, which usually stalls a 1F1B pipeline less; the answer says
+    /// when the other order is faster (docs/cost-model.md § Training step).
+    #[arg(long, value_enum, requires = "micro_batches")]
+    micro_batch_order: Option<OrderArg>,
+    /// With --micro-batches: how the step's DP × M windows are dealt to the --dp replicas.
+    /// `stream` gives replica r windows r·M … r·M + M − 1; `lpt` gives the heaviest window to
+    /// the replica with least work and room left, so fewer replicas wait for the slowest.
+    #[arg(long, value_enum, requires = "micro_batches")]
+    deal: Option<DealArg>,
+}
+
+impl LeverArgs {
+    /// `step` with these levers pulled, under `training`; a note for each that changes
+    /// nothing there (no pipeline to order, no replicas to deal to).
+    pub fn apply(
+        &self,
+        step: Option<fcp::sim::step::StepOptions>,
+        training: fcp::footprint::Training,
+    ) -> Result<Option<fcp::sim::step::StepOptions>> {
+        use fcp::sim::step::{Deal, MicroBatchOrder};
+        let Some(s) = step else {
+            return Ok(None);
+        };
+        if self.micro_batch_order == Some(OrderArg::Hill) && training.pp == 1 {
+            eprintln!("note: --micro-batch-order hill changes nothing without a pipeline (--pp 1): one stage runs its micro-batches back to back in any order");
+        }
+        if self.deal == Some(DealArg::Lpt) && training.dp == 1 {
+            eprintln!(
+                "note: --deal lpt changes nothing with one replica (--dp 1): it trains every window"
+            );
+        }
+        let order = match self.micro_batch_order {
+            Some(OrderArg::Hill) => MicroBatchOrder::Hill,
+            _ => MicroBatchOrder::Stream,
+        };
+        let deal = match self.deal {
+            Some(DealArg::Lpt) => Deal::Lpt,
+            _ => Deal::Stream,
+        };
+        Ok(Some(s.with_order(order).with_deal(deal, training)?))
+    }
+}
+
+/// `--micro-batch-order`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderArg {
+    Stream,
+    Hill,
+}
+
+/// `--deal`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DealArg {
+    Stream,
+    Lpt,
+}
+
 /// What a priced step spends besides its micro-batches' layers: the pipeline's bubble (when
 /// there is one) and the data-parallel collectives, or why there are none once a step.
 pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
@@ -564,15 +627,7 @@ pub fn plural(n: u32, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// A throughput to three significant figures at least: whole tokens when there are many
-/// (bug hunt: a tiny window's 0.4 tokens/s read "0").
-pub fn rate(x: f64) -> String {
-    if x >= 100.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.3}")
-    }
-}
+pub use fcp::report::rate;
 
 /// ` · step of M micro-batches` (and whether DP's collectives overlap it) for report
 /// headers, else nothing.

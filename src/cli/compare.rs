@@ -3,12 +3,14 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use fcp::report::{compare, compare_csv, compare_table, parse_scheme_list, CompareOptions};
+use fcp::report::{
+    compare, compare_csv, compare_table, parse_scheme_list, price_steps, CompareOptions,
+};
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words, BatchArgs,
-    PassArg, ProfileArgs, RecomputeArg, TrainingArgs,
+    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words, step_words,
+    BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs, TrainingArgs,
 };
 
 /// Arguments of `fcp compare`.
@@ -56,6 +58,13 @@ pub struct CompareArgs {
     memory: bool,
     #[command(flatten)]
     training: TrainingArgs,
+    /// With `--memory`: a training step with the batches as its micro-batches, in order
+    /// (adds `step_ms` and `tok/s/GPU`; each row's JSON a `step`; docs/cost-model.md
+    /// § Training step).
+    #[command(flatten)]
+    step: StepArgs,
+    #[command(flatten)]
+    levers: LeverArgs,
 }
 
 pub fn run(a: CompareArgs) -> Result<()> {
@@ -75,6 +84,11 @@ pub fn run(a: CompareArgs) -> Result<()> {
         bail!("--batches must be at least 1");
     }
     let training = a.training.when(a.memory)?;
+    let step = a.step.step(training.unwrap_or_default())?;
+    if step.is_some() && training.is_none() {
+        bail!("--micro-batches prices a training step from the memory count's setting: it needs --layer --memory");
+    }
+    let step = a.levers.apply(step, training.unwrap_or_default())?;
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
     packed.note_all_cuts();
@@ -93,14 +107,25 @@ pub fn run(a: CompareArgs) -> Result<()> {
         pass: a.pass.into(),
         verify: true,
     };
-    let rows = compare(&batches, &ctx, &sim, &opts);
+    let mut rows = compare(&batches, &ctx, &sim, &opts);
+    if let Some(o) = step {
+        price_steps(&mut rows, &batches, &sim, ctx.ranks, o)?;
+        if o.dp_overlap
+            && rows
+                .iter()
+                .filter_map(|r| r.step)
+                .all(|s| s.dp_comm_ms == 0.0)
+        {
+            super::common::dp_overlap_idle_note("no scheme runs");
+        }
+    }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&rows)?);
     } else if a.csv {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}{}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}{}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
@@ -109,7 +134,8 @@ pub fn run(a: CompareArgs) -> Result<()> {
             fcp::sim::PassSel::from(a.pass).name(),
             recompute_words(a.recompute),
             overlap_words(a.tp_overlap, &model),
-            memory_words(training)
+            memory_words(training),
+            step_words(step)
         );
         out!(
             "{}",

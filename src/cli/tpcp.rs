@@ -7,7 +7,6 @@ use clap::Args;
 
 use fcp::hardware::Hardware;
 use fcp::report::{fits_word, human_bytes, parse_scheme_list};
-use fcp::sim::step::{Deal, MicroBatchOrder};
 use fcp::study::tpcp::{
     best_split_per_scheme, fastest, fastest_that_fits, run_tpcp, smallest_footprint, TpCpOptions,
     TpCpRow,
@@ -16,7 +15,7 @@ use fcp::Model;
 
 use super::common::{
     footprint_words, memory_words, plural, rate, recompute_words, step_parts, step_words,
-    BatchArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
+    BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -61,17 +60,8 @@ pub struct TpCpArgs {
     training: TrainingArgs,
     #[command(flatten)]
     step: StepArgs,
-    /// With --micro-batches: the order each replica runs its micro-batches in. `stream` as
-    /// the data arrives; `hill` lightest at both ends and heaviest in the middle, each next
-    /// to the ones most like it, which usually stalls a 1F1B pipeline less; the answer says
-    /// when the other order is faster (docs/cost-model.md § Training step).
-    #[arg(long, value_enum, requires = "micro_batches")]
-    micro_batch_order: Option<OrderArg>,
-    /// With --micro-batches: how the step's DP × M windows are dealt to the --dp replicas.
-    /// `stream` gives replica r windows r·M … r·M + M − 1; `lpt` gives the heaviest window to
-    /// the replica with least work and room left, so fewer replicas wait for the slowest.
-    #[arg(long, value_enum, requires = "micro_batches")]
-    deal: Option<DealArg>,
+    #[command(flatten)]
+    levers: LeverArgs,
     /// Print JSON: one object per (split, scheme).
     #[arg(long)]
     json: bool,
@@ -91,16 +81,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
-    let step = match a.step.step(training)? {
-        Some(s) => Some(
-            s.with_order(
-                a.micro_batch_order
-                    .map_or(MicroBatchOrder::Stream, Into::into),
-            )
-            .with_deal(a.deal.map_or(Deal::Stream, Into::into), training)?,
-        ),
-        None => None,
-    };
+    let step = a.levers.apply(a.step.step(training)?, training)?;
     // Window packing depends on the context alone: every split sees these windows.
     let source = BatchArgs {
         trace: a.trace.clone(),
@@ -139,14 +120,6 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let overlapped = a.tp_overlap && rows.iter().any(|r| r.tp > 1 && r.error.is_none());
     if a.tp_overlap && !overlapped {
         eprintln!("note: --tp-overlap changes nothing: no split with TP above 1 ran");
-    }
-    if a.micro_batch_order == Some(OrderArg::Hill) && training.pp == 1 {
-        eprintln!("note: --micro-batch-order hill changes nothing without a pipeline (--pp 1): one stage runs its micro-batches back to back in any order");
-    }
-    if a.deal == Some(DealArg::Lpt) && training.dp == 1 {
-        eprintln!(
-            "note: --deal lpt changes nothing with one replica (--dp 1): it trains every window"
-        );
     }
     if step.is_some_and(|s| s.dp_overlap)
         && rows
@@ -324,38 +297,6 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         }
     );
     Ok(())
-}
-
-/// `--micro-batch-order`'s values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum OrderArg {
-    Stream,
-    Hill,
-}
-
-impl From<OrderArg> for MicroBatchOrder {
-    fn from(o: OrderArg) -> Self {
-        match o {
-            OrderArg::Stream => MicroBatchOrder::Stream,
-            OrderArg::Hill => MicroBatchOrder::Hill,
-        }
-    }
-}
-
-/// `--deal`'s values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum DealArg {
-    Stream,
-    Lpt,
-}
-
-impl From<DealArg> for Deal {
-    fn from(d: DealArg) -> Self {
-        match d {
-            DealArg::Stream => Deal::Stream,
-            DealArg::Lpt => Deal::Lpt,
-        }
-    }
 }
 
 /// What would shrink the footprint, from where `opts` stands: the levers not yet pulled all

@@ -3,7 +3,8 @@
 use serde::Serialize;
 
 use crate::planners::{planner_for, PlanContext, SchemeError, SCHEMES};
-use crate::sim::{LayerMetrics, PassSel, PlanMetrics, Simulator};
+use crate::sim::step::{MicroBatch, StepMetrics, StepOptions};
+use crate::sim::{LayerMetrics, PassSel, PlanMetrics, SimError, Simulator};
 use crate::trace::Batch;
 
 use super::stats::{mean, percentile};
@@ -56,6 +57,10 @@ pub struct CompareRow {
     /// the JSON, which carries the means and percentiles.
     #[serde(skip)]
     pub layers: Vec<LayerMetrics>,
+    /// The training step over the batches, each a micro-batch in batch order, when
+    /// [`price_steps`] priced one; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepMetrics>,
 }
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`
@@ -219,6 +224,7 @@ pub fn compare(
                         error: None,
                         tp: ctx.model.tp.max(1),
                         layers: all.iter().filter_map(|m| m.layer.clone()).collect(),
+                        step: None,
                     }
                 }
                 Err(e) => CompareRow {
@@ -232,6 +238,7 @@ pub fn compare(
                     error: Some(e),
                     tp: ctx.model.tp.max(1),
                     layers: Vec::new(),
+                    step: None,
                 },
             }
         })
@@ -254,6 +261,32 @@ pub fn compare(
         }
     }
     rows
+}
+
+/// Price each row's training step of `opts` over `batches` (the ones [`compare`] ran, in
+/// order: batch `i` is micro-batch `i` of the stream) on `cp` ranks, with `sim` (the
+/// simulator that ran them, with its training setting). Rows without every batch's layer
+/// (a scheme that could not run, a comparison without `--layer`) keep no step.
+pub fn price_steps(
+    rows: &mut [CompareRow],
+    batches: &[Batch],
+    sim: &Simulator,
+    cp: u32,
+    opts: StepOptions,
+) -> Result<(), SimError> {
+    for r in rows.iter_mut() {
+        if r.layers.len() != batches.len() || batches.is_empty() {
+            continue;
+        }
+        let drawn: Vec<MicroBatch> = r
+            .layers
+            .iter()
+            .zip(batches)
+            .map(|(l, b)| MicroBatch::of(l, b.tokens() as f64))
+            .collect();
+        r.step = Some(sim.step(&drawn, cp, opts)?);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -121,6 +121,10 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     if z3 {
         s.push_str(&format!(" {:>8}", "zero3_ms"));
     }
+    let stepped = rows.iter().any(|r| r.step.is_some());
+    if stepped {
+        s.push_str(&format!(" {:>10} {:>10}", "step_ms", "tok/s/GPU"));
+    }
     s.push('\n');
     for r in rows {
         match (&r.mean, &r.p95) {
@@ -165,6 +169,12 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                 if let Some((_, exposed)) = zero3(r) {
                     s.push_str(&format!(" {exposed:>8.3}"));
                 }
+                if stepped {
+                    s.push_str(&match r.step {
+                        Some(x) => format!(" {:>10.1} {:>10}", x.step_ms, rate(x.tokens_per_gpu_s)),
+                        None => format!(" {:>10} {:>10}", "-", "-"),
+                    });
+                }
                 s.push('\n');
             }
             _ => s.push_str(&format!(
@@ -199,6 +209,11 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     };
     let note = if z3 {
         format!("{note}; zero3_ms what ZeRO 3's per-layer collectives (weight gathers; in a backward pass the gradients' reduce-scatter too) leave exposed, in the layer time")
+    } else {
+        note
+    };
+    let note = if stepped {
+        format!("{note}; step_ms a training step with the batches as its micro-batches, in order (the pipeline, the output layer and the data-parallel collectives it leaves exposed: docs/cost-model.md § Training step), tok/s/GPU the real tokens it trains per GPU-second")
     } else {
         note
     };
@@ -255,6 +270,10 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     let z3 = rows.iter().any(|r| zero3(r).is_some());
     if z3 {
         s.push_str(",zero3_comm_ms,zero3_exposed_ms");
+    }
+    let stepped = rows.iter().any(|r| r.step.is_some());
+    if stepped {
+        s.push_str(",micro_batches,step_ms,tokens_per_gpu_s");
     }
     s.push('\n');
     for r in rows {
@@ -341,9 +360,25 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
                 z.map_or(String::new(), |z| z.1.to_string())
             ));
         }
+        if stepped {
+            s.push_str(&match r.step {
+                Some(x) => format!(",{},{},{}", x.micro_batches, x.step_ms, x.tokens_per_gpu_s),
+                None => ",,,".to_string(),
+            });
+        }
         s.push('\n');
     }
     s
+}
+
+/// A throughput to three significant figures at least: whole tokens when there are many
+/// (bug hunt: a tiny window's 0.4 tokens/s read "0").
+pub fn rate(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.3}")
+    }
 }
 
 /// Columns [`compare_csv`] adds when the whole layer was simulated.
