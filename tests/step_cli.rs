@@ -533,3 +533,47 @@ fn compare_prices_each_scheme_s_step_over_its_batches() {
         .failure()
         .stderr(predicate::str::contains("--layer --memory"));
 }
+
+/// Regression (bug hunt): compare left batches out of its step, or repeated them, without
+/// a word; refused --pass fwd only after planning every scheme, naming `simulate`; and said
+/// --dp-overlap changed nothing when no scheme ran at all.
+#[test]
+fn compare_says_which_batches_its_step_trains() {
+    let base = [
+        "compare",
+        "--ranks",
+        "8",
+        "--schemes",
+        "ring",
+        "--layer",
+        "--memory",
+    ];
+    let note = |args: &[&str]| stderr_of(fcp().args(base).args(args));
+    let left = note(&["--batches", "8", "--micro-batches", "2"]);
+    assert!(
+        left.contains("the step trains the first 2 of the 8 batches"),
+        "{left}"
+    );
+    let repeated = note(&["--batches", "2", "--micro-batches", "4", "--dp", "2"]);
+    assert!(
+        repeated.contains("a step trains 8 micro-batches (4 on each of 2 replicas) and they are drawn in turn from 2 batches: --batches 8 gives each its own"),
+        "{repeated}"
+    );
+    fcp()
+        .args(base)
+        .args(["--micro-batches", "4", "--pass", "fwd"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "a training step (--micro-batches) runs both passes: --pass fwd leaves one out",
+        ));
+    fcp()
+        .args(["compare", "--ranks", "3", "--schemes", "ulysses", "--layer"])
+        .args(["--memory", "--micro-batches", "4", "--dp-overlap"])
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("no scheme could plan")
+                .and(predicate::str::contains("--dp-overlap changes nothing").not()),
+        );
+}

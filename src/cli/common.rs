@@ -500,8 +500,20 @@ pub struct LeverArgs {
 }
 
 impl LeverArgs {
-    /// `step` with these levers pulled, under `training`; a note for each that changes
-    /// nothing there (no pipeline to order, no replicas to deal to).
+    /// A note for each lever pulled that changes nothing under `training` (no pipeline to
+    /// order, no replicas to deal to); said once the study ran, with its other notes.
+    pub fn notes(&self, training: fcp::footprint::Training) {
+        if self.micro_batch_order == Some(OrderArg::Hill) && training.pp == 1 {
+            eprintln!("note: --micro-batch-order hill changes nothing without a pipeline (--pp 1): one stage runs its micro-batches back to back in any order");
+        }
+        if self.deal == Some(DealArg::Lpt) && training.dp == 1 {
+            eprintln!(
+                "note: --deal lpt changes nothing with one replica (--dp 1): it trains the whole step"
+            );
+        }
+    }
+
+    /// `step` with these levers pulled, under `training`.
     pub fn apply(
         &self,
         step: Option<fcp::sim::step::StepOptions>,
@@ -511,14 +523,6 @@ impl LeverArgs {
         let Some(s) = step else {
             return Ok(None);
         };
-        if self.micro_batch_order == Some(OrderArg::Hill) && training.pp == 1 {
-            eprintln!("note: --micro-batch-order hill changes nothing without a pipeline (--pp 1): one stage runs its micro-batches back to back in any order");
-        }
-        if self.deal == Some(DealArg::Lpt) && training.dp == 1 {
-            eprintln!(
-                "note: --deal lpt changes nothing with one replica (--dp 1): it trains every window"
-            );
-        }
         let order = match self.micro_batch_order {
             Some(OrderArg::Hill) => MicroBatchOrder::Hill,
             _ => MicroBatchOrder::Stream,
@@ -602,6 +606,33 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
         String::new()
     };
     format!("{head}{bubble}{dp}{wait}")
+}
+
+/// The note when a step draws `needed` micro-batches (`per` on each of `dp` replicas) from
+/// `drawn` simulated windows or batches (`what`: their name, singular and plural), fewer than
+/// it needs: they repeat, in turn. `advice` says how to give each its own.
+pub fn repeats_note(
+    needed: u64,
+    per: u32,
+    dp: u32,
+    drawn: usize,
+    what: (&str, &str),
+    advice: &str,
+) {
+    eprintln!(
+        "note: a step trains {needed} {}{} and they are drawn in turn from {}: {advice}",
+        if needed == 1 {
+            "micro-batch"
+        } else {
+            "micro-batches"
+        },
+        if dp > 1 {
+            format!(" ({per} on each of {dp} replicas)")
+        } else {
+            String::new()
+        },
+        plural(drawn as u32, what.0, what.1),
+    );
 }
 
 /// The note when `--dp-overlap` overlaps nothing: `what` (a subject and its verb, "no split

@@ -9,8 +9,9 @@ use fcp::report::{
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words, step_words,
-    BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs, TrainingArgs,
+    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words,
+    repeats_note, step_words, BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs,
+    TrainingArgs,
 };
 
 /// Arguments of `fcp compare`.
@@ -88,6 +89,13 @@ pub fn run(a: CompareArgs) -> Result<()> {
     if step.is_some() && training.is_none() {
         bail!("--micro-batches prices a training step from the memory count's setting: it needs --layer --memory");
     }
+    // As tpcp: refused up front, before any scheme is planned.
+    if step.is_some() && a.pass != PassArg::Both {
+        bail!(
+            "a training step (--micro-batches) runs both passes: --pass {} leaves one out",
+            fcp::sim::PassSel::from(a.pass).name()
+        );
+    }
     let step = a.levers.apply(step, training.unwrap_or_default())?;
     let (hw, model) = a.profile.load()?;
     let packed = a.batch.load(a.batches)?;
@@ -110,12 +118,30 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let mut rows = compare(&batches, &ctx, &sim, &opts);
     if let Some(o) = step {
         price_steps(&mut rows, &batches, &sim, ctx.ranks, o)?;
-        if o.dp_overlap
-            && rows
-                .iter()
-                .filter_map(|r| r.step)
-                .all(|s| s.dp_comm_ms == 0.0)
-        {
+        let t = training.unwrap_or_default();
+        let needed = u64::from(t.dp) * u64::from(o.micro_batches);
+        // Bug hunt: batches left out of the step, or repeated in it, were not said.
+        if (batches.len() as u64) < needed {
+            repeats_note(
+                needed,
+                o.micro_batches,
+                t.dp,
+                batches.len(),
+                ("batch", "batches"),
+                &format!("--batches {needed} gives each its own"),
+            );
+        } else if (batches.len() as u64) > needed {
+            eprintln!(
+                "note: the step trains the first {needed} of the {} batches (--micro-batches {} × --dp {}); the table's other columns cover them all",
+                batches.len(),
+                o.micro_batches,
+                t.dp
+            );
+        }
+        a.levers.notes(t);
+        // Bug hunt: said only of schemes that ran a step (none running is no evidence).
+        let steps: Vec<_> = rows.iter().filter_map(|r| r.step).collect();
+        if o.dp_overlap && !steps.is_empty() && steps.iter().all(|s| s.dp_comm_ms == 0.0) {
             super::common::dp_overlap_idle_note("no scheme runs");
         }
     }

@@ -14,8 +14,8 @@ use fcp::study::tpcp::{
 use fcp::Model;
 
 use super::common::{
-    footprint_words, memory_words, plural, rate, recompute_words, step_parts, step_words,
-    BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
+    footprint_words, memory_words, plural, rate, recompute_words, repeats_note, step_parts,
+    step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -133,47 +133,39 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         let needed = u64::from(training.dp) * u64::from(s.micro_batches);
         if (s.windows as u64) < needed {
             // Bug hunt: the count is a u64 (65,536 × 65,536 overflowed a u32), and a trace
-            // too short for more windows gets no advice it cannot follow.
-            eprintln!(
-                "note: a step trains {needed} {}{} and they are drawn in turn from {}: {}",
-                if needed == 1 {
-                    "micro-batch"
-                } else {
-                    "micro-batches"
-                },
-                if training.dp > 1 {
-                    format!(" ({} on each of {} replicas)", s.micro_batches, training.dp)
-                } else {
-                    String::new()
-                },
-                plural(s.windows as u32, "simulated window", "simulated windows"),
-                {
-                    // Bug hunt: advise only what the trace can give. Packing is cheap; count
-                    // its windows up to what the step needs (or a million).
-                    let probe = needed.min(1 << 20) as usize;
-                    let avail = if windows.batches.len() < a.batches {
-                        windows.batches.len()
+            // too short for more windows gets no advice it cannot follow. Packing is cheap:
+            // count its windows up to what the step needs (or a million).
+            let probe = needed.min(1 << 20) as usize;
+            let avail = if windows.batches.len() < a.batches {
+                windows.batches.len()
+            } else {
+                source.load(probe).map_or(probe, |w| w.batches.len())
+            };
+            let advice = if avail < probe {
+                format!(
+                    "the trace packs into only {} of {} tokens{}",
+                    plural(avail as u32, "window", "windows"),
+                    a.context,
+                    if avail > windows.batches.len() {
+                        format!(" (--batches {avail} simulates them all)")
                     } else {
-                        source.load(probe).map_or(probe, |w| w.batches.len())
-                    };
-                    if avail < probe {
-                        format!(
-                            "the trace packs into only {} of {} tokens{}",
-                            plural(avail as u32, "window", "windows"),
-                            a.context,
-                            if avail > windows.batches.len() {
-                                format!(" (--batches {avail} simulates them all)")
-                            } else {
-                                String::new()
-                            }
-                        )
-                    } else {
-                        format!("--batches {needed} gives each its own window")
+                        String::new()
                     }
-                }
+                )
+            } else {
+                format!("--batches {needed} gives each its own window")
+            };
+            repeats_note(
+                needed,
+                s.micro_batches,
+                training.dp,
+                s.windows,
+                ("simulated window", "simulated windows"),
+                &advice,
             );
         }
     }
+    a.levers.notes(training);
     // Said in every format, on stderr, so that JSON consumers see it too.
     if model.stack.is_none() {
         eprintln!(

@@ -212,10 +212,21 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         note
     };
-    let note = if stepped {
-        format!("{note}; step_ms a training step with the batches as its micro-batches, in order (the pipeline, the output layer and the data-parallel collectives it leaves exposed: docs/cost-model.md § Training step), tok/s/GPU the real tokens it trains per GPU-second")
-    } else {
-        note
+    let note = match rows.iter().find_map(|r| r.step) {
+        Some(x) => {
+            use crate::sim::step::{Deal, MicroBatchOrder};
+            // Bug hunt: the footer said "in order" of a step run in hill order.
+            let how = match (x.deal, x.micro_batch_order) {
+                (Deal::Stream, MicroBatchOrder::Stream) => "in order",
+                (Deal::Stream, MicroBatchOrder::Hill) => "each replica's in hill order",
+                (Deal::Lpt, MicroBatchOrder::Stream) => "dealt to the replicas LPT",
+                (Deal::Lpt, MicroBatchOrder::Hill) => {
+                    "dealt to the replicas LPT, each replica's in hill order"
+                }
+            };
+            format!("{note}; step_ms a training step with the batches as its micro-batches, {how} (the pipeline, the output layer and the data-parallel collectives it leaves exposed: docs/cost-model.md § Training step), tok/s/GPU the real tokens it trains per GPU-second")
+        }
+        None => note,
     };
     s.push_str(&format!("(means over batches; {note})\n"));
     s
