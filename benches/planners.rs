@@ -1,6 +1,6 @@
 //! Planning time of every scheme at 8, 64, 256 and 1024 ranks × 32K tokens per rank (the first
-//! batch of a WLB-LLM trace, budget-packed), and sweep throughput (cells of plan + simulate per
-//! second). The numbers in docs/performance.md come from
+//! batch of a WLB-LLM trace, budget-packed), sweep throughput (cells of plan + simulate per
+//! second), and a four-scheme whole-layer comparison. The numbers in docs/performance.md come from
 //!
 //! `cargo bench --bench planners`
 //!
@@ -12,6 +12,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fcp::hardware::Hardware;
 use fcp::plan::Mask;
 use fcp::planners::{planner_for, PlanContext, SCHEMES};
+use fcp::report::{compare, CompareOptions};
+use fcp::sim::{PassSel, Simulator};
 use fcp::study::{run_cells, SweepConfig};
 use fcp::trace::{generate, pack, Batch, PackMode, PackOptions, Source};
 use fcp::Model;
@@ -96,5 +98,49 @@ fn sweep(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, planning, sweep);
+/// `compare` of four schemes on the whole layer over 8 batches of 16 ranks × 32K: what a
+/// comparison or one `tpcp` split costs.
+fn comparison(c: &mut Criterion) {
+    let hw = Hardware::load("h100").expect("bundled");
+    let model = Model::load("llama3-70b").expect("bundled");
+    let ranks = 16;
+    let budget = u64::from(ranks) * TOKENS_PER_RANK;
+    let trace = generate(&Source::WlbLlm, (8 * budget / 1000) as usize + 64, 1).expect("generate");
+    let opts = PackOptions {
+        mode: PackMode::Budget,
+        ranks,
+        tokens_per_rank: TOKENS_PER_RANK,
+        context: None,
+    };
+    let mut batches = pack(&trace, &opts).expect("pack").batches;
+    batches.truncate(if measuring() { 8 } else { 1 });
+    let ctx = PlanContext {
+        ranks,
+        tokens_per_rank: TOKENS_PER_RANK,
+        mask: Mask::Causal,
+        model: &model,
+        hardware: &hw,
+    };
+    let sim = Simulator::new(hw.clone(), model.clone())
+        .expect("simulator")
+        .with_layer()
+        .expect("layer");
+    let compare_opts = CompareOptions {
+        schemes: ["zigzag", "fcp", "flashcp", "hybrid:quick=true"]
+            .map(String::from)
+            .to_vec(),
+        baseline: None,
+        pass: PassSel::Both,
+        verify: true,
+    };
+    let mut group = c.benchmark_group("compare");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(4 * batches.len() as u64));
+    group.bench_function("4 schemes x 8 batches of 16x32K, whole layer", |b| {
+        b.iter(|| compare(&batches, &ctx, &sim, &compare_opts))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, planning, sweep, comparison);
 criterion_main!(benches);
