@@ -25,17 +25,22 @@ fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
-/// The first budget-packed batch of a WLB-LLM trace for `ranks` × 32K tokens.
-fn batch(ranks: u32) -> Batch {
-    let budget = u64::from(ranks) * TOKENS_PER_RANK;
-    let trace = generate(&Source::WlbLlm, (budget / 1000) as usize + 16, 1).expect("generate");
+/// The budget-packed batches of `docs` WLB-LLM documents for `ranks` × 32K tokens.
+fn packed(ranks: u32, docs: usize) -> Vec<Batch> {
+    let trace = generate(&Source::WlbLlm, docs, 1).expect("generate");
     let opts = PackOptions {
         mode: PackMode::Budget,
         ranks,
         tokens_per_rank: TOKENS_PER_RANK,
         context: None,
     };
-    pack(&trace, &opts).expect("pack").batches.swap_remove(0)
+    pack(&trace, &opts).expect("pack").batches
+}
+
+/// The first budget-packed batch of a WLB-LLM trace for `ranks` × 32K tokens.
+fn batch(ranks: u32) -> Batch {
+    let budget = u64::from(ranks) * TOKENS_PER_RANK;
+    packed(ranks, (budget / 1000) as usize + 16).swap_remove(0)
 }
 
 fn planning(c: &mut Criterion) {
@@ -105,14 +110,7 @@ fn comparison(c: &mut Criterion) {
     let model = Model::load("llama3-70b").expect("bundled");
     let ranks = 16;
     let budget = u64::from(ranks) * TOKENS_PER_RANK;
-    let trace = generate(&Source::WlbLlm, (8 * budget / 1000) as usize + 64, 1).expect("generate");
-    let opts = PackOptions {
-        mode: PackMode::Budget,
-        ranks,
-        tokens_per_rank: TOKENS_PER_RANK,
-        context: None,
-    };
-    let mut batches = pack(&trace, &opts).expect("pack").batches;
+    let mut batches = packed(ranks, (8 * budget / 1000) as usize + 64);
     batches.truncate(if measuring() { 8 } else { 1 });
     let ctx = PlanContext {
         ranks,
