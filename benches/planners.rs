@@ -37,6 +37,17 @@ fn packed(ranks: u32, docs: usize) -> Vec<Batch> {
     pack(&trace, &opts).expect("pack").batches
 }
 
+/// Causal planning for `ranks` × 32K tokens of `model` on `hw`.
+fn ctx<'a>(ranks: u32, model: &'a Model, hw: &'a Hardware) -> PlanContext<'a> {
+    PlanContext {
+        ranks,
+        tokens_per_rank: TOKENS_PER_RANK,
+        mask: Mask::Causal,
+        model,
+        hardware: hw,
+    }
+}
+
 /// The first budget-packed batch of a WLB-LLM trace for `ranks` × 32K tokens.
 fn batch(ranks: u32) -> Batch {
     let budget = u64::from(ranks) * TOKENS_PER_RANK;
@@ -59,13 +70,7 @@ fn planning(c: &mut Criterion) {
     group.sample_size(10);
     for ranks in sizes {
         let batch = batch(ranks);
-        let ctx = PlanContext {
-            ranks,
-            tokens_per_rank: TOKENS_PER_RANK,
-            mask: Mask::Causal,
-            model: &model,
-            hardware: &hw,
-        };
+        let ctx = ctx(ranks, &model, &hw);
         for scheme in SCHEMES {
             let planner = planner_for(scheme).expect("registered");
             if let Err(e) = planner.plan(&batch, &ctx) {
@@ -112,13 +117,7 @@ fn comparison(c: &mut Criterion) {
     let budget = u64::from(ranks) * TOKENS_PER_RANK;
     let mut batches = packed(ranks, (8 * budget / 1000) as usize + 64);
     batches.truncate(if measuring() { 8 } else { 1 });
-    let ctx = PlanContext {
-        ranks,
-        tokens_per_rank: TOKENS_PER_RANK,
-        mask: Mask::Causal,
-        model: &model,
-        hardware: &hw,
-    };
+    let ctx = ctx(ranks, &model, &hw);
     let sim = Simulator::new(hw.clone(), model.clone())
         .expect("simulator")
         .with_layer()

@@ -281,18 +281,25 @@ pub fn price_steps(
     opts: StepOptions,
 ) -> Result<(), SimError> {
     for r in rows.iter_mut() {
-        if r.layers.len() != batches.len() || batches.is_empty() {
-            continue;
+        if let Some(drawn) = r.micro_batches(batches) {
+            r.step = Some(sim.step(&drawn, cp, opts)?);
         }
-        let drawn: Vec<MicroBatch> = r
-            .layers
-            .iter()
-            .zip(batches)
-            .map(|(l, b)| MicroBatch::of(l, b.tokens() as f64))
-            .collect();
-        r.step = Some(sim.step(&drawn, cp, opts)?);
     }
     Ok(())
+}
+
+impl CompareRow {
+    /// Its `batches` (the ones [`compare`] ran) as a step's micro-batches, each with its
+    /// layer and real tokens; `None` without every batch's layer.
+    pub fn micro_batches(&self, batches: &[Batch]) -> Option<Vec<MicroBatch>> {
+        (!batches.is_empty() && self.layers.len() == batches.len()).then(|| {
+            self.layers
+                .iter()
+                .zip(batches)
+                .map(|(l, b)| MicroBatch::of(l, b.tokens() as f64))
+                .collect()
+        })
+    }
 }
 
 #[cfg(test)]

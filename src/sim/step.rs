@@ -78,16 +78,8 @@ pub enum MicroBatchOrder {
 }
 
 impl MicroBatchOrder {
-    /// Every order, by name.
+    /// Every order.
     pub const ALL: [MicroBatchOrder; 2] = [MicroBatchOrder::Stream, MicroBatchOrder::Hill];
-
-    /// The name users give and outputs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            MicroBatchOrder::Stream => "stream",
-            MicroBatchOrder::Hill => "hill",
-        }
-    }
 
     /// `drawn` rearranged into this order, by each micro-batch's time (stable: ties keep
     /// the stream's order).
@@ -127,16 +119,6 @@ pub enum Deal {
     /// WLB-LLM's packing and of Megatron's DP-balanced scheduler (anchors-cp.md §3–4), at
     /// the granularity of whole windows.
     Lpt,
-}
-
-impl Deal {
-    /// The name users give and outputs print.
-    pub fn name(self) -> &'static str {
-        match self {
-            Deal::Stream => "stream",
-            Deal::Lpt => "lpt",
-        }
-    }
 }
 
 /// How a training step runs around its layers.
@@ -536,19 +518,11 @@ pub fn step_metrics(
         / dp as f64;
     let tokens: f64 = runs.iter().map(|(r, n)| r.tokens * *n as f64).sum();
     let used = w.min(dp.saturating_mul(m));
-    let slots: Vec<f64> = windows
-        .iter()
-        .take(used)
-        .map(|b| b.through(layers).total_ms())
-        .collect();
-    // The windows drawn, on the mean: what one of them adds beside its layers.
-    let drawn = mean_load(
-        &windows
-            .iter()
-            .take(used)
-            .map(|b| b.load(layers))
-            .collect::<Vec<_>>(),
-    );
+    // The windows drawn: one micro-batch through a stage, and on the mean what one of them
+    // adds beside its layers.
+    let loads: Vec<Load> = windows.iter().take(used).map(|b| b.load(layers)).collect();
+    let slots: Vec<f64> = loads.iter().map(|l| l.work.total_ms()).collect();
+    let drawn = mean_load(&loads);
     let gpus = f64::from(stage_gpus) * f64::from(training.pp) * dp as f64;
     StepMetrics {
         micro_batches: opts.micro_batches,

@@ -19,7 +19,7 @@ use crate::model::{Model, Recompute};
 use crate::plan::Mask;
 use crate::planners::PlanContext;
 use crate::report::{compare, CompareOptions};
-use crate::sim::step::{Deal, MicroBatch, MicroBatchOrder, StepMetrics, StepOptions};
+use crate::sim::step::{Deal, MicroBatchOrder, StepMetrics, StepOptions};
 use crate::sim::{PassSel, Simulator};
 use crate::trace::{Batch, PackMode};
 
@@ -240,14 +240,8 @@ pub fn run_tpcp(
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
                     let mut levers = Levers::default();
-                    let step = match opts.step {
-                        Some(o) if r.layers.len() == windows.len() => {
-                            let drawn: Vec<MicroBatch> = r
-                                .layers
-                                .iter()
-                                .zip(windows)
-                                .map(|(l, w)| MicroBatch::of(l, w.tokens() as f64))
-                                .collect();
+                    let step = match (opts.step, r.micro_batches(windows)) {
+                        (Some(o), Some(drawn)) => {
                             let step = sim.step(&drawn, cp, o)?;
                             let time = |o| -> Result<f64, StudyError> {
                                 Ok(sim.step(&drawn, cp, o)?.step_ms)
