@@ -34,16 +34,20 @@
 //! activations as the whole network has (Korthikanti et al. 2022, arXiv:2205.05198 §4.2.3);
 //! the last keeps one. The fullest GPU is on one of those two stages; both are counted.
 //! That assumes at least `pp` micro-batches per step, as 1F1B needs to fill the pipeline.
+//! Interleaved over `vp` chunks a stage (Megatron's virtual pipeline stages) the first
+//! stage keeps `L·(1 + (P − 1)/(P·vp))` layers' activations (§4.2.3 again; Megatron's
+//! warm-up count, [`crate::sim::pipeline::in_flight_chunks`]), counted for `2·pp` or more
+//! micro-batches; at exactly `pp` it keeps only `L`.
 //!
 //! Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation and the
 //! framework's own workspaces, which together take a few GB a real job cannot use (the
-//! datasheet's GB are 10⁹ bytes, a little under what the GPU has: docs/cost-model.md);
-//! interleaved pipeline schedules.
+//! datasheet's GB are 10⁹ bytes, a little under what the GPU has: docs/cost-model.md).
 
 use serde::Serialize;
 use thiserror::Error;
 
 use crate::model::{Model, ParamParts, Recompute, Stack};
+use crate::sim::pipeline::in_flight_chunks;
 
 /// Bytes a parameter's gradient takes: Megatron-Core accumulates and reduces gradients in
 /// fp32 when training in bf16 (`accumulate_allreduce_grads_in_fp32`), the "bf16 param, fp32
@@ -110,6 +114,11 @@ pub struct Training {
     pub dp: u32,
     /// Pipeline stages the layers are split over.
     pub pp: u32,
+    /// Chunks of layers each pipeline stage holds (Megatron's virtual pipeline stages,
+    /// `--num-virtual-stages-per-pipeline-rank`): 1 is the plain 1F1B schedule; more
+    /// interleave them, a smaller bubble for more sends and activations in flight.
+    #[serde(skip_serializing_if = "is_one")]
+    pub vp: u32,
     /// Hybrid sharding: the data-parallel replicas one shard group spans, a divisor of `dp`
     /// (the state is sharded within a group and replicated across the `dp / shard_dp`
     /// groups: PyTorch FSDP's HSDP, DeepSpeed's MiCS, Megatron's
@@ -125,9 +134,15 @@ impl Default for Training {
             zero: 1,
             dp: 1,
             pp: 1,
+            vp: 1,
             shard_dp: None,
         }
     }
+}
+
+/// Whether a count is the default 1, left out of the JSON.
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Training {
@@ -153,8 +168,25 @@ impl Training {
             zero,
             dp,
             pp,
+            vp: 1,
             shard_dp: None,
         })
+    }
+
+    /// This setting with each pipeline stage's layers in `vp` chunks, interleaved
+    /// (Megatron's virtual pipeline stages). It needs a pipeline to interleave.
+    pub fn with_virtual_stages(self, vp: u32) -> Result<Training, FootprintError> {
+        if !(1..=1000).contains(&vp) {
+            return Err(FootprintError::Setting(format!(
+                "--vp {vp}: a pipeline stage holds 1 to 1000 chunks of layers"
+            )));
+        }
+        if vp > 1 && self.pp < 2 {
+            return Err(FootprintError::Setting(format!(
+                "--vp {vp} interleaves the chunks of a pipeline's stages: it needs --pp 2 or more"
+            )));
+        }
+        Ok(Training { vp, ..self })
     }
 
     /// This setting with its shards spanning `shard_dp` of the replicas, a divisor of `dp`
@@ -203,6 +235,12 @@ impl Training {
             return Err(FootprintError::Setting(format!(
                 "--pp {} does not divide model {}'s {} layers (each pipeline stage holds an equal share, as Megatron requires)",
                 self.pp, model.name, s.layers
+            )));
+        }
+        if s.layers % (self.pp * self.vp) != 0 {
+            return Err(FootprintError::Setting(format!(
+                "--pp {} × --vp {} does not divide model {}'s {} layers (each chunk holds an equal share, as Megatron requires)",
+                self.pp, self.vp, model.name, s.layers
             )));
         }
         Ok((s, parts))
@@ -406,10 +444,14 @@ impl Counter<'_> {
         } else {
             0
         };
-        // 1F1B: stage i keeps pp − i micro-batches in flight.
-        let activation_layers = layers.saturating_mul(pp - stage);
+        // 1F1B: stage i keeps pp − i micro-batches in flight, more chunks when interleaved.
+        let activation_layers = u64::from(layers / training.vp).saturating_mul(in_flight_chunks(
+            pp,
+            training.vp,
+            stage,
+        ));
         let saved = |r: Recompute| model.saved_bytes_per_token(r).unwrap_or(0);
-        let activation_bytes = u64::from(activation_layers)
+        let activation_bytes = activation_layers
             .saturating_mul(load.tokens)
             .saturating_mul(saved(recompute));
         let logits = if is_last {
@@ -448,7 +490,8 @@ impl Counter<'_> {
             training,
             stage,
             layers,
-            activation_layers,
+            // At most twice the model's layers: it fits where they do.
+            activation_layers: u32::try_from(activation_layers).unwrap_or(u32::MAX),
         })
     }
 }
@@ -664,6 +707,16 @@ mod tests {
         };
         let e = refused(&Model::load("mha-16").unwrap(), Training::default());
         assert!(e.contains("layers"), "{e}");
+        // Chunks hold equal shares too, and interleaving needs a pipeline.
+        let chunks = training(1, 1, 4).with_virtual_stages(3).unwrap();
+        let e = refused(&llama70(), chunks);
+        assert!(e.contains("--pp 4 × --vp 3 does not divide"), "{e}");
+        let e = training(1, 1, 1)
+            .with_virtual_stages(2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs --pp 2 or more"), "{e}");
+        assert!(training(1, 1, 2).with_virtual_stages(0).is_err());
         // Pipeline stages hold equal shares of the layers.
         for pp in [81, 3] {
             let e = refused(&llama70(), training(1, 1, pp));
@@ -702,6 +755,23 @@ mod tests {
         // The rank's footprint is its fuller stage.
         let f = four.of_rank(&rank).unwrap();
         assert_eq!(f, first);
+        // Interleaved over 2 chunks of 10 layers: the first stage keeps 2·3 + 4 + 1 = 11
+        // chunks in flight, 80 · (1 + 3/8) = 110 layers; the last 4 + 1 chunks; the same
+        // weights.
+        let two = count(
+            &m,
+            training(1, 1, 4).with_virtual_stages(2).unwrap(),
+            Recompute::None,
+        );
+        let (vfirst, vlast) = (
+            two.of_stage(&rank, 0).unwrap(),
+            two.of_stage(&rank, 3).unwrap(),
+        );
+        assert_eq!(
+            (vfirst.activation_layers, vlast.activation_layers),
+            (110, 50)
+        );
+        assert_eq!(vfirst.weight_bytes, first.weight_bytes);
         assert!(f.state_bytes() * 3 < one.state_bytes());
         // A tied output layer keeps a copy of the embedding on the last stage.
         let mut tied = m.clone();

@@ -120,6 +120,78 @@ fn relaxed_1f1b(
     }
 }
 
+/// The interleaved 1F1B schedule the slow way, for the property test: Megatron's schedule
+/// table written out (groups of `p` micro-batches, each through chunk 0, then chunk 1, …),
+/// each stage's op list from its warm-up count, and every op's end relaxed over the
+/// virtual stages `chunk·p + stage` until nothing moves.
+fn relaxed_interleaved(p: usize, v: usize, loads: &[fcp::sim::pipeline::Load]) -> f64 {
+    use std::collections::HashMap;
+    let m = loads.len();
+    let mut table = Vec::new();
+    for first in (0..m).step_by(p) {
+        for chunk in 0..v {
+            for i in first..(first + p).min(m) {
+                table.push((i, chunk));
+            }
+        }
+    }
+    let total = table.len();
+    // (forward, micro-batch, virtual stage) of each op of stage s, in order.
+    let ops = |s: usize| {
+        let warm = if v == 1 {
+            p - 1 - s
+        } else {
+            2 * (p - 1 - s) + (v - 1) * p
+        }
+        .min(total);
+        let fwd = |k: usize| (true, table[k].0, table[k].1 * p + s);
+        let bwd = |k: usize| (false, table[k].0, (v - 1 - table[k].1) * p + s);
+        let mut list: Vec<(bool, usize, usize)> = (0..warm).map(fwd).collect();
+        for k in 0..total - warm {
+            list.push(fwd(warm + k));
+            list.push(bwd(k));
+        }
+        list.extend((total - warm..total).map(bwd));
+        list
+    };
+    let last = p * v - 1;
+    let mut end: HashMap<(bool, usize, usize), f64> = HashMap::new();
+    loop {
+        let mut moved = false;
+        for s in 0..p {
+            let mut t = 0.0f64;
+            for (f, i, g) in ops(s) {
+                let l = loads[i];
+                let get = |k| end.get(&k).copied().unwrap_or(0.0);
+                let dep = match (f, g) {
+                    (true, 0) => 0.0,
+                    (true, _) => get((true, i, g - 1)) + l.send_ms,
+                    (false, _) if g == last => get((true, i, g)),
+                    (false, _) => get((false, i, g + 1)) + l.send_ms,
+                };
+                let head = if g == last {
+                    l.head
+                } else {
+                    Default::default()
+                };
+                let e = t.max(dep)
+                    + if f {
+                        l.work.forward_ms / v as f64 + head.forward_ms
+                    } else {
+                        l.work.backward_ms / v as f64 + head.backward_ms
+                    };
+                if end.insert((f, i, g), e) != Some(e) {
+                    moved = true;
+                }
+                t = e;
+            }
+        }
+        if !moved {
+            return end.values().copied().fold(0.0, f64::max);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(support::proptest_config())]
 
@@ -653,6 +725,47 @@ proptest! {
         prop_assert!(one_f_one_b(stages, &more, h) + 1e-9 >= t);
     }
 
+    /// The interleaved schedule of random micro-batches against the slow oracle, and against
+    /// what it must respect: one chunk is the plain schedule; equal micro-batches take
+    /// `m + (P − 1)/v` slots; never less than the last stage's work; never slower for
+    /// lighter micro-batches.
+    #[test]
+    fn the_interleaved_pipeline_matches_its_oracle(
+        work in prop::collection::vec((1u32..50, 1u32..100, 0u32..9, 0u32..3), 1..5),
+        stages in 2u32..5,
+        chunks in 1u32..4,
+        groups in 1usize..4,
+    ) {
+        use fcp::sim::pipeline::{interleaved, schedule, Load, StageWork};
+        let m = stages as usize * groups;
+        let loads: Vec<Load> = (0..m)
+            .map(|i| {
+                let (f, b, h, send) = work[i % work.len()];
+                Load {
+                    work: StageWork { forward_ms: f64::from(f * 6), backward_ms: f64::from(b * 6) },
+                    head: StageWork { forward_ms: f64::from(h), backward_ms: f64::from(2 * h) },
+                    send_ms: f64::from(send) * 0.5,
+                }
+            })
+            .collect();
+        let t = interleaved(stages, chunks, &loads);
+        let oracle = relaxed_interleaved(stages as usize, chunks as usize, &loads);
+        prop_assert!((t - oracle).abs() < 1e-6, "{} vs oracle {}", t, oracle);
+        if chunks == 1 {
+            prop_assert_eq!(t, schedule(stages, &loads));
+        }
+        let busy: f64 = loads.iter().map(|l| l.work.total_ms() + l.head.total_ms()).sum();
+        prop_assert!(t + 1e-9 >= busy);
+        let even = vec![Load { work: loads[0].work, ..Load::default() }; m];
+        let slots = m as f64 + f64::from(stages - 1) / f64::from(chunks);
+        prop_assert!((interleaved(stages, chunks, &even) - slots * loads[0].work.total_ms()).abs() < 1e-6);
+        let lighter: Vec<Load> = loads
+            .iter()
+            .map(|l| Load { work: StageWork { forward_ms: l.work.forward_ms / 2.0, ..l.work }, ..*l })
+            .collect();
+        prop_assert!(interleaved(stages, chunks, &lighter) <= t + 1e-9);
+    }
+
     /// A step over random windows, under every order and deal: the same tokens whichever
     /// replica trains which window in which order, the same work behind every order, no
     /// replica slower than the step, and never faster than an even share of the work.
@@ -682,8 +795,14 @@ proptest! {
                 },
             })
             .collect();
-        let training = Training::new(1, dp, pp).unwrap();
-        let m = pp + extra;
+        // Interleaved over two chunks of one layer where a pipeline allows it, in groups of
+        // the stages.
+        let interleave = pp > 1 && extra % 2 == 1;
+        let training = Training::new(1, dp, pp)
+            .unwrap()
+            .with_virtual_stages(if interleave { 2 } else { 1 })
+            .unwrap();
+        let m = if interleave { pp * (1 + extra / 2) } else { pp + extra };
         let none = DpSync { per_micro_batch_ns: 0, reduce_ns: 0, gather_ns: 0 };
         let mut tokens = Vec::new();
         for deal in [Deal::Stream, Deal::Lpt] {

@@ -170,6 +170,103 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
     }
 }
 
+/// Interleaving each stage's layers in chunks (Megatron's virtual pipeline stages) cuts the
+/// bubble of equal micro-batches by the chunks, for more activations in flight on the first
+/// stage; the text and the JSON say so, and the settings it cannot run are refused.
+#[test]
+fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
+    let run = |vp: &str| {
+        json(fcp().args(tpcp_16("hybrid:quick=true")).args([
+            "--json",
+            "--pp",
+            "4",
+            "--vp",
+            vp,
+            "--micro-batches",
+            "8",
+        ]))
+    };
+    let (plain, two) = (run("1"), run("2"));
+    let mut compared = 0;
+    for (a, b) in ran_pairs(&plain, &two) {
+        let (sa, sb) = (&a["step"], &b["step"]);
+        assert!(sa.get("vp").is_none(), "{sa}");
+        assert_eq!(sb["vp"], 2);
+        assert_eq!(b["footprint"]["vp"], 2);
+        assert!(a["footprint"].get("vp").is_none());
+        // One window: equal micro-batches, 3 slots of bubble against 1.5 (the sends aside).
+        let slot = 20.0 * f(a, "layer_time_ms");
+        let (bubble_a, bubble_b) = (f(sa, "bubble_ms"), f(sb, "bubble_ms"));
+        assert!(bubble_a >= 3.0 * slot - 1e-6, "{sa}");
+        assert!(bubble_b < bubble_a && bubble_b >= 1.5 * slot - 1e-6, "{sb}");
+        assert!(f(sb, "step_ms") < f(sa, "step_ms"));
+        // The first stage keeps 80 · (1 + 3/8) = 110 layers' activations, not 80.
+        let (fa, fb) = (&a["footprint"], &b["footprint"]);
+        assert_eq!(
+            (
+                fa["activation_layers"].as_u64(),
+                fb["activation_layers"].as_u64()
+            ),
+            (Some(80), Some(110))
+        );
+        assert!(f(fb, "activation_bytes") > f(fa, "activation_bytes"));
+        compared += 1;
+    }
+    assert!(compared >= 2, "{two}");
+    let text = |more: &[&str]| {
+        stdout_of(
+            fcp()
+                .args(tpcp_16("hybrid:quick=true"))
+                .args(["--pp", "4", "--vp", "2", "--micro-batches", "8"])
+                .args(more),
+        )
+    };
+    // Nothing fits: the advice names the chunks.
+    let tight = text(&[]);
+    assert!(tight.contains("PP 4 × 2 chunks interleaved"), "{tight}");
+    assert!(
+        tight.contains("110 layers' worth: 11 chunks of 10 layers in flight"),
+        "{tight}"
+    );
+    assert!(
+        tight.contains("interleave fewer chunks a stage (a smaller --vp)"),
+        "{tight}"
+    );
+    let fits = text(&["--recompute", "full"]);
+    assert!(
+        fits.contains("20 layers a stage in 2 interleaved chunks of 10 layers at"),
+        "{fits}"
+    );
+    let cases: [(&[&str], &str); 4] = [
+        (&["--vp", "2"], "it needs --pp 2 or more"),
+        (
+            &["--pp", "4", "--vp", "3"],
+            "--pp 4 × --vp 3 does not divide",
+        ),
+        (
+            &["--pp", "4", "--vp", "2", "--micro-batches", "6"],
+            "not a multiple of the 4 pipeline stages",
+        ),
+        (&["--pp", "4", "--vp", "0"], "1 to 1000 chunks"),
+    ];
+    for (args, says) in cases {
+        fcp()
+            .args(tpcp_16("hybrid:quick=true"))
+            .args(args)
+            .assert()
+            .failure()
+            .stdout("")
+            .stderr(predicate::str::contains(says));
+    }
+    fcp()
+        .args(["compare", "--ranks", "8", "--vp", "2"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "--vp sets how the GPU-memory count",
+        ));
+}
+
 /// ZeRO 3 runs its collectives layer by layer: a step adds no data-parallel traffic of its
 /// own, and overlapping it says it changes nothing.
 #[test]

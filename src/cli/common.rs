@@ -249,6 +249,12 @@ pub struct TrainingArgs {
     /// still keeps every layer's worth of activations in flight.
     #[arg(long)]
     pp: Option<u32>,
+    /// With --pp: each pipeline stage holds this many chunks of layers, interleaved
+    /// (Megatron's virtual pipeline stages, --num-virtual-stages-per-pipeline-rank; default
+    /// 1). The bubble shrinks that many times, for as many times the sends and more
+    /// activations in flight; micro-batches must be a multiple of --pp.
+    #[arg(long)]
+    vp: Option<u32>,
     /// Hybrid sharding (FSDP's HSDP, DeepSpeed's MiCS): shard the state over this many of the
     /// --dp replicas (a divisor; default all of them) and replicate it across the groups.
     /// Less sharding, but ZeRO 3's per-layer gathers stay in a smaller group (in one node
@@ -258,9 +264,13 @@ pub struct TrainingArgs {
 }
 
 impl TrainingArgs {
-    /// Whether any of `--zero`, `--dp`, `--pp`, `--shard-dp` was given.
+    /// Whether any of `--zero`, `--dp`, `--pp`, `--vp`, `--shard-dp` was given.
     pub fn given(&self) -> bool {
-        self.zero.is_some() || self.dp.is_some() || self.pp.is_some() || self.shard_dp.is_some()
+        self.zero.is_some()
+            || self.dp.is_some()
+            || self.pp.is_some()
+            || self.vp.is_some()
+            || self.shard_dp.is_some()
     }
 
     /// The setting, Megatron's distributed optimizer over one replica unless told otherwise.
@@ -270,7 +280,8 @@ impl TrainingArgs {
             self.zero.unwrap_or(d.zero),
             self.dp.unwrap_or(d.dp),
             self.pp.unwrap_or(d.pp),
-        )?;
+        )?
+        .with_virtual_stages(self.vp.unwrap_or(d.vp))?;
         Ok(match self.shard_dp {
             Some(s) => t.with_shard_dp(s)?,
             None => t,
@@ -285,6 +296,7 @@ impl TrainingArgs {
                 ("--zero", self.zero.is_some()),
                 ("--dp", self.dp.is_some()),
                 ("--pp", self.pp.is_some()),
+                ("--vp", self.vp.is_some()),
                 ("--shard-dp", self.shard_dp.is_some()),
             ]
             .into_iter()
@@ -335,7 +347,15 @@ pub fn footprint_words(f: &fcp::footprint::Footprint, cp: u32) -> String {
     } else {
         String::new()
     };
-    let layers = if f.activation_layers != f.layers {
+    let chunk = f.layers / f.training.vp.max(1);
+    let layers = if f.training.vp > 1 {
+        format!(
+            "{} layers' worth: {} of {} in flight",
+            f.activation_layers,
+            plural(f.activation_layers / chunk.max(1), "chunk", "chunks"),
+            plural(chunk, "layer", "layers")
+        )
+    } else if f.activation_layers != f.layers {
         format!(
             "{} layers' worth: {} in flight × {}",
             f.activation_layers,
@@ -644,13 +664,27 @@ pub fn dp_overlap_idle_note(what: &str) {
 /// `fcp simulate`'s line for a priced step.
 pub fn step_line(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     format!(
-        "training step: {:.1} ms for {} of this batch, {} tokens/s per GPU · {} a stage · {}",
+        "training step: {:.1} ms for {} of this batch, {} tokens/s per GPU · {} · {}",
         s.step_ms,
         plural(s.micro_batches, "micro-batch", "micro-batches"),
         rate(s.tokens_per_gpu_s),
-        plural(s.stage_layers, "layer", "layers"),
+        stage_words(s),
         step_parts(s, zero3)
     )
+}
+
+/// "L layers a stage", and the chunks they are interleaved in.
+pub fn stage_words(s: &fcp::sim::step::StepMetrics) -> String {
+    let layers = plural(s.stage_layers, "layer", "layers");
+    if s.vp > 1 {
+        format!(
+            "{layers} a stage in {} interleaved chunks of {}",
+            s.vp,
+            plural(s.stage_layers / s.vp, "layer", "layers")
+        )
+    } else {
+        format!("{layers} a stage")
+    }
 }
 
 /// "1 micro-batch", "8 micro-batches".
@@ -687,10 +721,15 @@ pub fn step_words(step: Option<fcp::sim::step::StepOptions>) -> String {
 pub fn memory_words(training: Option<fcp::footprint::Training>) -> String {
     training.map_or(String::new(), |t| {
         format!(
-            " · memory ZeRO {}, DP {}, PP {}{}",
+            " · memory ZeRO {}, DP {}, PP {}{}{}",
             t.zero,
             t.dp,
             t.pp,
+            if t.vp > 1 {
+                format!(" × {} chunks interleaved", t.vp)
+            } else {
+                String::new()
+            },
             t.shard_dp
                 .map_or(String::new(), |s| format!(", shards over DP {s}"))
         )

@@ -14,8 +14,9 @@ use fcp::study::tpcp::{
 use fcp::Model;
 
 use super::common::{
-    footprint_words, memory_words, plural, rate, recompute_words, repeats_note, step_parts,
-    step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs, TrainingArgs,
+    footprint_words, memory_words, plural, rate, recompute_words, repeats_note, stage_words,
+    step_parts, step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs,
+    TrainingArgs,
 };
 use super::trace::{PackArgs, PackModeArg};
 
@@ -309,6 +310,7 @@ fn to_fit(opts: &TpCpOptions) -> String {
     let levers: Vec<&str> = [
         recompute,
         Some("split the layers over more pipeline stages (--pp)"),
+        (t.vp > 1).then_some("interleave fewer chunks a stage (a smaller --vp)"),
         Some(shard),
     ]
     .into_iter()
@@ -342,11 +344,11 @@ fn fit_words(r: &TpCpRow) -> String {
     match r.step {
         None => layer,
         Some(s) => format!(
-            "{:.1} ms a step of {}, {} tokens/s per GPU\n  {} a stage at {layer}; {}",
+            "{:.1} ms a step of {}, {} tokens/s per GPU\n  {} at {layer}; {}",
             s.step_ms,
             plural(s.micro_batches, "micro-batch", "micro-batches"),
             rate(s.tokens_per_gpu_s),
-            plural(s.stage_layers, "layer", "layers"),
+            stage_words(&s),
             step_parts(&s, r.zero3_comm_ms.is_some())
         ),
     }
@@ -478,9 +480,13 @@ fn table(rows: &[TpCpRow]) -> String {
             ""
         },
         if stepped {
-            "; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages (the last one running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second"
+            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({}the last one running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second",
+                match rows.iter().find_map(|r| r.step.filter(|s| s.vp > 1)) {
+                    Some(s) => format!("each stage's layers in {} interleaved chunks; ", s.vp),
+                    None => String::new(),
+                })
         } else {
-            ""
+            String::new()
         },
         if zero3 {
             " (under ZeRO 3 gathered for each pass; between passes a shard of it)"

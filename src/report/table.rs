@@ -238,7 +238,8 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
 /// parallelism `tp_comm_max_ms` (with the layer), `tp` and, when TP collectives overlapped
 /// their GEMMs, `tp_overlap` end each row; with the GPU memory counted (`--memory`),
 /// `gpu_mem_bytes`, `hbm_bytes`, `fits` and the setting it was counted under (`zero`, `dp`,
-/// `pp`) after them, and `shard_dp` under hybrid sharding; under ZeRO 3, `zero3_comm_ms`
+/// `pp`) after them, `shard_dp` under hybrid sharding and `vp` under an interleaved
+/// pipeline; under ZeRO 3, `zero3_comm_ms`
 /// and `zero3_exposed_ms` last.
 pub fn compare_csv(rows: &[CompareRow]) -> String {
     let layer = has_layer(rows);
@@ -277,6 +278,13 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
         .any(|r| footprint(r).is_some_and(|f| f.training.shard_dp.is_some()));
     if shard {
         s.push_str(",shard_dp");
+    }
+    // Under an interleaved pipeline, the chunks a stage holds.
+    let vp = rows
+        .iter()
+        .any(|r| footprint(r).is_some_and(|f| f.training.vp > 1));
+    if vp {
+        s.push_str(",vp");
     }
     let z3 = rows.iter().any(|r| zero3(r).is_some());
     if z3 {
@@ -361,6 +369,13 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             s.push_str(&format!(
                 ",{}",
                 f.map_or(String::new(), |f| f.training.shard_replicas().to_string())
+            ));
+        }
+        if vp {
+            let f = footprint(r);
+            s.push_str(&format!(
+                ",{}",
+                f.map_or(String::new(), |f| f.training.vp.to_string())
             ));
         }
         if z3 {

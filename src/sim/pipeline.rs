@@ -7,8 +7,7 @@
 //! another's, and a heavy micro-batch stalls the stages on either side of it, which is the
 //! pipeline-level imbalance WLB-LLM (OSDI'25, arXiv:2503.17924) sets out to remove. So this
 //! module runs the schedule itself: every stage executes its forward (`F`) and backward
-//! (`B`) passes in Megatron's non-interleaved 1F1B order
-//! (`megatron/core/pipeline_parallel/schedules.py`,
+//! (`B`) passes in Megatron's 1F1B order (`megatron/core/pipeline_parallel/schedules.py`,
 //! `forward_backward_pipelining_without_interleaving`): stage `s` of `P` first runs
 //! `min(P − 1 − s, m)` warm-up forwards, then alternates one forward and one backward, then
 //! drains the remaining backwards. A forward waits for the same micro-batch's forward on the
@@ -16,6 +15,16 @@
 //! backward follows its own forward), each plus the point-to-point send between the stages.
 //! Every op starts when both its stage and its input are free: the longest path through
 //! that dependency graph is the pipeline's time.
+//!
+//! **Interleaved** ([`interleaved`], Megatron's virtual pipeline stages, §2.2.2 of the same
+//! paper): each stage holds `v` chunks of `L / (P·v)` layers, chunk `c` of stage `s` being
+//! virtual stage `c·P + s`, so a micro-batch goes round the stages `v` times and the last
+//! stage's chunk feeds the first stage's next chunk. Each stage runs `v·m` chunk-sized ops
+//! in Megatron's order (`forward_backward_pipelining_with_interleaving`,
+//! `get_schedule_table`): micro-batches in groups of `P`, every chunk of a group in turn;
+//! `2(P − 1 − s) + (v − 1)·P` warm-up forwards (at most all of them), then one forward and
+//! one backward in turn, the backwards running the chunks in reverse. Equal micro-batches
+//! then take `m + (P − 1)/v` slots: the bubble shrinks `v` times, for `v` times the sends.
 //!
 //! Every stage holds the same layers, so a micro-batch's work is the same on each, but for
 //! the last stage's output layer and loss ([`Load::head`]); a micro-batch's sends carry its
@@ -39,19 +48,57 @@ impl StageWork {
     }
 }
 
-/// The `k`-th op of stage `s` in a 1F1B schedule of `stages` stages and `m` micro-batches:
-/// `(true, i)` is micro-batch `i`'s forward, `(false, i)` its backward.
-fn op(stages: usize, m: usize, s: usize, k: usize) -> (bool, usize) {
-    let warm = (stages - 1 - s).min(m);
-    if k < warm {
-        return (true, k);
-    }
-    let r = k - warm;
-    let steady = 2 * (m - warm);
-    if r < steady {
-        (r % 2 == 0, if r % 2 == 0 { warm + r / 2 } else { r / 2 })
+/// One op of a stage: a micro-batch's forward or backward pass through one of its chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Op {
+    forward: bool,
+    micro_batch: usize,
+    chunk: usize,
+}
+
+/// Chunks of micro-batches stage `stage` of `stages` (each holding `chunks` chunks) keeps in
+/// flight at most, its forwards run before their backwards once enough micro-batches fill
+/// the pipeline: the warm-up forwards and the first steady one. `P − s` without
+/// interleaving; `2(P − 1 − s) + (v − 1)·P + 1` with it (Megatron's warm-up count; so the
+/// first stage keeps `L·(1 + (P − 1)/(P·v))` layers' activations, Korthikanti et al. 2022,
+/// arXiv:2205.05198 §4.2.3). Fewer micro-batches keep fewer: all `v·m` at most.
+pub fn in_flight_chunks(stages: u32, chunks: u32, stage: u32) -> u64 {
+    let (p, v, s) = (
+        u64::from(stages),
+        u64::from(chunks.max(1)),
+        u64::from(stage),
+    );
+    let behind = p.saturating_sub(1 + s);
+    if v == 1 {
+        behind + 1
     } else {
-        (false, m - warm + (r - steady))
+        2 * behind + (v - 1) * p + 1
+    }
+}
+
+/// The `k`-th op of stage `s` in a 1F1B schedule of `stages` stages of `chunks` chunks and
+/// `m` micro-batches (a multiple of `stages` when interleaved).
+fn op(stages: usize, chunks: usize, m: usize, s: usize, k: usize) -> Op {
+    let total = m * chunks;
+    let warm = (in_flight_chunks(stages as u32, chunks as u32, s as u32) as usize - 1).min(total);
+    let (forward, j) = if k < warm {
+        (true, k)
+    } else {
+        let r = k - warm;
+        let steady = 2 * (total - warm);
+        if r < steady {
+            (r % 2 == 0, if r % 2 == 0 { warm + r / 2 } else { r / 2 })
+        } else {
+            (false, total - warm + (r - steady))
+        }
+    };
+    // Megatron's schedule table: groups of `stages` micro-batches, each chunk in turn.
+    let group = stages * chunks;
+    let (micro_batch, chunk) = ((j / group) * stages + j % stages, (j % group) / stages);
+    Op {
+        forward,
+        micro_batch,
+        chunk: if forward { chunk } else { chunks - 1 - chunk },
     }
 }
 
@@ -93,57 +140,81 @@ pub fn one_f_one_b_with_head(stages: u32, work: &[StageWork], hop_ms: f64, head:
 /// micro-batch with its own work, head and sends: the time, ms, from the first stage's
 /// first forward to the last op of any stage. Zero micro-batches take no time.
 pub fn schedule(stages: u32, loads: &[Load]) -> f64 {
-    let (p, m) = (stages.max(1) as usize, loads.len());
+    interleaved(stages, 1, loads)
+}
+
+/// [`schedule`] with each stage's layers in `chunks` chunks (Megatron's virtual pipeline
+/// stages; 1 is the plain schedule): each chunk runs `1/chunks` of a micro-batch's work on
+/// the stage, and every chunk boundary costs a send.
+///
+/// # Panics
+/// When interleaved (`chunks > 1`) over micro-batches that are not a multiple of the
+/// stages: Megatron refuses those too, and [`crate::sim::step::StepOptions::new`] does
+/// before a step gets here.
+pub fn interleaved(stages: u32, chunks: u32, loads: &[Load]) -> f64 {
+    let (p, v, m) = (stages.max(1) as usize, chunks.max(1) as usize, loads.len());
+    assert!(
+        v == 1 || m % p == 0,
+        "an interleaved schedule runs micro-batches in groups of the stages"
+    );
     if m == 0 {
         return 0.0;
     }
-    // End times, NaN until computed; each op is computed once, in dependency order.
-    let mut f_end = vec![f64::NAN; p * m];
-    let mut b_end = vec![f64::NAN; p * m];
+    let last = p * v - 1;
+    let share = 1.0 / v as f64;
+    // End times per virtual stage and micro-batch, NaN until computed; each op is computed
+    // once, in dependency order.
+    let mut f_end = vec![f64::NAN; p * v * m];
+    let mut b_end = vec![f64::NAN; p * v * m];
     let mut next = vec![0usize; p];
     let mut free = vec![0.0f64; p];
     let mut pending: Vec<usize> = (0..p).rev().collect();
     while let Some(s) = pending.pop() {
-        while next[s] < 2 * m {
-            let (forward, i) = op(p, m, s, next[s]);
+        while next[s] < 2 * v * m {
+            let Op {
+                forward,
+                micro_batch: i,
+                chunk,
+            } = op(p, v, m, s, next[s]);
             let l = loads[i];
-            let input = match (forward, s) {
+            let g = chunk * p + s;
+            let input = match (forward, g) {
                 (true, 0) => 0.0,
-                (true, _) => f_end[(s - 1) * m + i] + l.send_ms,
-                // The last stage turns its own forward's output round.
-                (false, _) if s == p - 1 => f_end[s * m + i],
-                (false, _) => b_end[(s + 1) * m + i] + l.send_ms,
+                (true, _) => f_end[(g - 1) * m + i] + l.send_ms,
+                // The last virtual stage turns its own forward's output round.
+                (false, _) if g == last => f_end[g * m + i],
+                (false, _) => b_end[(g + 1) * m + i] + l.send_ms,
             };
             if input.is_nan() {
                 break; // Its input is not computed yet; the stage that makes it wakes us.
             }
             let start = free[s].max(input);
-            let extra = if s == p - 1 {
+            let extra = if g == last {
                 l.head
             } else {
                 StageWork::default()
             };
             free[s] = start
                 + if forward {
-                    l.work.forward_ms + extra.forward_ms
+                    l.work.forward_ms * share + extra.forward_ms
                 } else {
-                    l.work.backward_ms + extra.backward_ms
+                    l.work.backward_ms * share + extra.backward_ms
                 };
             next[s] += 1;
             if forward {
-                f_end[s * m + i] = free[s];
-                if s + 1 < p {
-                    pending.push(s + 1);
+                f_end[g * m + i] = free[s];
+                if g < last {
+                    pending.push((s + 1) % p);
                 }
             } else {
-                b_end[s * m + i] = free[s];
-                if s > 0 {
-                    pending.push(s - 1);
+                b_end[g * m + i] = free[s];
+                if g > 0 {
+                    pending.push((s + p - 1) % p);
                 }
             }
         }
     }
-    debug_assert!(next.iter().all(|&n| n == 2 * m), "1F1B never deadlocks");
+    debug_assert!(next.iter().all(|&n| n == 2 * v * m), "1F1B never deadlocks");
     free.into_iter().fold(0.0, f64::max)
 }
 
@@ -158,9 +229,22 @@ mod tests {
         }
     }
 
+    fn load(work: StageWork, send_ms: f64) -> Load {
+        Load {
+            work,
+            head: StageWork::default(),
+            send_ms,
+        }
+    }
+
     #[test]
     fn each_stage_runs_megatrons_1f1b_order() {
-        let order = |s| (0..8).map(|k| op(4, 4, s, k)).collect::<Vec<_>>();
+        let order = |s| {
+            (0..8)
+                .map(|k| op(4, 1, 4, s, k))
+                .map(|o| (o.forward, o.micro_batch))
+                .collect::<Vec<_>>()
+        };
         let (f, b) = (true, false);
         // Stage 0 of 4 warms up with 3 forwards, the last stage with none.
         assert_eq!(
@@ -203,7 +287,10 @@ mod tests {
             ]
         );
         // Fewer micro-batches than warm-up slots: all forwards, then all backwards.
-        let short: Vec<_> = (0..4).map(|k| op(4, 2, 0, k)).collect();
+        let short: Vec<_> = (0..4)
+            .map(|k| op(4, 1, 2, 0, k))
+            .map(|o| (o.forward, o.micro_batch))
+            .collect();
         assert_eq!(short, [(f, 0), (f, 1), (b, 0), (b, 1)]);
     }
 
@@ -252,6 +339,88 @@ mod tests {
         // In the steady state the last stage is the slowest: it sets the pace.
         let t = one_f_one_b_with_head(4, &[w(1.0, 2.0); 16], 0.0, head);
         assert!(t >= 16.0 * 4.5 + 3.0 * 3.0, "{t}");
+    }
+
+    #[test]
+    fn interleaved_stages_run_megatrons_schedule_table() {
+        let order = |s| {
+            (0..16)
+                .map(|k| op(2, 2, 4, s, k))
+                .map(|o| (o.forward, o.micro_batch, o.chunk))
+                .collect::<Vec<_>>()
+        };
+        let (f, b) = (true, false);
+        // Stage 0 of 2, 2 chunks: 2·1 + 1·2 = 4 warm-up forwards, the group of micro-batches
+        // 0 and 1 through chunk 0 then chunk 1; the backwards run the chunks in reverse.
+        assert_eq!(
+            order(0),
+            [
+                (f, 0, 0),
+                (f, 1, 0),
+                (f, 0, 1),
+                (f, 1, 1),
+                (f, 2, 0),
+                (b, 0, 1),
+                (f, 3, 0),
+                (b, 1, 1),
+                (f, 2, 1),
+                (b, 0, 0),
+                (f, 3, 1),
+                (b, 1, 0),
+                (b, 2, 1),
+                (b, 3, 1),
+                (b, 2, 0),
+                (b, 3, 0)
+            ]
+        );
+        // The last stage warms up with one group through the first chunk.
+        assert_eq!(&order(1)[..4], [(f, 0, 0), (f, 1, 0), (f, 0, 1), (b, 0, 1)]);
+        // More warm-up than ops: every forward, then every backward.
+        let all: Vec<_> = (0..8).map(|k| op(4, 2, 4, 0, k).forward).collect();
+        assert_eq!(all, [true, true, true, true, true, true, true, true]);
+        // One chunk is the plain schedule.
+        for s in 0..4 {
+            assert_eq!(in_flight_chunks(4, 1, s), u64::from(4 - s));
+        }
+        // The first stage keeps 2(P − 1) + (v − 1)P + 1 chunks: L(1 + (P − 1)/(P·v)) layers.
+        assert_eq!(in_flight_chunks(4, 2, 0), 6 + 4 + 1);
+        assert_eq!(in_flight_chunks(4, 2, 3), 4 + 1);
+    }
+
+    #[test]
+    fn interleaving_shrinks_the_bubble_by_the_chunks() {
+        let loads = |m| vec![load(w(2.0, 4.0), 0.0); m];
+        for (p, v, m) in [
+            (2, 2, 4),
+            (4, 2, 8),
+            (4, 4, 16),
+            (8, 2, 16),
+            (2, 3, 6),
+            (4, 2, 4),
+            (8, 4, 8),
+        ] {
+            let t = interleaved(p, v, &loads(m));
+            let slots = m as f64 + f64::from(p - 1) / f64::from(v);
+            assert!((t - 6.0 * slots).abs() < 1e-9, "P {p} v {v} m {m}: {t}");
+        }
+        // Each chunk boundary is a send: a lone group pays v·P − 1 of them each way.
+        let sent = interleaved(2, 2, &[load(w(2.0, 4.0), 0.5); 2]);
+        let quiet = interleaved(2, 2, &[load(w(2.0, 4.0), 0.0); 2]);
+        assert!(sent >= quiet + 2.0 * 3.0 * 0.5 - 1e-9, "{sent} vs {quiet}");
+        // The head runs once a micro-batch, on the last stage's last chunk.
+        let headed = |v| {
+            interleaved(
+                1,
+                v,
+                &[Load {
+                    work: w(2.0, 4.0),
+                    head: w(1.0, 2.0),
+                    send_ms: 0.0,
+                }],
+            )
+        };
+        assert_eq!(headed(1), 9.0);
+        assert_eq!(headed(3), 9.0);
     }
 
     #[test]

@@ -39,9 +39,12 @@
 //!
 //! The last stage also runs the output layer on every micro-batch ([`output_layer`]).
 //!
-//! Not modelled: the embedding lookup, the loss's element-wise work, the optimizer step, the
-//! interleaved 1F1B schedule, and the bandwidth the reduction and the pipeline's sends take
-//! from CP's traffic when they overlap it.
+//! Interleaved (`training.vp` chunks a stage, Megatron's virtual pipeline stages) the bubble
+//! shrinks to `(P − 1)/vp` slots, for `vp` times the sends ([`super::pipeline::interleaved`]).
+//!
+//! Not modelled: the embedding lookup, the loss's element-wise work, the optimizer step, and
+//! the bandwidth the reduction and the pipeline's sends take from CP's traffic when they
+//! overlap it.
 
 use serde::Serialize;
 
@@ -51,7 +54,7 @@ use crate::model::Model;
 
 use super::network::CollectiveModel;
 pub use super::pipeline::StageWork;
-use super::pipeline::{schedule, Load};
+use super::pipeline::{interleaved, Load};
 use super::zero3::any_straddles;
 use super::{LayerMetrics, SimError};
 
@@ -154,6 +157,12 @@ impl StepOptions {
             return Err(FootprintError::Setting(format!(
                 "--micro-batches {micro_batches} is fewer than the {} pipeline stages: 1F1B needs at least one micro-batch per stage",
                 training.pp
+            )));
+        }
+        if training.vp > 1 && micro_batches % training.pp != 0 {
+            return Err(FootprintError::Setting(format!(
+                "--micro-batches {micro_batches} is not a multiple of the {} pipeline stages: the interleaved schedule (--vp {}) runs micro-batches in groups of the stages, as Megatron's does",
+                training.pp, training.vp
             )));
         }
         Ok(StepOptions {
@@ -311,6 +320,10 @@ pub struct StepMetrics {
     pub micro_batches: u32,
     /// Layers on a pipeline stage.
     pub stage_layers: u32,
+    /// Chunks the stage's layers are interleaved in (Megatron's virtual pipeline stages);
+    /// absent when 1, the plain schedule.
+    #[serde(skip_serializing_if = "is_one")]
+    pub vp: u32,
     /// Distinct simulated windows the step's `dp × micro_batches` micro-batches were drawn
     /// from, in turn: fewer than them means windows repeat.
     pub windows: usize,
@@ -320,7 +333,8 @@ pub struct StepMetrics {
     /// The heaviest of them, ms.
     pub micro_batch_max_ms: f64,
     /// The slowest replica's 1F1B pipeline, its micro-batches in order, ms
-    /// ([`super::pipeline`]): `(m + P − 1)` slots when they are equal.
+    /// ([`super::pipeline`]): `(m + P − 1)` slots when they are equal, `m + (P − 1)/vp`
+    /// interleaved.
     pub pipeline_ms: f64,
     /// What of it the busiest stage (the last, with the output layer) spends waiting rather
     /// than computing, ms: filling and draining the pipeline, and the stalls that
@@ -455,7 +469,7 @@ pub fn step_metrics(
             dp_comm_ms
         };
         Replica {
-            pipeline_ms: schedule(training.pp, &loads),
+            pipeline_ms: interleaved(training.pp, training.vp, &loads),
             // The last stage's: the busiest, with the head.
             busy_ms: loads
                 .iter()
@@ -503,7 +517,7 @@ pub fn step_metrics(
     // Without a pipeline a stage never waits (bug hunt: summing the ops in another order
     // left a 1e-12 ms "bubble" the report then named).
     let (bubble_ms, stall_ms) = if training.pp > 1 {
-        let even = schedule(training.pp, &vec![slowest.mean; slowest.count]);
+        let even = interleaved(training.pp, training.vp, &vec![slowest.mean; slowest.count]);
         (
             (slowest.pipeline_ms - slowest.busy_ms).max(0.0),
             (slowest.pipeline_ms - even).max(0.0),
@@ -527,6 +541,7 @@ pub fn step_metrics(
     StepMetrics {
         micro_batches: opts.micro_batches,
         stage_layers,
+        vp: training.vp,
         windows: used,
         micro_batch_mean_ms: slots.iter().sum::<f64>() / slots.len().max(1) as f64,
         micro_batch_max_ms: slots.iter().copied().fold(0.0, f64::max),
@@ -548,6 +563,10 @@ pub fn step_metrics(
             0.0
         },
     }
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// The mean of `loads`, field by field (zero for none).
@@ -680,6 +699,28 @@ mod tests {
         let e = StepOptions::new(3, false, t).unwrap_err().to_string();
         assert!(e.contains("fewer than the 4 pipeline stages"), "{e}");
         assert!(StepOptions::new(0, false, Training::default()).is_err());
+    }
+
+    #[test]
+    fn interleaving_cuts_the_bubble_by_the_chunks_a_stage_holds() {
+        let none = DpSync {
+            per_micro_batch_ns: 0,
+            reduce_ns: 0,
+            gather_ns: 0,
+        };
+        let plain = Training::new(1, 1, 4).unwrap();
+        let two = plain.with_virtual_stages(2).unwrap();
+        let at = |t| {
+            let opts = StepOptions::new(8, false, t).unwrap();
+            step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 64)
+        };
+        // 20 layers × 2 ms a slot: 3 slots of bubble, 1.5 interleaved over 2 chunks.
+        assert_eq!((at(plain).bubble_ms, at(two).bubble_ms), (120.0, 60.0));
+        assert_eq!(at(two).pipeline_ms, 320.0 + 60.0);
+        // The chunks run micro-batches in groups of the stages.
+        let e = StepOptions::new(6, false, two).unwrap_err().to_string();
+        assert!(e.contains("not a multiple of the 4 pipeline stages"), "{e}");
+        assert!(StepOptions::new(6, false, plain).is_ok());
     }
 
     #[test]

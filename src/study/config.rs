@@ -15,6 +15,7 @@
 //! zero = 1                 # 0 | 1 | 2 | 3: ZeRO stage of the model state (3: FSDP, weights gathered per layer)
 //! dp = 1                   # data-parallel replicas (sharded state spreads over dp × ranks)
 //! pp = 1                   # pipeline stages (must divide the model's layers)
+//! vp = 1                   # chunks of layers a stage holds, interleaved (Megatron's virtual pipeline stages)
 //! micro_batches = 8        # optional: also price a training step of this many micro-batches
 //! dp_overlap = false       # with micro_batches: DP collectives overlap the first and last micro-batch
 //!
@@ -139,6 +140,10 @@ pub struct MemorySetting {
     /// Pipeline stages.
     #[serde(default = "crate::tp::one")]
     pub pp: u32,
+    /// Chunks of layers each stage holds, interleaved (Megatron's virtual pipeline stages);
+    /// 1, the plain 1F1B schedule, when absent.
+    #[serde(default = "crate::tp::one", skip_serializing_if = "is_one")]
+    pub vp: u32,
     /// Hybrid sharding: the replicas a shard group spans (a divisor of `dp`); all when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_dp: Option<u32>,
@@ -161,9 +166,14 @@ pub(crate) fn config_keys(message: &str) -> String {
         ("--zero ", "zero = "),
         ("--dp ", "dp = "),
         ("--pp ", "pp = "),
+        ("--vp ", "vp = "),
     ]
     .iter()
     .fold(message.to_string(), |m, (flag, key)| m.replace(flag, key))
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn default_zero() -> u8 {
@@ -173,7 +183,8 @@ fn default_zero() -> u8 {
 impl MemorySetting {
     /// The training setting, refused outside what is modelled.
     pub fn training(&self) -> Result<crate::footprint::Training, StudyError> {
-        let t = crate::footprint::Training::new(self.zero, self.dp, self.pp);
+        let t = crate::footprint::Training::new(self.zero, self.dp, self.pp)
+            .and_then(|t| t.with_virtual_stages(self.vp));
         match self.shard_dp {
             Some(s) => t.and_then(|t| t.with_shard_dp(s)),
             None => t,
@@ -463,10 +474,16 @@ impl SweepConfig {
             ""
         } + &self.memory.map_or(String::new(), |m| {
             format!(
-                ";memory=zero{},dp{},pp{}{}",
+                ";memory=zero{},dp{},pp{}{}{}",
                 m.zero,
                 m.dp,
                 m.pp,
+                // One chunk a stage is the default: the same cells.
+                if m.vp > 1 {
+                    format!(",vp{}", m.vp)
+                } else {
+                    String::new()
+                },
                 // Spanning every replica is the default: the same cells.
                 m.shard_dp
                     .filter(|&s| s != m.dp)
@@ -656,6 +673,19 @@ mod tests {
             e.contains("micro_batches = 2 is fewer than the 4 pipeline stages"),
             "{e}"
         );
+        // Interleaved stages name their cells; one chunk is the default, the same cells.
+        let cfg = parse("layer = true", "pp = 2\nvp = 2\nmicro_batches = 4").unwrap();
+        assert!(cfg
+            .settings_tag()
+            .ends_with(";memory=zero1,dp1,pp2,vp2,mb4"));
+        assert_eq!(cfg.memory.unwrap().training().unwrap().vp, 2);
+        let one = parse("layer = true", "pp = 2\nvp = 1").unwrap();
+        assert!(one.settings_tag().ends_with(";memory=zero1,dp1,pp2"));
+        let e = parse("layer = true", "pp = 4\nvp = 2\nmicro_batches = 6").unwrap_err();
+        assert!(e.contains("micro_batches = 6 is not a multiple"), "{e}");
+        assert!(e.contains("(vp = 2)"), "{e}");
+        let e = parse("layer = true", "vp = 2").unwrap_err();
+        assert!(e.contains("vp = 2 interleaves"), "{e}");
         let e = parse("layer = true", "dp_overlap = true").unwrap_err();
         assert!(e.contains("needs micro_batches"), "{e}");
         let e = parse("layer = true\npass = \"fwd\"", "micro_batches = 4").unwrap_err();
