@@ -36,8 +36,9 @@
 //! That assumes at least `pp` micro-batches per step, as 1F1B needs to fill the pipeline.
 //! Interleaved over `vp` chunks a stage (Megatron's virtual pipeline stages) the first
 //! stage keeps `L·(1 + (P − 1)/(P·vp))` layers' activations (§4.2.3 again; Megatron's
-//! warm-up count, [`crate::sim::pipeline::in_flight_chunks`]), counted for `2·pp` or more
-//! micro-batches; at exactly `pp` it keeps only `L`.
+//! warm-up count, [`crate::sim::pipeline::in_flight_chunks`]) once a step runs `2·pp` or
+//! more micro-batches; at exactly `pp` it runs every forward first and keeps `L`
+//! ([`Training::with_micro_batches`] says how many a priced step runs).
 //!
 //! Not counted: the CUDA context, NCCL's buffers, the allocator's fragmentation and the
 //! framework's own workspaces, which together take a few GB a real job cannot use (the
@@ -119,6 +120,10 @@ pub struct Training {
     /// interleave them, a smaller bubble for more sends and activations in flight.
     #[serde(skip_serializing_if = "is_one")]
     pub vp: u32,
+    /// Micro-batches a step runs, when one is priced: an interleaved schedule of few of them
+    /// keeps fewer chunks in flight than its steady state ([`Training::with_micro_batches`]).
+    #[serde(skip)]
+    pub micro_batches: Option<u32>,
     /// Hybrid sharding: the data-parallel replicas one shard group spans, a divisor of `dp`
     /// (the state is sharded within a group and replicated across the `dp / shard_dp`
     /// groups: PyTorch FSDP's HSDP, DeepSpeed's MiCS, Megatron's
@@ -135,6 +140,7 @@ impl Default for Training {
             dp: 1,
             pp: 1,
             vp: 1,
+            micro_batches: None,
             shard_dp: None,
         }
     }
@@ -169,8 +175,20 @@ impl Training {
             dp,
             pp,
             vp: 1,
+            micro_batches: None,
             shard_dp: None,
         })
+    }
+
+    /// This setting counted for a step of `micro_batches` (validated by
+    /// [`crate::sim::step::StepOptions::new`]): at exactly `pp` of them an interleaved first
+    /// stage runs every forward before any backward and keeps `v·m` chunks, not its steady
+    /// state's more. Without it the count assumes enough micro-batches (`2·pp` or more).
+    pub fn with_micro_batches(self, micro_batches: u32) -> Training {
+        Training {
+            micro_batches: Some(micro_batches),
+            ..self
+        }
     }
 
     /// This setting with each pipeline stage's layers in `vp` chunks, interleaved
@@ -444,12 +462,13 @@ impl Counter<'_> {
         } else {
             0
         };
-        // 1F1B: stage i keeps pp − i micro-batches in flight, more chunks when interleaved.
-        let activation_layers = u64::from(layers / training.vp).saturating_mul(in_flight_chunks(
-            pp,
-            training.vp,
-            stage,
-        ));
+        // 1F1B: stage i keeps pp − i micro-batches in flight, more chunks when interleaved,
+        // and never more than the step runs.
+        let chunks = training.micro_batches.map_or(u64::MAX, |m| {
+            u64::from(m).saturating_mul(u64::from(training.vp))
+        });
+        let activation_layers = u64::from(layers / training.vp)
+            .saturating_mul(in_flight_chunks(pp, training.vp, stage).min(chunks));
         let saved = |r: Recompute| model.saved_bytes_per_token(r).unwrap_or(0);
         let activation_bytes = activation_layers
             .saturating_mul(load.tokens)
@@ -772,6 +791,27 @@ mod tests {
             (110, 50)
         );
         assert_eq!(vfirst.weight_bytes, first.weight_bytes);
+        // A step of only 4 micro-batches has 8 chunk forwards a stage: the first stage runs
+        // them all before any backward; 8 is more than the last stage's 5.
+        let few = training(1, 1, 4)
+            .with_virtual_stages(2)
+            .unwrap()
+            .with_micro_batches(4);
+        let few = count(&m, few, Recompute::None);
+        let (ffirst, flast) = (
+            few.of_stage(&rank, 0).unwrap(),
+            few.of_stage(&rank, 3).unwrap(),
+        );
+        assert_eq!(
+            (ffirst.activation_layers, flast.activation_layers),
+            (80, 50)
+        );
+        let many = training(1, 1, 4)
+            .with_virtual_stages(2)
+            .unwrap()
+            .with_micro_batches(8);
+        let many = count(&m, many, Recompute::None).of_stage(&rank, 0).unwrap();
+        assert_eq!(many.activation_layers, 110);
         assert!(f.state_bytes() * 3 < one.state_bytes());
         // A tied output layer keeps a copy of the embedding on the last stage.
         let mut tied = m.clone();

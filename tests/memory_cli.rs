@@ -377,7 +377,9 @@ fn tpcp_refuses_a_pipeline_up_front_and_notes_settings_it_cannot_use() {
         .assert()
         .success()
         .stderr(predicate::str::contains("GPU memory not counted"))
-        .stderr(predicate::str::contains("change nothing"));
+        .stderr(predicate::str::contains("change nothing"))
+        // Regression (bug hunt): the flags that change nothing left out --vp.
+        .stderr(predicate::str::contains("--pp, --vp and --shard-dp"));
 }
 
 /// Regression (bug hunt): a saved comparison did not say which setting its memory was counted

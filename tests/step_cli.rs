@@ -237,6 +237,28 @@ fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
         fits.contains("20 layers a stage in 2 interleaved chunks of 10 layers at"),
         "{fits}"
     );
+    // Regression (bug hunt): a step of exactly --pp micro-batches runs every forward before
+    // any backward, 8 chunks of 10 layers on the first stage, as many as without
+    // interleaving; the count said 11 chunks and found nothing that fits.
+    let fewest = |vp: &str| {
+        json(fcp().args(tpcp_16("hybrid:quick=true")).args([
+            "--json",
+            "--pp",
+            "4",
+            "--vp",
+            vp,
+            "--micro-batches",
+            "4",
+        ]))
+    };
+    let (one, two) = (fewest("1"), fewest("2"));
+    for (a, b) in ran_pairs(&one, &two) {
+        assert_eq!(b["footprint"]["activation_layers"], 80, "{b}");
+        assert_eq!(
+            a["footprint"]["activation_bytes"],
+            b["footprint"]["activation_bytes"]
+        );
+    }
     let cases: [(&[&str], &str); 4] = [
         (&["--vp", "2"], "it needs --pp 2 or more"),
         (

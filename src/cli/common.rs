@@ -310,13 +310,15 @@ impl TrainingArgs {
     }
 }
 
-/// `sim` counting each GPU's memory over a training step under `training`, when given.
+/// `sim` counting each GPU's memory over a training step under `training`, when given, of
+/// `step`'s micro-batches when one is priced.
 pub fn memory_sim(
     sim: fcp::sim::Simulator,
     training: Option<fcp::footprint::Training>,
+    step: Option<fcp::sim::step::StepOptions>,
 ) -> Result<fcp::sim::Simulator> {
     Ok(match training {
-        Some(t) => sim.with_training(t)?,
+        Some(t) => sim.with_training(step.map_or(t, |s| t.with_micro_batches(s.micro_batches)))?,
         None => sim,
     })
 }

@@ -107,7 +107,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         a.recompute,
         a.tp_overlap,
     )?;
-    let sim = memory_sim(sim, training)?;
+    let sim = memory_sim(sim, training, step)?;
     let ctx = a.batch.ctx(&hw, &model);
     let opts = CompareOptions {
         schemes: schemes.clone(),

@@ -72,7 +72,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         a.recompute,
         a.tp_overlap,
     )?;
-    let sim = memory_sim(sim, training)?;
+    let sim = memory_sim(sim, training, step)?;
     let mut report = sim.simulate(&plan, a.pass.into())?;
     if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
         let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();

@@ -173,7 +173,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             "note: GPU memory not counted: model {} gives no `layers` and `vocab`{}",
             model.name,
             if a.training.given() {
-                " (--zero, --dp, --pp and --shard-dp change nothing)"
+                " (--zero, --dp, --pp, --vp and --shard-dp change nothing)"
             } else {
                 ""
             }
@@ -480,10 +480,10 @@ fn table(rows: &[TpCpRow]) -> String {
             ""
         },
         if stepped {
-            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({}the last one running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second",
+            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({} running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second",
                 match rows.iter().find_map(|r| r.step.filter(|s| s.vp > 1)) {
-                    Some(s) => format!("each stage's layers in {} interleaved chunks; ", s.vp),
-                    None => String::new(),
+                    Some(s) => format!("each stage's layers in {} interleaved chunks, the last stage's last chunk", s.vp),
+                    None => "the last one".to_string(),
                 })
         } else {
             String::new()

@@ -183,8 +183,13 @@ fn default_zero() -> u8 {
 impl MemorySetting {
     /// The training setting, refused outside what is modelled.
     pub fn training(&self) -> Result<crate::footprint::Training, StudyError> {
+        // Counted for the step's micro-batches when one is priced.
         let t = crate::footprint::Training::new(self.zero, self.dp, self.pp)
-            .and_then(|t| t.with_virtual_stages(self.vp));
+            .and_then(|t| t.with_virtual_stages(self.vp))
+            .map(|t| match self.micro_batches {
+                Some(m) => t.with_micro_batches(m),
+                None => t,
+            });
         match self.shard_dp {
             Some(s) => t.and_then(|t| t.with_shard_dp(s)),
             None => t,

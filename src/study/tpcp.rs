@@ -214,7 +214,11 @@ pub fn run_tpcp(
             .with_recompute(opts.recompute)?
             .with_tp_overlap(opts.tp_overlap);
         let sim = match model_t.stack {
-            Some(_) => sim.with_training(opts.training)?,
+            // Counted for the step's micro-batches when one is priced.
+            Some(_) => sim.with_training(match opts.step {
+                Some(s) => opts.training.with_micro_batches(s.micro_batches),
+                None => opts.training,
+            })?,
             None => sim,
         };
         let ctx = PlanContext {
