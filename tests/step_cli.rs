@@ -696,3 +696,57 @@ fn compare_says_which_batches_its_step_trains() {
                 .and(predicate::str::contains("--dp-overlap changes nothing").not()),
         );
 }
+
+/// A sweep's cell prices its step as `compare` prices a scheme's: the cell's batches as the
+/// micro-batches, in order, cycling when the step needs more. (Before, each batch's step
+/// was its own copies, blind to the stalls unequal batches cause.)
+#[test]
+fn a_sweep_cell_s_step_is_compare_s_over_the_same_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("s.toml");
+    std::fs::write(
+        &cfg,
+        "batches = 3\npack = \"window\"\nlayer = true\n[memory]\npp = 2\nmicro_batches = 4\n[grid]\ntraces = [\"default\"]\nschemes = [\"fcp\"]\nranks = [8]\ncontext = [65536]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("sweep");
+    fcp()
+        .args(["sweep", "-q"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let step = &results[0]["metrics"]["step_ms"];
+    // One figure per cell.
+    assert_eq!(step["mean"], step["max"], "{step}");
+    let rows = json(fcp().args([
+        "compare",
+        "--schemes",
+        "fcp",
+        "--ranks",
+        "8",
+        "--pack",
+        "window",
+        "--context",
+        "65536",
+        "--batches",
+        "3",
+        "--layer",
+        "--memory",
+        "--pp",
+        "2",
+        "--micro-batches",
+        "4",
+        "--json",
+    ]));
+    let (c, s) = (
+        f(&rows[0]["step"], "step_ms"),
+        step["mean"].as_f64().unwrap(),
+    );
+    assert!((c - s).abs() < 1e-6, "compare {c} vs sweep {s}");
+    // Three unequal batches through a pipeline: more than four copies of the lightest.
+    assert!(f(&rows[0]["step"], "micro_batch_max_ms") > f(&rows[0]["step"], "micro_batch_mean_ms"));
+}

@@ -494,7 +494,9 @@ impl SweepConfig {
                     .filter(|&s| s != m.dp)
                     .map_or(String::new(), |s| format!(",shard{s}")),
             ) + &m.micro_batches.map_or(String::new(), |b| {
-                format!(",mb{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
+                // `step`, not the earlier `mb`: a cell's step now runs its batches in turn,
+                // not copies of each, so cells priced the old way are not resumed.
+                format!(",step{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
             })
         })
     }
@@ -668,7 +670,7 @@ mod tests {
         .unwrap();
         assert!(cfg
             .settings_tag()
-            .ends_with(";memory=zero1,dp1,pp2,mb8,dpoverlap"));
+            .ends_with(";memory=zero1,dp1,pp2,step8,dpoverlap"));
         assert_eq!(
             cfg.memory.unwrap().step().unwrap().unwrap().micro_batches,
             8
@@ -682,7 +684,7 @@ mod tests {
         let cfg = parse("layer = true", "pp = 2\nvp = 2\nmicro_batches = 4").unwrap();
         assert!(cfg
             .settings_tag()
-            .ends_with(";memory=zero1,dp1,pp2,vp2,mb4"));
+            .ends_with(";memory=zero1,dp1,pp2,vp2,step4"));
         assert_eq!(cfg.memory.unwrap().training().unwrap().vp, 2);
         let one = parse("layer = true", "pp = 2\nvp = 1").unwrap();
         assert!(one.settings_tag().ends_with(";memory=zero1,dp1,pp2"));

@@ -73,9 +73,11 @@ pub const TP_METRICS: &[(&str, LayerMetricFn)] =
 /// memory (present only when every hardware profile gives `hbm_gb`). A cell's `max` is its
 /// fullest batch: the one that decides whether the cell fits. Under `zero = 3` also the
 /// layer's weight gathers and gradient reduce-scatter ([`crate::sim::zero3`]), all of them and
-/// the part its work does not hide. With `micro_batches`, the training step of that many
-/// copies of each batch ([`crate::sim::step`]): its time, the data-parallel collectives it
-/// leaves exposed and the real tokens it trains per GPU-second.
+/// the part its work does not hide. With `micro_batches`, the cell's training step of that
+/// many micro-batches, its batches in order (cycling through them when it needs more;
+/// [`crate::sim::step`]): its time, the data-parallel collectives it leaves exposed and the
+/// real tokens it trains per GPU-second; one figure per cell, so its mean, p50, p95 and max
+/// agree.
 pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
     ("gpu_mem_bytes", |l| {
         l.footprint.map_or(f64::NAN, |f| f.total_bytes as f64)
@@ -97,6 +99,9 @@ pub const MEMORY_METRICS: &[(&str, LayerMetricFn)] = &[
         l.step.map_or(f64::NAN, |s| s.tokens_per_gpu_s)
     }),
 ];
+
+/// The [`MEMORY_METRICS`] of the cell's training step: one figure per cell, not per batch.
+const STEP_METRICS: [&str; 3] = ["step_ms", "dp_exposed_ms", "tokens_per_gpu_s"];
 
 /// Whether `name` is a metric a sweep can report ([`METRICS`], [`LAYER_METRICS`],
 /// [`TP_METRICS`] or [`MEMORY_METRICS`]).
@@ -385,16 +390,7 @@ fn run_cell(
                 .map_err(|e| e.to_string())
                 .and_then(|p| p.plan(b, &ctx).map_err(|e| e.to_string()))
                 .and_then(|plan| sim.simulate(&plan, pass).map_err(|e| e.to_string()))
-                .and_then(|r| {
-                    let mut m = r.metrics;
-                    if let (Some(opts), Some(layer)) = (step, m.layer.as_mut()) {
-                        layer.step = Some(
-                            sim.step(&[MicroBatch::of(layer, b.tokens() as f64)], key.ranks, opts)
-                                .map_err(|e| e.to_string())?,
-                        );
-                    }
-                    Ok(m)
-                })
+                .map(|r| r.metrics)
                 .map_err(|e| format!("batch {}: {e}", b.index));
             tick();
             r
@@ -403,7 +399,34 @@ fn run_cell(
     if batches.is_empty() {
         return fail("the trace packs into no batch".into());
     }
-    let all: Result<Vec<PlanMetrics>, String> = results.into_iter().collect();
+    let all = results
+        .into_iter()
+        .collect::<Result<Vec<PlanMetrics>, String>>()
+        .and_then(|mut all| {
+            // The cell's training step: its batches as the micro-batches, in order, as
+            // `compare` prices a scheme's (cycling when the step needs more). One figure per
+            // cell, which every batch carries.
+            if let Some(opts) = step {
+                let windows: Option<Vec<MicroBatch>> = all
+                    .iter()
+                    .zip(&batches)
+                    .map(|(m, b)| {
+                        m.layer
+                            .as_ref()
+                            .map(|l| MicroBatch::of(l, b.tokens() as f64))
+                    })
+                    .collect();
+                if let Some(windows) = windows {
+                    let s = sim
+                        .step(&windows, key.ranks, opts)
+                        .map_err(|e| format!("the step: {e}"))?;
+                    for l in all.iter_mut().filter_map(|m| m.layer.as_mut()) {
+                        l.step = Some(s);
+                    }
+                }
+            }
+            Ok(all)
+        });
     match all {
         Err(e) => fail(e),
         Ok(all) => CellResult {
@@ -427,7 +450,12 @@ fn run_cell(
                     let tp_metrics = TP_METRICS.iter().filter(|_| tp);
                     for (name, get) in LAYER_METRICS.iter().chain(tp_metrics).chain(MEMORY_METRICS)
                     {
-                        let v: Vec<f64> = layers.iter().map(|l| get(l)).collect();
+                        // The step is the cell's, one figure (every batch carries it).
+                        let v: Vec<f64> = if STEP_METRICS.contains(name) {
+                            layers.iter().take(1).map(|l| get(l)).collect()
+                        } else {
+                            layers.iter().map(|l| get(l)).collect()
+                        };
                         // A metric some batch lacks (no `[memory]`, no `hbm_gb`) is left out.
                         if v.iter().all(|x| x.is_finite()) {
                             metrics.insert(name.to_string(), Agg::of(&v));
@@ -728,6 +756,10 @@ mod tests {
             .unwrap()
             .ends_with("tokens_per_gpu_s_p95,tokens_per_gpu_s_max"));
         assert!(is_metric("step_ms") && is_metric("tokens_per_gpu_s"));
+        // The cell-level step metrics are memory metrics by those names.
+        for n in STEP_METRICS {
+            assert!(MEMORY_METRICS.iter().any(|(m, _)| *m == n), "{n}");
+        }
     }
 
     /// Regression: one model the settings do not suit (here, no layer widths under
