@@ -774,22 +774,9 @@ fn window_packing_caps_each_rank_at_its_share_of_the_window_as_sweep_does() {
         .success()
         .stdout(predicate::str::contains("8 ranks × 8192 tokens"));
     // The same cell as a sweep: the same number.
-    let cfg = dir.path().join("w.toml");
-    std::fs::write(
-        &cfg,
+    let results = support::sweep_results(
         "batches = 1\npack = \"window\"\n[grid]\ntraces = [\"default\"]\nschemes = [\"fcp\"]\nranks = [8]\ncontext = [65536]\n",
-    )
-    .unwrap();
-    let sweep = dir.path().join("sweep");
-    fcp()
-        .args(["sweep", "-q"])
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&sweep)
-        .assert()
-        .success();
-    let results: Value =
-        serde_json::from_slice(&std::fs::read(sweep.join("results.json")).unwrap()).unwrap();
+    );
     let cell = &results[0];
     assert_eq!(cell["tokens_per_rank"], 8192, "{cell}");
     let (c, s) = (

@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::{fcp, json, plan_with_tp as plan, stderr_of, stdout_of, tpcp_16};
+use support::{fcp, json, plan_with_tp as plan, stderr_of, stdout_of, sweep_results, tpcp_16};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -21,6 +21,20 @@ fn tpcp_16_json(batches: &str) -> assert_cmd::Command {
     cmd.args(["tpcp", "--gpus", "16", "--context", "32768", "--json"])
         .args(["--schemes", "hybrid:quick=true", "--batches", batches]);
     cmd
+}
+
+/// `fcp tpcp` as [`tpcp_16`] runs it refuses each of `cases` (extra arguments, what the
+/// error says), printing nothing.
+fn tpcp_refuses(cases: &[(&[&str], &str)]) {
+    for (args, says) in cases {
+        fcp()
+            .args(tpcp_16("hybrid:quick=true"))
+            .args(*args)
+            .assert()
+            .failure()
+            .stdout("")
+            .stderr(predicate::str::contains(*says));
+    }
 }
 
 fn f(v: &Value, key: &str) -> f64 {
@@ -159,15 +173,7 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
             "does not divide",
         ),
     ];
-    for (args, says) in cases {
-        fcp()
-            .args(tpcp_16("hybrid:quick=true"))
-            .args(args)
-            .assert()
-            .failure()
-            .stdout("")
-            .stderr(predicate::str::contains(says));
-    }
+    tpcp_refuses(&cases);
 }
 
 /// Interleaving each stage's layers in chunks (Megatron's virtual pipeline stages) cuts the
@@ -175,7 +181,8 @@ fn a_step_needs_a_training_setting_both_passes_and_enough_micro_batches() {
 /// stage; the text and the JSON say so, and the settings it cannot run are refused.
 #[test]
 fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
-    let run = |vp: &str| {
+    // The JSON rows of PP 4 interleaved over `vp` chunks, a step of `m` micro-batches.
+    let run = |vp: &str, m: &str| {
         json(fcp().args(tpcp_16("hybrid:quick=true")).args([
             "--json",
             "--pp",
@@ -183,10 +190,10 @@ fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
             "--vp",
             vp,
             "--micro-batches",
-            "8",
+            m,
         ]))
     };
-    let (plain, two) = (run("1"), run("2"));
+    let (plain, two) = (run("1", "8"), run("2", "8"));
     let mut compared = 0;
     for (a, b) in ran_pairs(&plain, &two) {
         let (sa, sb) = (&a["step"], &b["step"]);
@@ -240,18 +247,7 @@ fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
     // Regression (bug hunt): a step of exactly --pp micro-batches runs every forward before
     // any backward, 8 chunks of 10 layers on the first stage, as many as without
     // interleaving; the count said 11 chunks and found nothing that fits.
-    let fewest = |vp: &str| {
-        json(fcp().args(tpcp_16("hybrid:quick=true")).args([
-            "--json",
-            "--pp",
-            "4",
-            "--vp",
-            vp,
-            "--micro-batches",
-            "4",
-        ]))
-    };
-    let (one, two) = (fewest("1"), fewest("2"));
+    let (one, two) = (run("1", "4"), run("2", "4"));
     for (a, b) in ran_pairs(&one, &two) {
         assert_eq!(b["footprint"]["activation_layers"], 80, "{b}");
         assert_eq!(
@@ -271,15 +267,7 @@ fn interleaved_stages_shrink_the_bubble_and_hold_more_activations() {
         ),
         (&["--pp", "4", "--vp", "0"], "1 to 1000 chunks"),
     ];
-    for (args, says) in cases {
-        fcp()
-            .args(tpcp_16("hybrid:quick=true"))
-            .args(args)
-            .assert()
-            .failure()
-            .stdout("")
-            .stderr(predicate::str::contains(says));
-    }
+    tpcp_refuses(&cases);
     fcp()
         .args(["compare", "--ranks", "8", "--vp", "2"])
         .assert()
@@ -702,23 +690,9 @@ fn compare_says_which_batches_its_step_trains() {
 /// was its own copies, blind to the stalls unequal batches cause.)
 #[test]
 fn a_sweep_cell_s_step_is_compare_s_over_the_same_batches() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("s.toml");
-    std::fs::write(
-        &cfg,
+    let results = sweep_results(
         "batches = 3\npack = \"window\"\nlayer = true\n[memory]\npp = 2\nmicro_batches = 4\n[grid]\ntraces = [\"default\"]\nschemes = [\"fcp\"]\nranks = [8]\ncontext = [65536]\n",
-    )
-    .unwrap();
-    let out = dir.path().join("sweep");
-    fcp()
-        .args(["sweep", "-q"])
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&out)
-        .assert()
-        .success();
-    let results: Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    );
     let step = &results[0]["metrics"]["step_ms"];
     // One figure per cell.
     assert_eq!(step["mean"], step["max"], "{step}");

@@ -24,6 +24,22 @@ pub fn json(cmd: &mut assert_cmd::Command) -> serde_json::Value {
     serde_json::from_str(&stdout_of(cmd)).expect("JSON output")
 }
 
+/// The merged `results.json` of `fcp sweep` run on the config `toml`, in a scratch directory.
+pub fn sweep_results(toml: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("sweep.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let out = dir.path().join("sweep");
+    fcp()
+        .args(["sweep", "-q"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .success();
+    serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap()
+}
+
 /// `fcp tpcp` on 16 GPUs of one 32K window with `scheme` alone: the small study the
 /// end-to-end tests run.
 pub fn tpcp_16(scheme: &str) -> [&str; 9] {
