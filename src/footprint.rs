@@ -180,13 +180,13 @@ impl Training {
         })
     }
 
-    /// This setting counted for a step of `micro_batches` (validated by
+    /// This setting counted for a step of `micro_batches`, when one is priced (validated by
     /// [`crate::sim::step::StepOptions::new`]): at exactly `pp` of them an interleaved first
     /// stage runs every forward before any backward and keeps `v·m` chunks, not its steady
-    /// state's more. Without it the count assumes enough micro-batches (`2·pp` or more).
-    pub fn with_micro_batches(self, micro_batches: u32) -> Training {
+    /// state's more. Without a step the count assumes enough micro-batches (`2·pp` or more).
+    pub fn with_micro_batches(self, micro_batches: Option<u32>) -> Training {
         Training {
-            micro_batches: Some(micro_batches),
+            micro_batches,
             ..self
         }
     }
@@ -798,7 +798,7 @@ mod tests {
             let t = training(1, 1, 4)
                 .with_virtual_stages(2)
                 .unwrap()
-                .with_micro_batches(micro_batches);
+                .with_micro_batches(Some(micro_batches));
             let f = count(&m, t, Recompute::None).of_stage(&rank, stage);
             f.unwrap().activation_layers
         };

@@ -318,7 +318,7 @@ pub fn memory_sim(
     step: Option<fcp::sim::step::StepOptions>,
 ) -> Result<fcp::sim::Simulator> {
     Ok(match training {
-        Some(t) => sim.with_training(step.map_or(t, |s| t.with_micro_batches(s.micro_batches)))?,
+        Some(t) => sim.with_training(t.with_micro_batches(step.map(|s| s.micro_batches)))?,
         None => sim,
     })
 }

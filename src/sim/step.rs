@@ -863,17 +863,19 @@ mod tests {
         }
     }
 
+    /// The pipeline module's worked example: four windows, the second 3× as heavy as the
+    /// others, with `tokens` real tokens each and `heavy` in the heavy one.
+    fn worked_example(tokens: f64, heavy: f64) -> [MicroBatch; 4] {
+        let light = mb(3.0, 2.0, tokens);
+        [light, mb(9.0, 6.0, heavy), light, light]
+    }
+
     #[test]
     fn unequal_micro_batches_stall_the_pipeline_beyond_its_bubble() {
         let t = Training::new(1, 1, 2).unwrap();
         let opts = StepOptions::new(4, false, t).unwrap();
         // One layer a stage; a window 3× as heavy as the others, second in the stream.
-        let windows = [
-            mb(3.0, 2.0, 100.0),
-            mb(9.0, 6.0, 300.0),
-            mb(3.0, 2.0, 100.0),
-            mb(3.0, 2.0, 100.0),
-        ];
+        let windows = worked_example(100.0, 300.0);
         let s = step_metrics(&windows, 1, t, no_sync(), opts, 8);
         // The pipeline module's worked example: 25 ms, where four mean windows take 22.5.
         assert_eq!(s.pipeline_ms, 25.0);
@@ -1008,12 +1010,7 @@ mod tests {
     fn stalls_are_what_unequal_micro_batches_add_to_the_bubble() {
         let t = Training::new(1, 1, 2).unwrap();
         let o = StepOptions::new(4, false, t).unwrap();
-        let unequal = [
-            mb(3.0, 2.0, 1.0),
-            mb(9.0, 6.0, 1.0),
-            mb(3.0, 2.0, 1.0),
-            mb(3.0, 2.0, 1.0),
-        ];
+        let unequal = worked_example(1.0, 1.0);
         // The worked example: 25 ms, where four mean micro-batches take 22.5.
         let s = step_metrics(&unequal, 1, t, no_sync(), o, 8);
         assert_eq!((s.bubble_ms, s.stall_ms), (7.0, 2.5));

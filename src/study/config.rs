@@ -186,10 +186,7 @@ impl MemorySetting {
         // Counted for the step's micro-batches when one is priced.
         let t = crate::footprint::Training::new(self.zero, self.dp, self.pp)
             .and_then(|t| t.with_virtual_stages(self.vp))
-            .map(|t| match self.micro_batches {
-                Some(m) => t.with_micro_batches(m),
-                None => t,
-            });
+            .map(|t| t.with_micro_batches(self.micro_batches));
         match self.shard_dp {
             Some(s) => t.and_then(|t| t.with_shard_dp(s)),
             None => t,

@@ -215,10 +215,10 @@ pub fn run_tpcp(
             .with_tp_overlap(opts.tp_overlap);
         let sim = match model_t.stack {
             // Counted for the step's micro-batches when one is priced.
-            Some(_) => sim.with_training(match opts.step {
-                Some(s) => opts.training.with_micro_batches(s.micro_batches),
-                None => opts.training,
-            })?,
+            Some(_) => sim.with_training(
+                opts.training
+                    .with_micro_batches(opts.step.map(|s| s.micro_batches)),
+            )?,
             None => sim,
         };
         let ctx = PlanContext {
