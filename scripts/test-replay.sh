@@ -67,6 +67,10 @@ done
 # `hybrid` across two nodes, whichever candidate it picks (node grouping or head-parallel nodes).
 "$FCP" plan --scheme hybrid --hardware tests/replay/two-per-node.toml \
     --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/hybrid-2x2.json" >/dev/null
+# `usp` across the two nodes: Ulysses groups of 2 (heads traded inside a node), a ring of 2
+# across them whose hops carry one head group's K/V.
+"$FCP" plan --scheme usp --hardware tests/replay/two-per-node.toml \
+    --trace "$TRACE" --model "$MODEL" --ranks 4 --tokens-per-rank 512 -o "$work/usp-2x2.json" >/dev/null
 # One launch replays every plan (process start-up and the dense reference are paid once).
 ta=$(date +%s)
 if replay "${plans[@]}" "$work/measured" --pass both; then rc=0; else rc=$?; fi
@@ -82,7 +86,7 @@ done
 [[ $rc -eq 0 ]] || { tail -n 40 "$work/measured.log"; bad "replay launch exited $rc"; }
 if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); own={(c[0],c[1]):r["rank"] for r in p["ranks"] for c in r["owned"]}; sys.exit(0 if any(own.get((c[0],c[1]))!=t["src"] for t in p["transfers"] for c in t["ranges"]) else 1)' "$work/fcp-relay.json" &&
     replay "$work/fcp-relay.json" "$work/hybrid-2x2.json" "$work/fcp-lookahead.json" \
-        "$work/fcp-node-heads.json" "$work/relay" --pass both &&
+        "$work/fcp-node-heads.json" "$work/usp-2x2.json" "$work/relay" --pass both &&
     grep -q "^fcp: .*PASS; wrote .*fcp-relay" "$work/relay.log"; then
     ok "replay fcp:relay=true (2 nodes × 2, forwarded K/V, fwd+bwd): $(grep "^fcp: .*fcp-relay" "$work/relay.log" | sed 's/; wrote.*//')"
 else
@@ -99,6 +103,12 @@ if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if any(
     ok "replay fcp:node_heads=true (heads split in each node, rails across, fwd+bwd): $(grep "^fcp: .*fcp-node-heads" "$work/relay.log" | sed 's/; wrote.*//')"
 else
     bad "replay fcp:node_heads=true"
+fi
+if "$PY" -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if p["scheme"]["params"]["ring"]==2 and any(t.get("heads") and t.get("collective") is None for t in p["transfers"]) else 1)' "$work/usp-2x2.json" &&
+    grep -q "^usp: .*PASS; wrote .*usp-2x2" "$work/relay.log" 2>/dev/null; then
+    ok "replay usp (Ulysses in each node, a ring of head groups across, fwd+bwd): $(grep "^usp: .*usp-2x2" "$work/relay.log" | sed 's/; wrote.*//')"
+else
+    bad "replay usp (2 nodes × 2)"
 fi
 if grep -q "^hybrid: .*PASS" "$work/relay.log" 2>/dev/null; then
     ok "replay hybrid (2 nodes × 2, fwd+bwd): $(grep "^hybrid: " "$work/relay.log" | sed 's/; wrote.*//')"

@@ -399,6 +399,61 @@ fn a_parameter_given_twice_is_refused_and_a_bad_value_is_named() {
     assert_eq!(plan.scheme.params["coalesce"].as_u64(), Some(2));
 }
 
+/// `usp` records the degrees it ran with, takes `ulysses` from the entry, and refuses one
+/// that does not divide the ranks or the heads, or is not a positive integer, with no file.
+#[test]
+fn usp_records_its_degrees_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("usp.json");
+    for (scheme, n, ulysses, ring) in [
+        ("usp", 16, 8, 2),
+        ("usp:ulysses=4", 16, 4, 4),
+        ("usp", 6, 2, 3),
+    ] {
+        plan_bundled(scheme, n, &[], &out).success();
+        let plan = fcp::Plan::load(&out).unwrap();
+        assert_eq!(
+            plan.scheme.params["ulysses"].as_u64(),
+            Some(ulysses),
+            "{scheme} N={n}"
+        );
+        assert_eq!(
+            plan.scheme.params["ring"].as_u64(),
+            Some(ring),
+            "{scheme} N={n}"
+        );
+        std::fs::remove_file(&out).unwrap();
+    }
+    let cases: [(&str, u32, &str); 4] = [
+        (
+            "usp:ulysses=3",
+            8,
+            "usp:ulysses=3 needs the ranks (8) to be a multiple of it",
+        ),
+        (
+            "usp:ulysses=128",
+            128,
+            "usp:ulysses=128 needs q_heads (64) divisible by it",
+        ),
+        (
+            "usp:ulysses=0",
+            8,
+            "scheme `usp`: `ulysses` must be a positive integer, got `0`",
+        ),
+        (
+            "usp:ring=2",
+            8,
+            "scheme `usp`: takes no parameter `ring` (known: ulysses)",
+        ),
+    ];
+    for (scheme, n, says) in cases {
+        plan_bundled(scheme, n, &[], &out)
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        assert!(!out.exists(), "{scheme} wrote a plan");
+    }
+}
+
 #[test]
 fn hybrid_says_what_it_chose() {
     // 16 ranks span two nodes: the relay is among the choices and is reported.

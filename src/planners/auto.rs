@@ -7,7 +7,8 @@
 //!
 //! Candidates, in order (ties go to the earlier): `hybrid`, `hybrid:quick=true`, `fcp`,
 //! `flashcp`, `magi`, `ulysses`, `wlb-llm`, `bytescale`, `per-doc`, `llama3`, and — up to 64
-//! ranks, where their N² steps still simulate quickly — `zigzag` and `ring`. A candidate that
+//! ranks, where their rings' tiles still verify and simulate quickly — `usp`, `zigzag` and
+//! `ring`. A candidate that
 //! refuses the batch is skipped. Without a budget every plan is verified before it is scored,
 //! so `auto` never returns an invalid plan; under one the check too runs only when the time
 //! left covers it, and the plan records `verified`.
@@ -31,7 +32,7 @@ use crate::trace::Batch;
 use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
 
 /// Candidate schemes, in the order tried.
-pub const CANDIDATES: [&str; 12] = [
+pub const CANDIDATES: [&str; 13] = [
     "hybrid",
     QUICK,
     "fcp",
@@ -42,6 +43,7 @@ pub const CANDIDATES: [&str; 12] = [
     "bytescale",
     "per-doc",
     "llama3",
+    "usp",
     "zigzag",
     "ring",
 ];
@@ -56,8 +58,10 @@ pub const QUICK: &str = "hybrid:quick=true";
 /// doubled and rounded — a budget is a ceiling: `hybrid` 23–42 ×, `flashcp` 0.5–96 ×,
 /// `per-doc` 49–236 × and `wlb-llm` 30–150 × (at 256 ranks both refuse the batch after
 /// seconds), `zigzag` up to 1,700 × and `ring` up to 690 × (64 ranks), `ulysses` 7–23 ×,
-/// `llama3` 1–12 ×, `magi` 0.5–2.2 ×, `fcp` 0.3–0.4 ×, `bytescale` 0.07–0.23 ×.
-pub const COST_VS_QUICK: [(&str, f64); 11] = [
+/// `llama3` 1–12 ×, `magi` 0.5–2.2 ×, `fcp` 0.3–0.4 ×, `bytescale` 0.07–0.23 ×; `usp` (the
+/// same six traces at 16 and 64 ranks, H100) 1.8–350 ×, nearly all of it verifying its
+/// millions of tiles.
+pub const COST_VS_QUICK: [(&str, f64); 12] = [
     ("hybrid", 80.0),
     ("fcp", 1.0),
     ("flashcp", 200.0),
@@ -67,6 +71,7 @@ pub const COST_VS_QUICK: [(&str, f64); 11] = [
     ("bytescale", 0.5),
     ("per-doc", 500.0),
     ("llama3", 25.0),
+    ("usp", 700.0),
     ("zigzag", 3500.0),
     ("ring", 1500.0),
 ];
@@ -76,8 +81,9 @@ pub const COST_VS_QUICK: [(&str, f64); 11] = [
 /// 2 cores; rounded up).
 pub const VERIFY_VS_QUICK: f64 = 1.0;
 
-/// Schemes tried only up to this many ranks (their plans have O(N²) steps).
-const QUADRATIC: [&str; 2] = ["zigzag", "ring"];
+/// Schemes tried only up to this many ranks (their plans have O(N²) steps, `usp` (N/8)² tiles
+/// for each of 8 head groups).
+const QUADRATIC: [&str; 3] = ["usp", "zigzag", "ring"];
 /// See [`QUADRATIC`].
 const QUADRATIC_MAX_RANKS: u32 = 64;
 

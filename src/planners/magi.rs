@@ -12,12 +12,15 @@
 use std::collections::BTreeMap;
 
 use crate::plan::{
-    allowed_pairs, Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+    allowed_pairs, Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind,
+    TransferTensor, MAX_PAD_SLOTS,
 };
 use crate::trace::Batch;
 
-use super::shard::{cross_tasks, needed_kv, own_all, packed_ranges, subtract_ranges, Owners};
-use super::{PlanContext, Planner};
+use super::shard::{
+    count_cross_tasks, cross_tasks, needed_kv, own_all, packed_ranges, subtract_ranges, Owners,
+};
+use super::{PlanContext, Planner, MAX_PLAN_ITEMS};
 
 /// MagiAttention: min-heap chunk dispatch plus zero-redundancy K/V fetch.
 #[derive(Debug, Clone, Copy)]
@@ -101,14 +104,32 @@ impl Planner for Magi {
                 "magi needs chunk ≥ 1 and degree ≥ 1".to_string(),
             ));
         }
+        if ctx.ranks == 0 {
+            return Err(PlanError::Planning("magi: the CP group has no rank".into()));
+        }
         let n = ctx.ranks as u64;
         let total = batch.tokens();
+        // MagiAttention pads the packed sequence to a multiple of chunk · cp_size; the padded
+        // tail holds no attention but occupies chunk slots and memory. A chunk so large that
+        // the padding passes what a plan may pad (or its product overflows) is refused: it
+        // used to divide by a wrapped zero, or write a plan the verifier then refused (bug
+        // hunt).
+        let padded = self
+            .chunk
+            .checked_mul(n)
+            .and_then(|span| total.div_ceil(span).max(1).checked_mul(span))
+            .filter(|&padded| padded - total <= MAX_PAD_SLOTS)
+            .ok_or_else(|| {
+                PlanError::Planning(format!(
+                    "magi: chunk={} for a CP group of {n} pads this batch of {total} tokens by more than \
+                     the {MAX_PAD_SLOTS} slots a plan may pad; use a smaller chunk",
+                    self.chunk
+                ))
+            })?;
+        let num_chunks = padded / self.chunk;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         let mask = b.mask();
-        // MagiAttention pads the packed sequence to a multiple of chunk · cp_size; the padded
-        // tail holds no attention but occupies chunk slots and memory.
-        let num_chunks = total.div_ceil(self.chunk * n).max(1) * n;
-        b.param("pad_tokens", (num_chunks * self.chunk - total).into());
+        b.param("pad_tokens", (padded - total).into());
         let chunks: Vec<Vec<TokenRange>> = (0..num_chunks)
             .map(|k| {
                 let (s, e) = (k * self.chunk, ((k + 1) * self.chunk).min(total));
@@ -144,13 +165,41 @@ impl Planner for Magi {
                 own_all(&mut b, r as u32, &mine)
             })
             .collect();
+        // Each rank's remote K/V, in its overlap stages.
+        let stages: Vec<Vec<Vec<TokenRange>>> = shards
+            .iter()
+            .map(|own| {
+                let remote = subtract_ranges(&needed_kv(mask, &batch.doc_lens, own), own);
+                uniform_stages(&remote, self.degree)
+            })
+            .collect();
+        // Tiles grow with the square of the chunks a document is cut into: `chunk=1` on one
+        // 16K-token document built 33 million tasks (3.4 GB) before anything refused it (bug
+        // hunt). Count them first.
+        let tiles: u64 = shards
+            .iter()
+            .zip(&stages)
+            .map(|(own, kvs)| {
+                count_cross_tasks(mask, own, own)
+                    + kvs
+                        .iter()
+                        .map(|kv| count_cross_tasks(mask, own, kv))
+                        .sum::<u64>()
+            })
+            .sum();
+        if tiles > MAX_PLAN_ITEMS {
+            return Err(PlanError::Planning(format!(
+                "magi: chunk={} cuts this batch into {tiles} tiles (one task each), more than \
+                 the {MAX_PLAN_ITEMS} a plan may hold; use a larger chunk",
+                self.chunk
+            )));
+        }
         let owners = Owners::new(&shards);
         let mut transfers = Vec::new();
-        for (r, own) in shards.iter().enumerate() {
+        for (r, (own, kvs)) in shards.iter().zip(stages).enumerate() {
             let r32 = r as u32;
             cross_tasks(&mut b, r32, 0, own, own);
-            let remote = subtract_ranges(&needed_kv(mask, &batch.doc_lens, own), own);
-            for (stage, kv) in uniform_stages(&remote, self.degree).into_iter().enumerate() {
+            for (stage, kv) in kvs.into_iter().enumerate() {
                 let stage = stage as u32;
                 cross_tasks(&mut b, r32, stage + 1, own, &kv);
                 // The remote K/V is, by construction, owned by other ranks only.
@@ -184,6 +233,56 @@ mod tests {
     use crate::plan::Mask;
     use crate::planners::shard::intersect_ranges;
     use crate::planners::testing::{assert_plans_verify, assert_valid, with_ctx};
+
+    /// Regression (bug hunt): `chunk × N` wrapped to zero and panicked dividing by it, and a
+    /// chunk past 2³² wrote a plan whose padding the verifier refused. Both are refused now,
+    /// and the largest chunk that pads within the limit still plans a valid plan.
+    #[test]
+    fn a_chunk_too_large_to_pad_is_refused() {
+        let batch = Batch::new(0, vec![100, 200, 3, 1, 7]);
+        let plan = |chunk: u64| {
+            with_ctx(2, Mask::Causal, |ctx| {
+                Magi { chunk, degree: 1 }.plan(&batch, ctx)
+            })
+        };
+        for chunk in [1 << 63, (1 << 32) + 1, u64::MAX] {
+            let err = plan(chunk).unwrap_err().to_string();
+            assert!(
+                err.contains("slots a plan may pad; use a smaller chunk"),
+                "{chunk}: {err}"
+            );
+        }
+        let largest = (MAX_PAD_SLOTS + 311) / 2;
+        assert_valid(&plan(largest).unwrap());
+    }
+
+    /// Regression (bug hunt): `chunk=1` on one 16K-token document built 33.6 million tasks
+    /// (3.4 GB) rather than refusing a plan past `MAX_PLAN_ITEMS`; it is counted first now.
+    #[test]
+    fn too_many_tiles_are_refused_before_they_are_built() {
+        let batch = Batch::new(0, vec![16384]);
+        let err = with_ctx(2, Mask::Causal, |ctx| {
+            Magi {
+                chunk: 1,
+                degree: 1,
+            }
+            .plan(&batch, ctx)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("magi: chunk=1 cuts this batch into 33566721 tiles"),
+            "{err}"
+        );
+        // Just under the limit still plans (the count is the builder's: shard.rs proptest).
+        let fits = Batch::new(0, vec![1024]);
+        assert!(with_ctx(2, Mask::Causal, |ctx| Magi {
+            chunk: 1,
+            degree: 1
+        }
+        .plan(&fits, ctx))
+        .is_ok());
+    }
 
     #[test]
     fn magi_plans_verify() {

@@ -21,6 +21,7 @@ pub mod repair;
 mod ring;
 mod shard;
 mod ulysses;
+mod usp;
 mod wlb_llm;
 mod zigzag;
 
@@ -32,6 +33,7 @@ pub use magi::Magi;
 pub use per_doc::PerDoc;
 pub use ring::Ring;
 pub use ulysses::Ulysses;
+pub use usp::Usp;
 pub use wlb_llm::WlbLlm;
 pub use zigzag::Zigzag;
 
@@ -88,6 +90,7 @@ pub const SCHEMES: &[&str] = &[
     "llama3-contig",
     "per-doc",
     "ulysses",
+    "usp",
     "bytescale",
     "wlb-llm",
     "magi",
@@ -328,7 +331,11 @@ pub(crate) fn param_non_negative(
         Ok(x) if x >= 0.0 && (x.is_finite() || !finite) => Ok(x),
         _ => Err(SchemeError::BadParam {
             scheme: scheme.to_string(),
-            message: format!("`{key}` must be a number ≥ 0, not `{v}`"),
+            message: if finite {
+                format!("`{key}` must be a finite number ≥ 0, not `{v}`")
+            } else {
+                format!("`{key}` must be a number ≥ 0 or `inf`, not `{v}`")
+            },
         }),
     }
 }
@@ -388,6 +395,14 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
         "ulysses" => {
             no_params(&spec)?;
             Ok(Box::new(Ulysses))
+        }
+        "usp" => {
+            let mut p = spec.params_of(&["ulysses"])?;
+            let ulysses = match p.values.contains_key("ulysses") {
+                true => Some(p.positive("ulysses", 1)?),
+                false => None,
+            };
+            Ok(Box::new(Usp { ulysses }))
         }
         "bytescale" => {
             no_params(&spec)?;

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::plan::{
-    HeadRange, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
+    allowed_pairs, HeadRange, Mask, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind,
+    TransferTensor,
 };
 use crate::planners::MAX_PLAN_ITEMS;
 use crate::trace::Batch;
@@ -116,6 +117,44 @@ pub fn ring_flash_params() -> BTreeMap<String, serde_json::Value> {
 /// map of vectors per call: ring and zigzag call this for every rank and step, and at 64 ranks
 /// the maps' allocations were a tenth of `fcp plan`.
 pub fn cross_tasks(b: &mut PlanBuilder, rank: u32, step: u32, q: &[TokenRange], kv: &[TokenRange]) {
+    cross_tasks_heads(b, rank, step, q, kv, None);
+}
+
+/// [`cross_tasks`] for the query heads `heads` only (absent = all): a head-parallel rank's
+/// share of the tiles (`usp`'s rings, each over one head group).
+pub fn cross_tasks_heads(
+    b: &mut PlanBuilder,
+    rank: u32,
+    step: u32,
+    q: &[TokenRange],
+    kv: &[TokenRange],
+    heads: Option<HeadRange>,
+) {
+    same_doc_pairs(q, kv, |qr, kr| {
+        b.task_heads(rank, step, qr, kr, heads);
+    });
+}
+
+/// The tasks [`cross_tasks`] would emit for `q` × `kv` under `mask`, counted without building
+/// them: a planner whose tile count follows a user's parameter refuses an oversized plan with
+/// this before it holds a tile ([`crate::planners::MAX_PLAN_ITEMS`]).
+pub fn count_cross_tasks(mask: Mask, q: &[TokenRange], kv: &[TokenRange]) -> u64 {
+    let mut tasks = 0u64;
+    same_doc_pairs(q, kv, |qr, kr| {
+        if allowed_pairs(mask, qr.start, qr.end, kr.start, kr.end) > 0 {
+            tasks += 1;
+        }
+    });
+    tasks
+}
+
+/// Every pair of a range of `q` and a range of `kv` in the same document: documents in
+/// ascending order, and within one the queries and keys/values in the order given.
+fn same_doc_pairs(
+    q: &[TokenRange],
+    kv: &[TokenRange],
+    mut each: impl FnMut(TokenRange, TokenRange),
+) {
     let (q, kv) = (by_doc(q), by_doc(kv));
     let mut kv_docs = kv.chunk_by(|a, b| a.doc == b.doc).peekable();
     for qs in q.chunk_by(|a, b| a.doc == b.doc) {
@@ -126,7 +165,7 @@ pub fn cross_tasks(b: &mut PlanBuilder, rank: u32, step: u32, q: &[TokenRange], 
         };
         for qr in qs {
             for kr in *ks {
-                b.task(rank, step, *qr, *kr);
+                each(*qr, *kr);
             }
         }
     }
@@ -570,10 +609,33 @@ pub fn ring_pass_group(
     group: &[u32],
     shards: &[Vec<TokenRange>],
 ) -> Result<(), PlanError> {
+    ring_pass_heads(b, group, shards, None)
+}
+
+/// The query heads a head-parallel ring computes and the K/V heads it circulates (in
+/// query-head units, whole GQA groups: [`kv_group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingHeads {
+    /// Query heads of every tile.
+    pub q: HeadRange,
+    /// K/V heads every hop carries.
+    pub kv: HeadRange,
+}
+
+/// [`ring_pass_group`] over one head group (`heads`; absent = all heads): `usp` runs one ring
+/// per head group, each member's shard the union its Ulysses group gathered for those heads.
+pub fn ring_pass_heads(
+    b: &mut PlanBuilder,
+    group: &[u32],
+    shards: &[Vec<TokenRange>],
+    heads: Option<RingHeads>,
+) -> Result<(), PlanError> {
     check_ring_size(b, group, shards)?;
     let n = group.len();
+    let (q_heads, kv_heads) = (heads.map(|h| h.q), heads.map(|h| h.kv));
     for &r in group {
-        cross_tasks(b, r, 0, &shards[r as usize], &shards[r as usize]);
+        let own = &shards[r as usize];
+        cross_tasks_heads(b, r, 0, own, own, q_heads);
     }
     for s in 1..n {
         for i in 0..n {
@@ -581,8 +643,11 @@ pub fn ring_pass_group(
             let origin = group[(i + n - s) % n];
             let from = group[(i + n - 1) % n];
             let ranges = shards[origin as usize].clone();
-            cross_tasks(b, r, s as u32, &shards[r as usize], &ranges);
-            b.transfer(Transfer::kv(from, r, ranges, s as u32 - 1, s as u32));
+            cross_tasks_heads(b, r, s as u32, &shards[r as usize], &ranges, q_heads);
+            b.transfer(Transfer {
+                heads: kv_heads,
+                ..Transfer::kv(from, r, ranges, s as u32 - 1, s as u32)
+            });
         }
     }
     Ok(())
@@ -604,7 +669,7 @@ fn check_ring_size(
             }
         }
     }
-    ring_tiles_fit(b, group.len(), &pieces)
+    ring_tiles_fit(b, group.len(), 1, &pieces)
 }
 
 /// Refuse, before a document is cut, a ring pass over all `n` ranks whose tiles could not be
@@ -612,14 +677,33 @@ fn check_ring_size(
 /// [`contiguous_pieces`] and [`zigzag_pieces`], so [`check_ring_size`] would count at least
 /// the tiles of that many. (Cutting first took ring and zigzag 2–3 s at 4096 ranks to refuse.)
 pub fn check_ring_bound(b: &PlanBuilder, batch: &Batch, n: u32) -> Result<(), PlanError> {
-    let pieces: Vec<u64> = batch.doc_lens.iter().map(|&l| l.min(n as u64)).collect();
-    ring_tiles_fit(b, n as usize, &pieces)
+    check_rings_bound(b, batch, n, u64::from(n), 1)
+}
+
+/// [`check_ring_bound`] for `rings` passes of `n` members each (one per head group, `usp`),
+/// each building its own tiles, where a document of `len` tokens is cut into at least
+/// min(len, `cut`) pieces. Checking one ring of `n` pieces let `usp` at 256 ranks cut the
+/// batch and hold 3.5 GB before its first ring was refused.
+pub fn check_rings_bound(
+    b: &PlanBuilder,
+    batch: &Batch,
+    n: u32,
+    cut: u64,
+    rings: u32,
+) -> Result<(), PlanError> {
+    let pieces: Vec<u64> = batch.doc_lens.iter().map(|&l| l.min(cut)).collect();
+    ring_tiles_fit(b, n as usize, rings, &pieces)
 }
 
 /// The tiles of a ring pass whose documents are cut into `pieces[doc]` pieces each (every
 /// piece paired with every other the mask allows), on top of the tasks already built, against
 /// [`MAX_PLAN_ITEMS`].
-fn ring_tiles_fit(b: &PlanBuilder, members: usize, pieces: &[u64]) -> Result<(), PlanError> {
+fn ring_tiles_fit(
+    b: &PlanBuilder,
+    members: usize,
+    rings: u32,
+    pieces: &[u64],
+) -> Result<(), PlanError> {
     // Every member takes one step per member, tiles or not: at 65,536 ranks 4·10⁹ steps, which
     // took minutes to build for a one-token batch before anything refused it.
     let steps = (members as u64).saturating_mul(members as u64);
@@ -639,15 +723,20 @@ fn ring_tiles_fit(b: &PlanBuilder, members: usize, pieces: &[u64]) -> Result<(),
         };
         acc.saturating_add(t)
     });
-    let total = tiles.saturating_add(b.task_count());
+    let total = tiles
+        .saturating_mul(u64::from(rings))
+        .saturating_add(b.task_count());
     if total > MAX_PLAN_ITEMS {
+        let on = match rings {
+            1 => format!("on {members} ranks"),
+            k => format!("in {k} rings (one per head group) of {members} ranks"),
+        };
         return Err(PlanError::Planning(format!(
-            "this batch needs at least {total} attention tiles on {} ranks (a ring pass cuts each \
+            "this batch needs at least {total} attention tiles {on} (a ring pass cuts each \
              document into one piece per rank and pairs every piece with every other), more \
              than the {MAX_PLAN_ITEMS} a plan may hold; use fewer ranks, smaller batches, or a \
              scheme that does not split every document across all ranks (fcp, flashcp, \
-             per-doc, llama3, magi)",
-            members
+             per-doc, llama3, magi)"
         )));
     }
     Ok(())
@@ -659,6 +748,49 @@ pub fn head_group(q_heads: u32, n: u32, r: u32) -> HeadRange {
     HeadRange {
         start: r * per,
         end: (r + 1) * per,
+    }
+}
+
+/// Ulysses' all-to-alls among `members` (ranks, in head-group order; `shards` indexed by
+/// rank): member `i` computes query heads `head_group(q_heads, members.len(), i)` of every
+/// member's tokens, so each member sends every other its shard's Q for that head group
+/// (collective `first_id`) and the K/V heads the group reads (`first_id + 1`, replicated
+/// where a head group needs a whole K/V head another needs too), both due before step 0; the
+/// outputs go back to the tokens' owners (`first_id + 2`) when the computing rank starts step
+/// `out_at`, after its last tile. `gqa` is the query heads per K/V head. `ulysses` runs one
+/// such group over all ranks; `usp` one inside each node.
+pub fn head_all_to_all(
+    b: &mut PlanBuilder,
+    members: &[u32],
+    shards: &[Vec<TokenRange>],
+    (q_heads, gqa): (u32, u32),
+    first_id: u32,
+    out_at: u32,
+) {
+    let n = members.len() as u32;
+    let piece = |tensor, id, src: u32, dst: u32, heads, at| Transfer {
+        kind: TransferKind::AllToAll,
+        collective: Some(first_id + id),
+        tensor,
+        src,
+        dst,
+        also_to: Vec::new(),
+        ranges: shards[src as usize].clone(),
+        heads: Some(heads),
+        issue_at: at,
+        arrive_by: at,
+        round: None,
+    };
+    for &src in members {
+        for (i, &dst) in members.iter().enumerate().filter(|&(_, &d)| d != src) {
+            let h = head_group(q_heads, n, i as u32);
+            b.transfer(piece(TransferTensor::Q, 0, src, dst, h, 0));
+            b.transfer(piece(TransferTensor::Kv, 1, src, dst, kv_group(h, gqa), 0));
+            // Outputs of `src`'s tokens computed on `dst` go back after its last tile.
+            let mut out = piece(TransferTensor::Out, 2, src, dst, h, out_at);
+            std::mem::swap(&mut out.src, &mut out.dst);
+            b.transfer(out);
+        }
     }
 }
 
@@ -727,6 +859,15 @@ mod tests {
             }
             let got: Vec<_> = tasks.iter().map(|t| (t.q, t.kv)).collect();
             prop_assert_eq!(got, expected);
+            // The count a planner refuses by is the tasks built, under either mask.
+            for mask in [Mask::Full, Mask::Causal] {
+                let built = with_ctx(1, mask, |ctx| {
+                    let mut b = PlanBuilder::new("t", BTreeMap::new(), &batch, ctx);
+                    cross_tasks(&mut b, 0, 0, &q, &kv);
+                    b.task_count()
+                });
+                prop_assert_eq!(count_cross_tasks(mask, &q, &kv), built, "{:?}", mask);
+            }
         }
     }
 

@@ -9,12 +9,12 @@
 //! per-document attention for its heads; a second all-to-all returns the outputs to the owners.
 //! Needs the query heads divisible by N. See `docs/schemes/ulysses.md`.
 
-use crate::plan::{
-    Plan, PlanBuilder, PlanError, TokenRange, Transfer, TransferKind, TransferTensor,
-};
+use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
-use super::shard::{head_group, kv_group, own_all, packed_ranges, pad_batch, split_even, Padding};
+use super::shard::{
+    head_all_to_all, head_group, own_all, packed_ranges, pad_batch, split_even, Padding,
+};
 use super::{PlanContext, Planner};
 
 /// Head-parallel attention behind two all-to-alls.
@@ -52,42 +52,9 @@ impl Planner for Ulysses {
             .enumerate()
             .map(|(r, (s, e))| own_all(&mut b, r as u32, &packed_ranges(&batch.doc_lens, s, e)))
             .collect();
-        let piece = |tensor, collective, src: u32, dst: u32, heads, issue_at, arrive_by| Transfer {
-            kind: TransferKind::AllToAll,
-            collective: Some(collective),
-            tensor,
-            src,
-            dst,
-            also_to: Vec::new(),
-            ranges: shards[src as usize].clone(),
-            heads: Some(heads),
-            issue_at,
-            arrive_by,
-            round: None,
-        };
-        let mut transfers = Vec::new();
-        for src in 0..n {
-            for dst in (0..n).filter(|&d| d != src) {
-                let h = head_group(hq, n, dst);
-                transfers.push(piece(TransferTensor::Q, 0, src, dst, h, 0, 0));
-                transfers.push(piece(
-                    TransferTensor::Kv,
-                    1,
-                    src,
-                    dst,
-                    kv_group(h, group),
-                    0,
-                    0,
-                ));
-                // Outputs of `src`'s tokens computed on `dst` go back after step 0.
-                let mut out = piece(TransferTensor::Out, 2, src, dst, h, 1, 1);
-                std::mem::swap(&mut out.src, &mut out.dst);
-                transfers.push(out);
-            }
-        }
-        for t in transfers {
-            b.transfer(t);
-        }
+        let members: Vec<u32> = (0..n).collect();
+        // Outputs go back after step 0, the one step that computes.
+        head_all_to_all(&mut b, &members, &shards, (hq, group), 0, 1);
         for r in 0..n {
             for (doc, &len) in batch.doc_lens.iter().enumerate() {
                 let whole = TokenRange::new(doc as u32, 0, len);
@@ -102,7 +69,7 @@ impl Planner for Ulysses {
 mod tests {
     use super::*;
     use crate::model::Model;
-    use crate::plan::{summarize, HeadRange, Mask};
+    use crate::plan::{summarize, HeadRange, Mask, TransferTensor};
     use crate::planners::testing::{assert_plans_verify, assert_valid, with_ctx};
 
     #[test]

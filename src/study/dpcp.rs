@@ -177,6 +177,23 @@ impl DpcpConfig {
         if self.cp.contains(&0) {
             return bad("cp must be ≥ 1 (a CP group has at least one GPU); cp lists 0".into());
         }
+        // Regression (bug hunt): gpus × tokens_per_gpu wrapped to 0 and the study reported
+        // too few batches for a global batch it had read as empty.
+        let tokens = u64::from(self.gpus)
+            .checked_mul(self.tokens_per_gpu)
+            .and_then(|t| t.checked_mul(self.steps as u64))
+            .and_then(|t| {
+                self.tokens_per_gpu
+                    .checked_mul(u64::from(self.tp))
+                    .map(|_| t)
+            });
+        if tokens.is_none() {
+            return bad(format!(
+                "gpus {} × tokens_per_gpu {} × steps {} (or tokens_per_gpu × tp {}) is more \
+                 tokens than fit in 64 bits",
+                self.gpus, self.tokens_per_gpu, self.steps, self.tp
+            ));
+        }
         if !(1..=crate::tp::MAX_TP).contains(&self.tp) {
             return bad(format!(
                 "tp {}: must be 1 to {}",
@@ -506,6 +523,20 @@ mod tests {
 
     /// A study of the balancing-compute note's exponential lengths (seeds/003) with
     /// `settings` (TOML lines).
+    /// Regression (bug hunt): a global batch past 64 bits of tokens wrapped to 0.
+    #[test]
+    fn a_global_batch_past_64_bits_is_refused() {
+        let cfg =
+            exponential("gpus = 4\ncp = [1]\ntokens_per_gpu = 4611686018427387904\nsteps = 1");
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("is more tokens than fit in 64 bits"), "{e}");
+        assert!(
+            exponential("gpus = 4\ncp = [1]\ntokens_per_gpu = 8192\nsteps = 1")
+                .validate()
+                .is_ok()
+        );
+    }
+
     fn exponential(settings: &str) -> DpcpConfig {
         toml::from_str(&format!(
             "{settings}\ntrace = \"gen:exponential:mean=1024,max=8192,seed=1\""

@@ -1,0 +1,240 @@
+//! `usp`: Ulysses inside a node, zigzag ring across nodes — the two-level context parallelism
+//! of USP (feifeibear/long-context-attention, "ulysses degree × ring degree"), LoongTrain's
+//! 2D attention (arXiv 2406.18485) and TransformerEngine's `cp_comm_type="a2a+p2p"` (Megatron's
+//! `hierarchical_context_parallel_sizes`); anchors-cp.md §3–4, [sources](docs/sources.md).
+//!
+//! Ulysses alone needs the query heads divisible by N and replicates whole K/V heads once N
+//! passes their count (Llama-3-70B's 8); a ring alone sends every K/V piece N − 1 hops, over the
+//! NICs as soon as the group spans nodes. USP splits N = u × r: the `u` ranks of a Ulysses
+//! group (a node by default) trade heads over NVLink, and the `r` groups run a ring among the
+//! ranks that hold the same head group, each hop carrying only those heads' K/V.
+//!
+//! **Layout.** TransformerEngine's: every document is cut into 2N even pieces and rank
+//! `k = g·u + j` (group `g`, position `j`) holds pieces `k` and `2N − 1 − k`, the `zigzag`
+//! layout. Group `g` then holds pieces `[g·u, (g+1)·u)` and their mirror: chunks `g` and
+//! `2r − 1 − g` of a 2r-way zigzag, so the ring across groups is balanced under a causal mask.
+//!
+//! **Steps.** Before step 0 each group's all-to-alls give rank `(g, j)` the Q and K/V of the
+//! group's tokens for head group `j` (`head_all_to_all`). Steps `0 … r − 1` are a ring among
+//! ranks `(0, j) … (r − 1, j)` over those unions ([`super::shard::ring_pass_heads`]), one hop
+//! of head group `j`'s K/V per step, sent while the previous step computes. After step
+//! `r − 1` the outputs go back to their owners by a third all-to-all. `u = N` is Ulysses on a
+//! zigzag layout; `u = 1` is `zigzag`.
+
+use std::collections::BTreeMap;
+
+use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
+use crate::trace::Batch;
+
+use super::shard::{
+    assign_pieces, check_rings_bound, head_all_to_all, head_group, kv_group, merge_ranges,
+    ring_flash_params, ring_pass_heads, zigzag_pieces, RingHeads,
+};
+use super::{PlanContext, Planner};
+
+/// Two-level context parallelism: Ulysses groups of `ulysses` ranks, a zigzag ring across
+/// them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usp {
+    /// Ranks per Ulysses group (the ulysses degree); absent: [`Usp::default_degree`].
+    pub ulysses: Option<u32>,
+}
+
+impl Usp {
+    /// The Ulysses degree when none is given: the largest that divides both the ranks and the
+    /// query heads and fits in a node, so the all-to-alls stay on NVLink (1 when nothing larger
+    /// does: a plain zigzag ring).
+    pub fn default_degree(ctx: &PlanContext<'_>) -> u32 {
+        let cap = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
+        (1..=cap)
+            .rev()
+            .find(|&u| ctx.ranks % u == 0 && ctx.model.q_heads % u == 0)
+            .unwrap_or(1)
+    }
+}
+
+impl Planner for Usp {
+    fn name(&self) -> &'static str {
+        "usp"
+    }
+
+    fn params(&self) -> BTreeMap<String, serde_json::Value> {
+        ring_flash_params()
+    }
+
+    fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
+        let n = ctx.ranks;
+        let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
+        let u = self.ulysses.unwrap_or_else(|| Usp::default_degree(ctx));
+        if n == 0 || u == 0 || n % u != 0 {
+            return Err(PlanError::Planning(format!(
+                "usp:ulysses={u} needs the ranks ({n}) to be a multiple of it"
+            )));
+        }
+        if hq % u != 0 {
+            return Err(PlanError::Planning(format!(
+                "usp:ulysses={u} needs q_heads ({hq}) divisible by it"
+            )));
+        }
+        if hk == 0 || hq % hk != 0 {
+            return Err(PlanError::Planning(format!(
+                "usp needs q_heads ({hq}) to be a multiple of kv_heads ({hk})"
+            )));
+        }
+        let r = n / u;
+        let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
+        b.param("ulysses", u.into()).param("ring", r.into());
+        // A document's 2r chunks (one per group, and the mirror) are min(len, 2r) non-empty
+        // ranges, the middle two one range on the last group: each ring cuts it into at least
+        // min(len, 2r − 1) pieces (a plain zigzag ring, u = 1, is checked as `zigzag` is).
+        let cut = if u > 1 {
+            2 * u64::from(r) - 1
+        } else {
+            u64::from(r)
+        };
+        check_rings_bound(&b, batch, r, cut, u)?;
+        let shards = assign_pieces(&mut b, batch, n, |len| zigzag_pieces(len, n));
+        // What each rank computes: its group's tokens (for its head group).
+        let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(n as usize);
+        for g in 0..r {
+            let members: Vec<u32> = (g * u..(g + 1) * u).collect();
+            let all: Vec<TokenRange> = members
+                .iter()
+                .flat_map(|&k| shards[k as usize].iter().copied())
+                .collect();
+            // Gathered, a group's pieces that meet are one buffer (one zigzag ring keeps its
+            // two pieces apart, as ring-flash-attention's does).
+            let union = if u > 1 { merge_ranges(&all) } else { all };
+            unions.extend(std::iter::repeat_n(union, u as usize));
+            // One all-to-all of each kind per group: ids 3g, 3g + 1, 3g + 2.
+            head_all_to_all(&mut b, &members, &shards, (hq, hq / hk), 3 * g, r);
+        }
+        for j in 0..u {
+            let q = head_group(hq, u, j);
+            let heads = RingHeads {
+                q,
+                kv: kv_group(q, hq / hk),
+            };
+            let ring: Vec<u32> = (0..r).map(|g| g * u + j).collect();
+            ring_pass_heads(&mut b, &ring, &unions, (u > 1).then_some(heads))?;
+        }
+        Ok(b.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{summarize, Mask};
+    use crate::planners::testing::{assert_plans_verify, with_ctx};
+    use crate::planners::Zigzag;
+
+    #[test]
+    fn usp_plans_verify_structurally_and_numerically() {
+        let batches: &[&[u64]] = &[&[1], &[2000], &[1, 3, 16, 31, 100, 257]];
+        for u in [1, 2, 4, 8] {
+            let usp = Usp { ulysses: Some(u) };
+            let ranks: Vec<u32> = [1, 2, 4, 8, 16]
+                .into_iter()
+                .filter(|n| n % u == 0)
+                .collect();
+            assert_plans_verify(&usp, &ranks, batches);
+        }
+        assert_plans_verify(&Usp::default(), &[1, 2, 3, 4, 6, 8, 16], batches);
+    }
+
+    /// `ulysses=1` is a zigzag ring: the same layout, tiles and K/V hops.
+    #[test]
+    fn one_rank_per_group_is_zigzag() {
+        let batch = Batch::new(0, vec![4096, 300, 17, 1]);
+        for n in [1, 2, 4, 8] {
+            let (usp, zz) = with_ctx(n, Mask::Causal, |ctx| {
+                let usp = Usp { ulysses: Some(1) }.plan(&batch, ctx).unwrap();
+                (usp, Zigzag.plan(&batch, ctx).unwrap())
+            });
+            assert_eq!(usp.ranks, zz.ranks, "N={n}");
+            assert_eq!(usp.transfers, zz.transfers, "N={n}");
+        }
+    }
+
+    /// The default degree keeps the all-to-alls in a node: 8 on an 8-GPU node at 16 and 64
+    /// ranks, the largest divisor of both the ranks and the 64 query heads below that.
+    #[test]
+    fn the_default_degree_fills_a_node() {
+        for (n, u) in [
+            (1, 1),
+            (2, 2),
+            (3, 1),
+            (6, 2),
+            (8, 8),
+            (12, 4),
+            (16, 8),
+            (64, 8),
+        ] {
+            let got = with_ctx(n, Mask::Causal, Usp::default_degree);
+            assert_eq!(got, u, "N={n}");
+        }
+    }
+
+    /// Every rank does the same causal work (zigzag across groups, heads within), and a ring
+    /// hop carries one head group's K/V: 1/u of what a zigzag hop of the same tokens does.
+    #[test]
+    fn work_is_even_and_hops_carry_one_head_group() {
+        let batch = Batch::new(0, vec![16 * 512, 16 * 64]);
+        let (plan, m) = with_ctx(16, Mask::Causal, |ctx| {
+            (Usp::default().plan(&batch, ctx).unwrap(), ctx.model.clone())
+        });
+        assert_eq!(plan.scheme.params["ulysses"], 8);
+        assert_eq!(plan.scheme.params["ring"], 2);
+        let s = summarize(&plan, &m);
+        let flops: Vec<f64> = s.per_rank.iter().map(|r| r.flops).collect();
+        assert!(flops.iter().all(|&f| f == flops[0]), "{flops:?}");
+        let hops: Vec<_> = plan
+            .transfers
+            .iter()
+            .filter(|t| t.collective.is_none())
+            .collect();
+        // Two rings' worth of hops per head group: r − 1 = 1 step, 2 members, 8 groups.
+        assert_eq!(hops.len(), 16);
+        for t in hops {
+            let h = t.heads.unwrap();
+            assert_eq!(h.end - h.start, 8, "one K/V head of 8 query heads");
+            assert_eq!(t.src % 8, t.dst % 8, "a ring links the same head group");
+        }
+    }
+
+    /// Every head group runs its own ring, so the tiles to refuse are u rings' worth, counted
+    /// before the batch is cut: 2,100 documents of 64 tokens at 256 ranks are 4.2 million
+    /// tiles a ring, 34 million over the 8 rings.
+    #[test]
+    fn every_ring_s_tiles_are_counted_up_front() {
+        let batch = Batch::new(0, vec![64; 2100]);
+        let err = with_ctx(256, Mask::Causal, |ctx| Usp::default().plan(&batch, ctx))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs at least 33868800 attention tiles in 8 rings (one per head group) of 32 ranks"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_degrees_are_refused_by_name() {
+        let batch = Batch::new(0, vec![100]);
+        let err = |u, n| {
+            with_ctx(n, Mask::Causal, |ctx| {
+                Usp { ulysses: Some(u) }.plan(&batch, ctx)
+            })
+            .unwrap_err()
+            .to_string()
+        };
+        assert_eq!(
+            err(3, 8),
+            "usp:ulysses=3 needs the ranks (8) to be a multiple of it"
+        );
+        assert_eq!(
+            err(128, 128),
+            "usp:ulysses=128 needs q_heads (64) divisible by it"
+        );
+    }
+}
