@@ -234,17 +234,18 @@ mod tests {
     use crate::planners::shard::intersect_ranges;
     use crate::planners::testing::{assert_plans_verify, assert_valid, with_ctx};
 
+    /// `batch` planned by `magi:chunk=…,degree=…` on `n` ranks under `mask`.
+    fn magi(chunk: u64, degree: u32, n: u32, mask: Mask, batch: &Batch) -> Result<Plan, PlanError> {
+        with_ctx(n, mask, |ctx| Magi { chunk, degree }.plan(batch, ctx))
+    }
+
     /// Regression (bug hunt): `chunk × N` wrapped to zero and panicked dividing by it, and a
     /// chunk past 2³² wrote a plan whose padding the verifier refused. Both are refused now,
     /// and the largest chunk that pads within the limit still plans a valid plan.
     #[test]
     fn a_chunk_too_large_to_pad_is_refused() {
         let batch = Batch::new(0, vec![100, 200, 3, 1, 7]);
-        let plan = |chunk: u64| {
-            with_ctx(2, Mask::Causal, |ctx| {
-                Magi { chunk, degree: 1 }.plan(&batch, ctx)
-            })
-        };
+        let plan = |chunk: u64| magi(chunk, 1, 2, Mask::Causal, &batch);
         for chunk in [1 << 63, (1 << 32) + 1, u64::MAX] {
             let err = plan(chunk).unwrap_err().to_string();
             assert!(
@@ -261,27 +262,14 @@ mod tests {
     #[test]
     fn too_many_tiles_are_refused_before_they_are_built() {
         let batch = Batch::new(0, vec![16384]);
-        let err = with_ctx(2, Mask::Causal, |ctx| {
-            Magi {
-                chunk: 1,
-                degree: 1,
-            }
-            .plan(&batch, ctx)
-        })
-        .unwrap_err()
-        .to_string();
+        let err = magi(1, 1, 2, Mask::Causal, &batch).unwrap_err().to_string();
         assert!(
             err.contains("magi: chunk=1 cuts this batch into 33566721 tiles"),
             "{err}"
         );
         // Just under the limit still plans (the count is the builder's: shard.rs proptest).
         let fits = Batch::new(0, vec![1024]);
-        assert!(with_ctx(2, Mask::Causal, |ctx| Magi {
-            chunk: 1,
-            degree: 1
-        }
-        .plan(&fits, ctx))
-        .is_ok());
+        assert!(magi(1, 1, 2, Mask::Causal, &fits).is_ok());
     }
 
     #[test]
@@ -312,14 +300,7 @@ mod tests {
     fn equal_chunk_counts_and_padding() {
         // 40 tokens, chunk 8, N = 2: padded to 48 = 6 chunks, 3 per rank (one empty).
         let batch = Batch::new(0, vec![40]);
-        let plan = with_ctx(2, Mask::Causal, |ctx| {
-            Magi {
-                chunk: 8,
-                degree: 1,
-            }
-            .plan(&batch, ctx)
-        })
-        .unwrap();
+        let plan = magi(8, 1, 2, Mask::Causal, &batch).unwrap();
         assert_eq!(plan.scheme.params["pad_tokens"], 8);
         // Causal chunk areas 64k + 36 = 36, 100, 164, 228, 292, and 0 for the padding chunk:
         // chunk 4 (292)→0, 3 (228)→1, 2 (164)→1 (228 < 292), 1 (100)→0 (292 < 392), 0 (36)→0
@@ -347,8 +328,7 @@ mod tests {
         for mask in [Mask::Causal, Mask::Full] {
             for degree in [1, 2, 4] {
                 let batch = Batch::new(0, vec![300, 40, 7, 1000, 90]);
-                let plan =
-                    with_ctx(4, mask, |ctx| Magi { chunk: 64, degree }.plan(&batch, ctx)).unwrap();
+                let plan = magi(64, degree, 4, mask, &batch).unwrap();
                 let lens: Vec<u64> = plan.documents.iter().map(|d| d.len).collect();
                 for t in &plan.transfers {
                     let need = needed_kv(mask, &lens, &plan.ranks[t.dst as usize].owned);
@@ -379,14 +359,7 @@ mod tests {
     #[test]
     fn stages_overlap_like_the_uniform_partition() {
         let batch = Batch::new(0, vec![4096]);
-        let plan = with_ctx(4, Mask::Full, |ctx| {
-            Magi {
-                chunk: 512,
-                degree: 2,
-            }
-            .plan(&batch, ctx)
-        })
-        .unwrap();
+        let plan = magi(512, 2, 4, Mask::Full, &batch).unwrap();
         assert_eq!(plan.ranks[0].steps.len(), 3); // host + 2 remote stages
         for t in &plan.transfers {
             let s = t.collective.unwrap();

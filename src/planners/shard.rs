@@ -677,21 +677,21 @@ fn check_ring_size(
 /// [`contiguous_pieces`] and [`zigzag_pieces`], so [`check_ring_size`] would count at least
 /// the tiles of that many. (Cutting first took ring and zigzag 2–3 s at 4096 ranks to refuse.)
 pub fn check_ring_bound(b: &PlanBuilder, batch: &Batch, n: u32) -> Result<(), PlanError> {
-    check_rings_bound(b, batch, n, u64::from(n), 1)
+    check_rings_bound(b, batch, n, 1, |len| len.min(u64::from(n)))
 }
 
 /// [`check_ring_bound`] for `rings` passes of `n` members each (one per head group, `usp`),
 /// each building its own tiles, where a document of `len` tokens is cut into at least
-/// min(len, `cut`) pieces. Checking one ring of `n` pieces let `usp` at 256 ranks cut the
+/// `pieces(len)` pieces. Checking one ring of `n` pieces let `usp` at 256 ranks cut the
 /// batch and hold 3.5 GB before its first ring was refused.
 pub fn check_rings_bound(
     b: &PlanBuilder,
     batch: &Batch,
     n: u32,
-    cut: u64,
     rings: u32,
+    pieces: impl Fn(u64) -> u64,
 ) -> Result<(), PlanError> {
-    let pieces: Vec<u64> = batch.doc_lens.iter().map(|&l| l.min(cut)).collect();
+    let pieces: Vec<u64> = batch.doc_lens.iter().map(|&l| pieces(l)).collect();
     ring_tiles_fit(b, n as usize, rings, &pieces)
 }
 

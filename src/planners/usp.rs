@@ -30,7 +30,7 @@ use super::shard::{
     assign_pieces, check_rings_bound, head_all_to_all, head_group, kv_group, merge_ranges,
     ring_flash_params, ring_pass_heads, zigzag_pieces, RingHeads,
 };
-use super::{PlanContext, Planner};
+use super::{PlanContext, Planner, MAX_PLAN_ITEMS};
 
 /// Two-level context parallelism: Ulysses groups of `ulysses` ranks, a zigzag ring across
 /// them.
@@ -42,13 +42,16 @@ pub struct Usp {
 
 impl Usp {
     /// The Ulysses degree when none is given: the largest that divides both the ranks and the
-    /// query heads and fits in a node, so the all-to-alls stay on NVLink (1 when nothing larger
-    /// does: a plain zigzag ring).
+    /// query heads and whose groups (consecutive ranks) each fit in one node, so the
+    /// all-to-alls stay on NVLink (1 when nothing larger does: a plain zigzag ring). Past one
+    /// node that means dividing the node's GPUs too: 5 of 20 ranks on 8-GPU nodes would put
+    /// ranks 5–9 across two (bug hunt: a 40-head model at 20 ranks got 5, 51 % slower than 4).
     pub fn default_degree(ctx: &PlanContext<'_>) -> u32 {
-        let cap = ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1));
-        (1..=cap)
+        let gpn = ctx.hardware.gpus_per_node.max(1);
+        let n = ctx.ranks.max(1);
+        (1..=gpn.min(n))
             .rev()
-            .find(|&u| ctx.ranks % u == 0 && ctx.model.q_heads % u == 0)
+            .find(|&u| n % u == 0 && ctx.model.q_heads % u == 0 && (n <= gpn || gpn % u == 0))
             .unwrap_or(1)
     }
 }
@@ -84,16 +87,14 @@ impl Planner for Usp {
         let r = n / u;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         b.param("ulysses", u.into()).param("ring", r.into());
-        // A document's 2r chunks (one per group, and the mirror) are min(len, 2r) non-empty
-        // ranges, the middle two one range on the last group: each ring cuts it into at least
-        // min(len, 2r − 1) pieces (a plain zigzag ring, u = 1, is checked as `zigzag` is).
-        let cut = if u > 1 {
-            2 * u64::from(r) - 1
-        } else {
-            u64::from(r)
-        };
-        check_rings_bound(&b, batch, r, cut, u)?;
+        // A document's 2r chunks (one per group, and its mirror) are min(len, 2r) non-empty
+        // ranges, and at most one group finds its two touching (all between them empty) and
+        // holds them as one: each ring cuts it into at least min(len, 2r) − 1 pieces (a plain
+        // zigzag ring, u = 1, is checked as `zigzag` is). The bound was min(len, 2r − 1),
+        // which refused batches of 3-token documents that fit (bug hunt).
+        check_rings_bound(&b, batch, r, u, |len| ring_pieces_at_least(len, u, r))?;
         let shards = assign_pieces(&mut b, batch, n, |len| zigzag_pieces(len, n));
+        check_all_to_alls(&shards, u)?;
         // What each rank computes: its group's tokens (for its head group).
         let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(n as usize);
         for g in 0..r {
@@ -120,6 +121,37 @@ impl Planner for Usp {
         }
         Ok(b.finish())
     }
+}
+
+/// The fewest pieces a ring of `usp` with Ulysses degree `u` and `r` groups cuts a document of
+/// `len` tokens into (the up-front tile bound, [`Planner::plan`]).
+fn ring_pieces_at_least(len: u64, u: u32, r: u32) -> u64 {
+    match u {
+        1 => len.min(u64::from(r)),
+        _ => len.min(2 * u64::from(r)).saturating_sub(1).max(1),
+    }
+}
+
+/// Refuse, before any transfer is listed, all-to-alls that would list more token ranges than
+/// a plan may hold ([`MAX_PLAN_ITEMS`]): each piece lists its sender's whole shard (2 ranges a
+/// document), to each of the `u − 1` others of its group, for Q, K/V and the outputs.
+/// `usp:ulysses=64` at 128 ranks listed 49 million ranges (a 768 MB plan, 2 GB of memory) and
+/// at 256 ranks ran out of memory (bug hunt). The rings' hops need no count of their own: a
+/// hop lists a group's ranges, no more than the tiles it feeds, which are bounded already
+/// ([`check_rings_bound`]), as for `ring` and `zigzag`.
+fn check_all_to_alls(shards: &[Vec<TokenRange>], u: u32) -> Result<(), PlanError> {
+    let ranges: u64 = shards.iter().map(|s| s.len() as u64).sum();
+    let listed = 3 * u64::from(u - 1) * ranges;
+    if listed <= MAX_PLAN_ITEMS {
+        return Ok(());
+    }
+    Err(PlanError::Planning(format!(
+        "usp:ulysses={u} on {} ranks lists {listed} token ranges in its all-to-alls (each \
+         rank's shard sent to every other rank of its group for Q, K/V and the outputs), more \
+         than the {MAX_PLAN_ITEMS} a plan may hold; use a smaller Ulysses degree, fewer ranks \
+         or smaller batches",
+        shards.len()
+    )))
 }
 
 #[cfg(test)]
@@ -216,6 +248,90 @@ mod tests {
             err.contains("needs at least 33868800 attention tiles in 8 rings (one per head group) of 32 ranks"),
             "{err}"
         );
+    }
+
+    /// Regression (bug hunt): the up-front bound said 3-token documents take 3 pieces a ring
+    /// at u = 2, r = 2 and refused a batch of them that fit; they take 2. The bound never
+    /// exceeds the pieces a ring really has (its causal tiles are p(p + 1)/2).
+    #[test]
+    fn the_up_front_piece_bound_is_a_lower_bound() {
+        for (u, n) in [
+            (1, 1),
+            (1, 4),
+            (2, 2),
+            (2, 4),
+            (2, 8),
+            (4, 8),
+            (4, 16),
+            (8, 16),
+        ] {
+            for len in 1..=40u64 {
+                let batch = Batch::new(0, vec![len]);
+                let plan = with_ctx(n, Mask::Causal, |ctx| {
+                    Usp { ulysses: Some(u) }.plan(&batch, ctx).unwrap()
+                });
+                // Ring 0: the ranks at position 0 of each group.
+                let tiles: usize = (0..n / u)
+                    .flat_map(|g| &plan.ranks[(g * u) as usize].steps)
+                    .map(|s| s.tasks.len())
+                    .sum();
+                let p = ring_pieces_at_least(len, u, n / u) as usize;
+                assert!(
+                    p * (p + 1) / 2 <= tiles,
+                    "u={u} N={n} len={len}: {p} pieces, {tiles} tiles"
+                );
+                if (u, n, len) == (2, 4, 3) {
+                    assert_eq!((p, tiles), (2, 3));
+                }
+            }
+        }
+    }
+
+    /// Regression (bug hunt): `usp:ulysses=64` at 128 ranks listed 49 million token ranges in
+    /// its all-to-alls (a 768 MB plan); they are counted before any is listed.
+    #[test]
+    fn oversized_all_to_alls_are_refused_up_front() {
+        let batch = Batch::new(0, vec![300; 2000]);
+        let err = with_ctx(128, Mask::Causal, |ctx| {
+            Usp { ulysses: Some(64) }.plan(&batch, ctx)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(
+                "usp:ulysses=64 on 128 ranks lists 96768000 token ranges in its all-to-alls"
+            ),
+            "{err}"
+        );
+    }
+
+    /// Regression (bug hunt): past one node the default degree must divide the node's GPUs,
+    /// or a group straddles two nodes: a 40-head model at 20 ranks took 5, not 4.
+    #[test]
+    fn the_default_degree_keeps_groups_inside_nodes() {
+        let hardware = crate::hardware::Hardware::load("h100").unwrap();
+        for (q_heads, n, u) in [
+            (40, 20, 4),
+            (40, 4, 4),
+            (40, 5, 5),
+            (24, 12, 4),
+            (12, 12, 4),
+            (24, 6, 6),
+        ] {
+            let model = crate::model::Model {
+                q_heads,
+                kv_heads: 8.min(q_heads),
+                ..crate::model::Model::load("llama3-8b").unwrap()
+            };
+            let ctx = PlanContext {
+                ranks: n,
+                tokens_per_rank: 1024,
+                mask: Mask::Causal,
+                model: &model,
+                hardware: &hardware,
+            };
+            assert_eq!(Usp::default_degree(&ctx), u, "{q_heads} heads, N={n}");
+        }
     }
 
     #[test]
