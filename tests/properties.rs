@@ -214,6 +214,41 @@ proptest! {
         }
     }
 
+    /// `usp` against `zigzag` as its oracle: both cut every document the same way (2N pieces,
+    /// rank k holding k and 2N − 1 − k), so a Ulysses group's ranks share exactly the work
+    /// zigzag gives the same ranks, each 1/u of it over its own head group; and `ulysses=1`
+    /// is zigzag itself, tile for tile and hop for hop.
+    #[test]
+    fn usp_splits_zigzag_s_work_evenly_inside_each_group(
+        lens in prop::collection::vec(doc_len(), 1..10),
+        (ranks, u) in prop_oneof![
+            Just((1u32, 1u32)), Just((2, 1)), Just((2, 2)), Just((4, 2)), Just((4, 4)),
+            Just((6, 2)), Just((8, 4)), Just((8, 8)), Just((16, 8)),
+        ],
+        causal in any::<bool>(),
+    ) {
+        let mask = if causal { Mask::Causal } else { Mask::Full };
+        let batch = Batch::new(0, lens);
+        let zz = plan_with("zigzag", &batch, ranks, mask).expect("zigzag plans");
+        let usp = plan_with(&format!("usp:ulysses={u}"), &batch, ranks, mask).expect("usp plans");
+        let model = Model::load("llama3-8b").expect("bundled model");
+        let flops = |p: &fcp::Plan| -> Vec<f64> {
+            fcp::plan::summarize(p, &model).per_rank.iter().map(|r| r.flops).collect()
+        };
+        let (z, s) = (flops(&zz), flops(&usp));
+        for g in 0..(ranks / u) as usize {
+            let group = g * u as usize..(g + 1) * u as usize;
+            let share = z[group.clone()].iter().sum::<f64>() / f64::from(u);
+            for k in group {
+                prop_assert!((s[k] - share).abs() <= 1e-9 * share.max(1.0), "rank {k}: {} vs {share}", s[k]);
+            }
+        }
+        if u == 1 {
+            prop_assert_eq!(&usp.ranks, &zz.ranks);
+            prop_assert_eq!(&usp.transfers, &zz.transfers);
+        }
+    }
+
     /// A rank's waits split into time with a message of its own in flight and time waiting on
     /// a peer, and the two add up to the engine's exposed time to the nanosecond, on every
     /// scheme's plans, both passes.
