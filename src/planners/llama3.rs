@@ -19,8 +19,8 @@ use crate::plan::{HeadRange, Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    all_gather_heads, check_gather_ranges, gather_attend, needed_kv, own_all, packed_ranges,
-    pad_batch, split_even, zigzag_pieces, Padding,
+    all_gather_heads, check_gather_ranges, gather_attend, gqa_group, needed_kv, own_all,
+    packed_ranges, pad_batch, split_even, zigzag_pieces, Padding,
 };
 use super::{PlanContext, Planner};
 
@@ -82,19 +82,14 @@ impl Planner for Llama3Contig {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
-        if hk == 0 || hq % hk != 0 {
-            return Err(PlanError::Planning(format!(
-                "llama3-contig needs q_heads ({hq}) to be a multiple of kv_heads ({hk})"
-            )));
-        }
+        let hk = ctx.model.kv_heads;
+        let group = gqa_group("llama3-contig", ctx.model)?;
         let stride = self.heads_k_stride;
         if stride == 0 || hk % stride != 0 {
             return Err(PlanError::Planning(format!(
                 "llama3-contig needs heads_k_stride ({stride}) to divide kv_heads ({hk})"
             )));
         }
-        let group = hq / hk;
         let n = ctx.ranks;
         // An even contiguous split: the packed length is padded to a multiple of N.
         let (padded, pads) = pad_batch(batch, Padding::Total(n as u64));

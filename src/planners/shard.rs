@@ -742,6 +742,19 @@ fn ring_tiles_fit(
     Ok(())
 }
 
+/// Query heads per K/V head (the GQA group) of `model`, for a head-parallel `scheme`; refused
+/// when the query heads are not a whole multiple of the K/V heads, since its ranks could not
+/// each read whole K/V heads.
+pub fn gqa_group(scheme: &str, model: &crate::Model) -> Result<u32, PlanError> {
+    let (hq, hk) = (model.q_heads, model.kv_heads);
+    if hk == 0 || hq % hk != 0 {
+        return Err(PlanError::Planning(format!(
+            "{scheme} needs q_heads ({hq}) to be a multiple of kv_heads ({hk})"
+        )));
+    }
+    Ok(hq / hk)
+}
+
 /// The query heads rank `r` of `n` computes.
 pub fn head_group(q_heads: u32, n: u32, r: u32) -> HeadRange {
     let per = q_heads / n;

@@ -13,7 +13,7 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    head_all_to_all, head_group, own_all, packed_ranges, pad_batch, split_even, Padding,
+    gqa_group, head_all_to_all, head_group, own_all, packed_ranges, pad_batch, split_even, Padding,
 };
 use super::{PlanContext, Planner};
 
@@ -28,18 +28,13 @@ impl Planner for Ulysses {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
-        let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
+        let hq = ctx.model.q_heads;
         if n == 0 || hq % n != 0 {
             return Err(PlanError::Planning(format!(
                 "ulysses needs q_heads ({hq}) divisible by N ({n})"
             )));
         }
-        if hk == 0 || hq % hk != 0 {
-            return Err(PlanError::Planning(format!(
-                "ulysses needs q_heads ({hq}) to be a multiple of kv_heads ({hk})"
-            )));
-        }
-        let group = hq / hk;
+        let group = gqa_group("ulysses", ctx.model)?;
         // DeepSpeed splits the sequence dimension evenly: the packed length is padded to a
         // multiple of N.
         let (padded, pads) = pad_batch(batch, Padding::Total(n as u64));

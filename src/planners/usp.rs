@@ -27,8 +27,8 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    assign_pieces, check_rings_bound, head_all_to_all, head_group, kv_group, merge_ranges,
-    ring_flash_params, ring_pass_heads, zigzag_pieces, RingHeads,
+    assign_pieces, check_rings_bound, gqa_group, head_all_to_all, head_group, kv_group,
+    merge_ranges, ring_flash_params, ring_pass_heads, zigzag_pieces, RingHeads,
 };
 use super::{PlanContext, Planner, MAX_PLAN_ITEMS};
 
@@ -67,7 +67,7 @@ impl Planner for Usp {
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
-        let (hq, hk) = (ctx.model.q_heads, ctx.model.kv_heads);
+        let hq = ctx.model.q_heads;
         let u = self.ulysses.unwrap_or_else(|| Usp::default_degree(ctx));
         if n == 0 || u == 0 || n % u != 0 {
             return Err(PlanError::Planning(format!(
@@ -79,11 +79,7 @@ impl Planner for Usp {
                 "usp:ulysses={u} needs q_heads ({hq}) divisible by it"
             )));
         }
-        if hk == 0 || hq % hk != 0 {
-            return Err(PlanError::Planning(format!(
-                "usp needs q_heads ({hq}) to be a multiple of kv_heads ({hk})"
-            )));
-        }
+        let gqa = gqa_group("usp", ctx.model)?;
         let r = n / u;
         let mut b = PlanBuilder::new(self.name(), self.params(), batch, ctx);
         b.param("ulysses", u.into()).param("ring", r.into());
@@ -108,13 +104,13 @@ impl Planner for Usp {
             let union = if u > 1 { merge_ranges(&all) } else { all };
             unions.extend(std::iter::repeat_n(union, u as usize));
             // One all-to-all of each kind per group: ids 3g, 3g + 1, 3g + 2.
-            head_all_to_all(&mut b, &members, &shards, (hq, hq / hk), 3 * g, r);
+            head_all_to_all(&mut b, &members, &shards, (hq, gqa), 3 * g, r);
         }
         for j in 0..u {
             let q = head_group(hq, u, j);
             let heads = RingHeads {
                 q,
-                kv: kv_group(q, hq / hk),
+                kv: kv_group(q, gqa),
             };
             let ring: Vec<u32> = (0..r).map(|g| g * u + j).collect();
             ring_pass_heads(&mut b, &ring, &unions, (u > 1).then_some(heads))?;
