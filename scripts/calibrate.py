@@ -150,11 +150,26 @@ def main(argv=None):
         print("warning: calibrating on the CPU; the profile describes this CPU, not a GPU", file=sys.stderr)
     if a.q_heads < 1 or a.kv_heads < 1 or a.q_heads % a.kv_heads:
         raise SystemExit("error: --q-heads must be a positive multiple of --kv-heads")
-    if a.kv_ratio <= 0:
-        raise SystemExit("error: --kv-ratio must be positive")
+    if not (math.isfinite(a.kv_ratio) and a.kv_ratio > 0):
+        raise SystemExit("error: --kv-ratio must be a finite positive number")
+    # Every pass and mask, and the causal rows' square tiles, checked before the grid runs (bug
+    # hunt: a bad entry late in the list was refused after the rows before it were measured).
+    passes = [p for p in a.passes.split(",") if p]
+    masks = [m for m in a.masks.split(",") if m]
+    for p in passes:
+        if p not in ("fwd", "bwd"):
+            raise SystemExit(f"error: unknown pass {p!r}")
+    for m in masks:
+        if m not in ("causal", "full"):
+            raise SystemExit(f"error: unknown mask {m!r}")
+    if "causal" in masks and a.kv_ratio != 1:
+        raise SystemExit("error: causal rows need square tiles (--kv-ratio 1): the replay runs causal "
+                         "pieces as squares on the diagonal; calibrate them with --masks full")
     if a.iters < 1 or a.warmup < 0:
         raise SystemExit("error: --iters must be at least 1 and --warmup at least 0")
     # Checked before the grid runs: a bad path used to fail after the whole (GPU) calibration.
+    if not a.output:
+        raise SystemExit("error: -o is empty: name the profile CSV to write")
     folder = os.path.dirname(a.output) or "."
     if os.path.isdir(a.output) or not os.path.isdir(folder):
         raise SystemExit(f"error: -o {a.output}: " + ("is a directory" if os.path.isdir(a.output)
@@ -178,12 +193,8 @@ def main(argv=None):
                          "by length alone); run once per count with its own -o")
     rows, start = [], time.monotonic()
     for d in dims:
-        for pas in [p for p in a.passes.split(",") if p]:
-            if pas not in ("fwd", "bwd"):
-                raise SystemExit(f"error: unknown pass {pas!r}")
-            for mask in [m for m in a.masks.split(",") if m]:
-                if mask not in ("causal", "full"):
-                    raise SystemExit(f"error: unknown mask {mask!r}")
+        for pas in passes:
+            for mask in masks:
                 series = [(False, None)] + [(True, n) for n in vdocs]
                 for varlen, n in series:
                     for L in lens:

@@ -86,6 +86,8 @@ def settings(a, plan):
         raise PlanError("--head-dim must be at least 1")
     acc = torch.float64 if dtype == torch.float64 else torch.float32
     check = a.check == "yes" or (a.check == "auto" and plan.total_tokens() <= CHECK_TOKENS)
+    if not (math.isfinite(a.tolerance) and a.tolerance >= 0):
+        raise PlanError(f"--tolerance must be a finite number >= 0, got {a.tolerance}")
     tol = a.tolerance or {torch.float64: 1e-9, torch.float32: 1e-4}.get(dtype, 5e-2)
     warmup = a.warmup if a.warmup >= 0 else (2 if gpu else 0)
     iters = a.iters if a.iters >= 1 else (5 if gpu else 1)
@@ -329,6 +331,8 @@ def output_paths(plans, output):
     real = [os.path.realpath(p) for p in plans]
     if len(set(real)) != len(real):
         raise PlanError("a plan is named twice")
+    if not output:
+        raise PlanError("-o is empty: name the measured.json file (one plan) or a folder (several)")
     if len(plans) == 1:
         outs = [output]
         parent = os.path.dirname(output) or "."
@@ -344,6 +348,11 @@ def output_paths(plans, output):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise PlanError(f"two plans would both write {output}/{twice[0]}: give the plan files different names")
+        # Checked before any plan runs, not when its turn comes (bug hunt: the plans before it
+        # had replayed and written theirs).
+        for out in outs:
+            if os.path.isdir(out):
+                raise PlanError(f"{out} is a directory; the measurement of a plan is written there as a file")
     for out in outs:
         if os.path.realpath(out) in real:
             raise PlanError(f"the measurement would overwrite the plan {out}")

@@ -149,6 +149,23 @@ if [[ $rc -eq 2 ]] && grep -q "does not exist" "$work/bad-out.log" && ! grep -q 
 else
     bad "replay with a missing output folder exited $rc"; cat "$work/bad-out.log"
 fi
+# So are an empty -o, a folder where a second plan's measurement goes (the first plan used to
+# replay and write its own first) and a tolerance that is not a finite number (a traceback
+# after the replay).
+mkdir -p "$work/outs/zigzag.measured.json"
+refuses() { # refuses WHAT ARGS...: replay.py exits 2 before replaying anything, no traceback
+    local what=$1 rc
+    shift
+    if "$PY" scripts/replay.py "$@" --single-device --head-dim 8 >"$work/bad-args.log" 2>&1; then rc=0; else rc=$?; fi
+    if [[ $rc -eq 2 ]] && ! grep -q Traceback "$work/bad-args.log" && [[ ! -e "$work/outs/fcp.measured.json" ]]; then
+        ok "replay refuses $what up front: $(head -n 1 "$work/bad-args.log")"
+    else
+        bad "replay with $what exited $rc"; cat "$work/bad-args.log"
+    fi
+}
+refuses "an empty -o" "$work/fcp.json" -o ""
+refuses "a folder where a second plan's measurement goes" "$work/fcp.json" "$work/zigzag.json" -o "$work/outs"
+refuses "--tolerance nan" "$work/fcp.json" --tolerance nan -o "$work/tol.json"
 
 # Single-device mode: one process runs each rank's compute in turn.
 if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 -o "$work/fcp-single.json" \
@@ -192,6 +209,11 @@ elif what == "doc-out-of-range":
     p["transfers"][0]["ranges"][0][0] = len(p["documents"]) + 5
 elif what == "heads-out-of-range":
     next(t for r in p["ranks"] for s in r["steps"] for t in s["tasks"])["heads"] = [0, p["q_heads"] + 1]
+elif what == "issued-after-due":
+    t = p["transfers"][0]
+    t["issue_at"] = t["arrive_by"] + 1
+elif what == "unheld-document":
+    p["documents"].append({"id": len(p["documents"]), "len": 50})
 else:
     steps = [s for r in p["ranks"] for s in r["steps"] if s["tasks"]]
     step = steps[len(steps) // 2]
@@ -212,8 +234,11 @@ for case in "ring drop-transfer" "llama3 drop-receiver" "zigzag drop-task" "flas
     fi
 done
 # A range or head range outside the plan is refused before any rank runs (exit 2, no
-# traceback; it used to be an IndexError mid-replay, or a PASS on one device).
-for what in doc-out-of-range heads-out-of-range; do
+# traceback; it used to be an IndexError mid-replay, or a PASS on one device). So are a
+# transfer issued after it is due (the distributed replay deadlocked until the collective
+# timeout) and a document no rank holds (the distributed replay never compared its rows and
+# said PASS).
+for what in doc-out-of-range heads-out-of-range issued-after-due unheld-document; do
     corrupt "$work/ring.json" "$work/bad-ring-$what.json" "$what"
     if "$PY" scripts/replay.py "$work/bad-ring-$what.json" --single-device --head-dim 8 \
         -o "$work/bad-ring-$what-m.json" >"$work/bad-ring-$what.log" 2>&1; then rc=0; else rc=$?; fi
@@ -271,7 +296,8 @@ fi
 # Bad calibration inputs are refused before the grid runs, not with a traceback after it (a
 # missing output folder once cost a whole GPU calibration).
 tiny="--device cpu --dtype float32 --q-heads 2 --kv-heads 1 --head-dims 16 --lens 64 --passes fwd --masks full --warmup 0 --iters 1"
-for args in "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv"; do
+for args in "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv" \
+    "--passes fwd,bogus -o $work/k.csv" "--masks full,causal --kv-ratio 2 -o $work/k.csv" "--kv-ratio nan -o $work/k.csv"; do
     # shellcheck disable=SC2086
     if "$PY" scripts/calibrate.py $tiny $args >"$work/calibrate-bad.log" 2>&1 ||
         ! grep -q '^error: ' "$work/calibrate-bad.log" || grep -q Traceback "$work/calibrate-bad.log"; then

@@ -15,6 +15,30 @@ class PlanError(Exception):
     """The file is not a plan this executor can run (exit 2)."""
 
 
+# The longest document a plan may hold (2^32 tokens, as `fcp verify` checks).
+MAX_DOC_LEN = 1 << 32
+
+
+def _check_cover(origin, what, layout, extent):
+    """Each document's tokens [0, extent) held by exactly one rank in `layout` (per rank, a
+    list of [doc, start, end] ranges)."""
+    by_doc = {}
+    for rank, ranges in enumerate(layout):
+        for (d, s, e) in ranges:
+            by_doc.setdefault(d, []).append((s, e, rank))
+    for d, n in enumerate(extent):
+        at = 0
+        for (s, e, rank) in sorted(by_doc.get(d, [])):
+            if s != at:
+                gap = "held twice" if s < at else "held by no rank"
+                raise PlanError(f"{origin}: {what}: tokens of document {d} from {min(s, at)} are {gap}"
+                                f" (every token is held by exactly one rank)")
+            at = e
+        if at != n:
+            raise PlanError(f"{origin}: {what}: tokens of document {d} from {at} to {n} are held by no rank"
+                            f" (every token is held by exactly one rank)")
+
+
 def _heads(x, what):
     """A head range [h0, h1) as read; checked against the plan's heads once they are known."""
     if x is None:
@@ -50,6 +74,11 @@ class Transfer:
         self.ranges = [_range(r, f"transfer {index}") for r in t["ranges"]]
         self.heads = _heads(t.get("heads"), f"transfer {index}")
         self.issue_at, self.arrive_by = int(t["issue_at"]), int(t["arrive_by"])
+        # A send issued after it is due (or at a negative step) is never matched in time: the
+        # distributed replay deadlocked until the collective timeout (bug hunt).
+        if not 0 <= self.issue_at <= self.arrive_by:
+            raise PlanError(f"transfer {index}: issued at step {self.issue_at} but due by step "
+                            f"{self.arrive_by} (steps are >= 0 and a transfer is due no earlier than it is issued)")
 
     def call_key(self):
         """Pieces of one collective call share this key (as the simulator groups them)."""
@@ -101,6 +130,8 @@ class Plan:
                     steps.append(tasks)
                 self.steps.append(steps)
             layout = obj.get("input_layout")
+            if layout is not None and len(layout) != self.num_ranks:
+                raise PlanError(f"{origin}: input_layout has {len(layout)} rank entries, num_ranks is {self.num_ranks}")
             self.initial = ([[_range(r, "input_layout") for r in rs] for rs in layout]
                             if layout is not None else self.owned)
             self.transfers = []
@@ -122,6 +153,15 @@ class Plan:
         for (d, s, e) in all_ranges:
             if d >= len(self.extent) or e > self.extent[d] or s >= e:
                 raise PlanError(f"{origin}: range {[d, s, e]} lies outside its document")
+        for d, n in enumerate(self.extent):
+            if not 0 <= n <= MAX_DOC_LEN:
+                raise PlanError(f"{origin}: document {d} has {n} tokens; a plan's documents hold 0 to {MAX_DOC_LEN}")
+        # Every token held by exactly one rank, in the layout the replay starts from and in the
+        # one it ends with: a document no rank held was never computed, yet its rows were
+        # never compared either, and the distributed replay said PASS (bug hunt).
+        _check_cover(origin, "owned", self.owned, self.extent)
+        if layout is not None:
+            _check_cover(origin, "input_layout", self.initial, self.extent)
         heads = [h for steps in self.steps for tasks in steps for (_, _, h) in tasks if h is not None]
         heads += [t.heads for t in self.transfers if t.heads is not None]
         for (h0, h1) in heads:
