@@ -609,7 +609,7 @@ pub fn ring_pass_group(
     group: &[u32],
     shards: &[Vec<TokenRange>],
 ) -> Result<(), PlanError> {
-    ring_pass_heads(b, group, shards, None)
+    ring_pass_heads(b, group, |i| &shards[group[i] as usize], None)
 }
 
 /// The query heads a head-parallel ring computes and the K/V heads it circulates (in
@@ -622,28 +622,28 @@ pub struct RingHeads {
     pub kv: HeadRange,
 }
 
-/// [`ring_pass_group`] over one head group (`heads`; absent = all heads): `usp` runs one ring
-/// per head group, each member's shard the union its Ulysses group gathered for those heads.
-pub fn ring_pass_heads(
+/// [`ring_pass_group`] over one head group (`heads`; absent = all heads), where `shard(i)` is
+/// what the ring's `i`-th member (`group[i]`) holds: `usp` runs one ring per head group, each
+/// member holding the union its Ulysses group gathered for those heads (one per group, not
+/// a copy per rank).
+pub fn ring_pass_heads<'a>(
     b: &mut PlanBuilder,
     group: &[u32],
-    shards: &[Vec<TokenRange>],
+    shard: impl Fn(usize) -> &'a [TokenRange],
     heads: Option<RingHeads>,
 ) -> Result<(), PlanError> {
-    check_ring_size(b, group, shards)?;
     let n = group.len();
+    check_ring_size(b, n, &shard)?;
     let (q_heads, kv_heads) = (heads.map(|h| h.q), heads.map(|h| h.kv));
-    for &r in group {
-        let own = &shards[r as usize];
-        cross_tasks_heads(b, r, 0, own, own, q_heads);
+    for (i, &r) in group.iter().enumerate() {
+        cross_tasks_heads(b, r, 0, shard(i), shard(i), q_heads);
     }
     for s in 1..n {
         for i in 0..n {
             let r = group[i];
-            let origin = group[(i + n - s) % n];
             let from = group[(i + n - 1) % n];
-            let ranges = shards[origin as usize].clone();
-            cross_tasks_heads(b, r, s as u32, &shards[r as usize], &ranges, q_heads);
+            let ranges = shard((i + n - s) % n).to_vec();
+            cross_tasks_heads(b, r, s as u32, shard(i), &ranges, q_heads);
             b.transfer(Transfer {
                 heads: kv_heads,
                 ..Transfer::kv(from, r, ranges, s as u32 - 1, s as u32)
@@ -656,20 +656,20 @@ pub fn ring_pass_heads(
 /// A ring pass pairs every piece of a document with every other piece of it: `p` pieces give
 /// `p²` tiles, `p(p + 1)/2` of them non-empty under a causal mask. Counted from the shards in
 /// O(pieces), so an oversized batch is refused in microseconds, not after minutes of building.
-fn check_ring_size(
+fn check_ring_size<'a>(
     b: &PlanBuilder,
-    group: &[u32],
-    shards: &[Vec<TokenRange>],
+    members: usize,
+    shard: &impl Fn(usize) -> &'a [TokenRange],
 ) -> Result<(), PlanError> {
     let mut pieces = vec![0u64; b.documents().len()];
-    for &r in group {
-        for piece in &shards[r as usize] {
+    for i in 0..members {
+        for piece in shard(i) {
             if let Some(p) = pieces.get_mut(piece.doc as usize) {
                 *p += 1;
             }
         }
     }
-    ring_tiles_fit(b, group.len(), 1, &pieces)
+    ring_tiles_fit(b, members, 1, &pieces)
 }
 
 /// Refuse, before a document is cut, a ring pass over all `n` ranks whose tiles could not be
@@ -762,6 +762,31 @@ pub fn head_group(q_heads: u32, n: u32, r: u32) -> HeadRange {
         start: r * per,
         end: (r + 1) * per,
     }
+}
+
+/// Refuse, before any is listed, the [`head_all_to_all`]s of groups of `members` ranks over
+/// `shards` (indexed by rank, every rank in one group) when they would list more token ranges
+/// than a plan may hold ([`MAX_PLAN_ITEMS`]): each piece lists its sender's whole shard, to each
+/// of the `members − 1` others of its group, for Q, K/V and the outputs. `usp:ulysses=64` at
+/// 128 ranks listed 49 million ranges (a 768 MB plan, 2 GB of memory) and at 256 ranks ran out
+/// of memory (bug hunt). `what` names the scheme as the user wrote it.
+pub fn check_head_all_to_alls(
+    what: &str,
+    shards: &[Vec<TokenRange>],
+    members: u32,
+) -> Result<(), PlanError> {
+    let ranges: u64 = shards.iter().map(|s| s.len() as u64).sum();
+    let listed = 3 * u64::from(members.saturating_sub(1)) * ranges;
+    if listed <= MAX_PLAN_ITEMS {
+        return Ok(());
+    }
+    Err(PlanError::Planning(format!(
+        "{what} on {} ranks lists {listed} token ranges in its all-to-alls (each rank's shard \
+         sent to every other rank of its group for Q, K/V and the outputs), more than the \
+         {MAX_PLAN_ITEMS} a plan may hold; use a smaller Ulysses degree, fewer ranks or smaller \
+         batches",
+        shards.len()
+    )))
 }
 
 /// Ulysses' all-to-alls among `members` (ranks, in head-group order; `shards` indexed by

@@ -13,7 +13,8 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    gqa_group, head_all_to_all, head_group, own_all, packed_ranges, pad_batch, split_even, Padding,
+    check_head_all_to_alls, gqa_group, head_all_to_all, head_group, own_all, packed_ranges,
+    pad_batch, split_even, Padding,
 };
 use super::{PlanContext, Planner};
 
@@ -47,6 +48,7 @@ impl Planner for Ulysses {
             .enumerate()
             .map(|(r, (s, e))| own_all(&mut b, r as u32, &packed_ranges(&batch.doc_lens, s, e)))
             .collect();
+        check_head_all_to_alls("ulysses", &shards, n)?;
         let members: Vec<u32> = (0..n).collect();
         // Outputs go back after step 0, the one step that computes.
         head_all_to_all(&mut b, &members, &shards, (hq, group), 0, 1);

@@ -27,10 +27,11 @@ use crate::plan::{Plan, PlanBuilder, PlanError, TokenRange};
 use crate::trace::Batch;
 
 use super::shard::{
-    assign_pieces, check_rings_bound, gqa_group, head_all_to_all, head_group, kv_group,
-    merge_ranges, ring_flash_params, ring_pass_heads, zigzag_pieces, RingHeads,
+    assign_pieces, check_head_all_to_alls, check_rings_bound, gqa_group, head_all_to_all,
+    head_group, kv_group, merge_ranges, ring_flash_params, ring_pass_heads, zigzag_pieces,
+    RingHeads,
 };
-use super::{PlanContext, Planner, MAX_PLAN_ITEMS};
+use super::{PlanContext, Planner};
 
 /// Two-level context parallelism: Ulysses groups of `ulysses` ranks, a zigzag ring across
 /// them.
@@ -90,9 +91,11 @@ impl Planner for Usp {
         // which refused batches of 3-token documents that fit (bug hunt).
         check_rings_bound(&b, batch, r, u, |len| ring_pieces_at_least(len, u, r))?;
         let shards = assign_pieces(&mut b, batch, n, |len| zigzag_pieces(len, n));
-        check_all_to_alls(&shards, u)?;
-        // What each rank computes: its group's tokens (for its head group).
-        let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(n as usize);
+        // The rings' hops need no count of their own: a hop lists a group's ranges, no more
+        // than the tiles it feeds, bounded above as for `ring` and `zigzag`.
+        check_head_all_to_alls(&format!("usp:ulysses={u}"), &shards, u)?;
+        // What each group's ranks compute: its tokens (each rank for its head group).
+        let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(r as usize);
         for g in 0..r {
             let members: Vec<u32> = (g * u..(g + 1) * u).collect();
             let all: Vec<TokenRange> = members
@@ -102,7 +105,7 @@ impl Planner for Usp {
             // Gathered, a group's pieces that meet are one buffer (one zigzag ring keeps its
             // two pieces apart, as ring-flash-attention's does).
             let union = if u > 1 { merge_ranges(&all) } else { all };
-            unions.extend(std::iter::repeat_n(union, u as usize));
+            unions.push(union);
             // One all-to-all of each kind per group: ids 3g, 3g + 1, 3g + 2.
             head_all_to_all(&mut b, &members, &shards, (hq, gqa), 3 * g, r);
         }
@@ -113,7 +116,7 @@ impl Planner for Usp {
                 kv: kv_group(q, gqa),
             };
             let ring: Vec<u32> = (0..r).map(|g| g * u + j).collect();
-            ring_pass_heads(&mut b, &ring, &unions, (u > 1).then_some(heads))?;
+            ring_pass_heads(&mut b, &ring, |g| &unions[g], (u > 1).then_some(heads))?;
         }
         Ok(b.finish())
     }
@@ -126,28 +129,6 @@ fn ring_pieces_at_least(len: u64, u: u32, r: u32) -> u64 {
         1 => len.min(u64::from(r)),
         _ => len.min(2 * u64::from(r)).saturating_sub(1).max(1),
     }
-}
-
-/// Refuse, before any transfer is listed, all-to-alls that would list more token ranges than
-/// a plan may hold ([`MAX_PLAN_ITEMS`]): each piece lists its sender's whole shard (2 ranges a
-/// document), to each of the `u − 1` others of its group, for Q, K/V and the outputs.
-/// `usp:ulysses=64` at 128 ranks listed 49 million ranges (a 768 MB plan, 2 GB of memory) and
-/// at 256 ranks ran out of memory (bug hunt). The rings' hops need no count of their own: a
-/// hop lists a group's ranges, no more than the tiles it feeds, which are bounded already
-/// ([`check_rings_bound`]), as for `ring` and `zigzag`.
-fn check_all_to_alls(shards: &[Vec<TokenRange>], u: u32) -> Result<(), PlanError> {
-    let ranges: u64 = shards.iter().map(|s| s.len() as u64).sum();
-    let listed = 3 * u64::from(u - 1) * ranges;
-    if listed <= MAX_PLAN_ITEMS {
-        return Ok(());
-    }
-    Err(PlanError::Planning(format!(
-        "usp:ulysses={u} on {} ranks lists {listed} token ranges in its all-to-alls (each \
-         rank's shard sent to every other rank of its group for Q, K/V and the outputs), more \
-         than the {MAX_PLAN_ITEMS} a plan may hold; use a smaller Ulysses degree, fewer ranks \
-         or smaller batches",
-        shards.len()
-    )))
 }
 
 #[cfg(test)]
