@@ -250,6 +250,22 @@ impl Model {
         })
     }
 
+    /// The document length, in tokens, at which a causal document's attention costs as many
+    /// forward FLOPs as its token-linear work (Q/K/V and output projections, MLP): attention
+    /// runs `len²/2` query–key pairs at `4 · q_heads · head_dim` FLOPs each, the linear work
+    /// `linear_flops_per_token` a token, so a document of `len` tokens does
+    /// `len + len²/breakpoint` tokens' worth of linear work in all. WLB packing weighs
+    /// documents by it ([`crate::trace::WlbParams::breakpoint`]). `None` without a
+    /// [`LinearShape`]. 104,448 tokens for Llama-3-70B: shorter documents are mostly MLP.
+    pub fn attention_breakpoint(&self) -> Option<u64> {
+        let linear = self
+            .linear_flops_per_token(crate::hardware::Pass::Fwd)?
+            .total();
+        let per_pair = 4.0 * f64::from(self.q_heads) * f64::from(self.head_dim);
+        let b = (linear / (per_pair / 2.0)).round();
+        (b >= 1.0 && b.is_finite()).then_some(b as u64)
+    }
+
     /// Forward FLOPs per token the backward pass reruns at its start under `recompute`: the
     /// MLP's under [`Recompute::Mlp`], none otherwise ([`Recompute::Full`] reruns the whole
     /// forward pass, attention included, which the simulator runs as a pass of its own).
@@ -544,6 +560,24 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Llama-3-70B's attention outweighs its projections and MLP past 104,448 tokens (its
+    /// linear work is 2 × 855.6M weights = 1.711 GFLOPs a token, a causal pair 4 · 64 · 128
+    /// FLOPs, half the pairs of a length-l document): the number `--pack wlb` weighs by.
+    #[test]
+    fn attention_breakpoint_balances_attention_and_linear_flops() {
+        let m = Model::load("llama3-70b").unwrap();
+        let b = m.attention_breakpoint().unwrap();
+        assert_eq!(b, 104_448);
+        let l = b as f64;
+        let linear = m
+            .linear_flops_per_token(crate::hardware::Pass::Fwd)
+            .unwrap()
+            .total();
+        let attention = 4.0 * 64.0 * 128.0 * l * l / 2.0;
+        assert!((attention / (linear * l) - 1.0).abs() < 1e-4);
+        assert_eq!(Model::load("mha-16").unwrap().attention_breakpoint(), None);
+    }
 
     #[test]
     fn presets_load() {

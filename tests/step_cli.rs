@@ -724,3 +724,65 @@ fn a_sweep_cell_s_step_is_compare_s_over_the_same_batches() {
     // Three unequal batches through a pipeline: more than four copies of the lightest.
     assert!(f(&rows[0]["step"], "micro_batch_max_ms") > f(&rows[0]["step"], "micro_batch_mean_ms"));
 }
+
+/// `compare --from-batch K` starts at batch K of the packed trace: two batches' mean is the
+/// mean of the first alone and of the second alone, and a start past the trace is refused.
+#[test]
+fn compare_from_batch_starts_later_in_the_trace() {
+    let mean = |extra: &[&str]| {
+        let v = json(
+            fcp()
+                .args(["compare", "--ranks", "4", "--schemes", "zigzag", "--json"])
+                .args(extra),
+        );
+        f(&v[0], "attention_time_ms")
+    };
+    let both = mean(&["--batches", "2"]);
+    let first = mean(&["--batches", "1"]);
+    let second = mean(&["--batches", "1", "--from-batch", "1"]);
+    assert_ne!(first, second);
+    assert!(
+        ((first + second) / 2.0 - both).abs() < 1e-9 * both,
+        "{first} {second} {both}"
+    );
+    fcp()
+        .args(["compare", "--ranks", "4", "--schemes", "zigzag"])
+        .args(["--from-batch", "1000000"])
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(
+            "--from-batch 1000000 leaves no batch",
+        ));
+}
+
+/// `compare --pack wlb` with a training step balances the step's `--micro-batches × --dp`
+/// windows together: the step's micro-batches are within a few percent of each other, where
+/// the same step of fixed windows is not.
+#[test]
+fn wlb_packing_evens_out_the_steps_micro_batches() {
+    let spread = |pack: &[&str]| {
+        let v = json(
+            fcp()
+                .args([
+                    "compare",
+                    "--ranks",
+                    "8",
+                    "--tp",
+                    "8",
+                    "--schemes",
+                    "zigzag",
+                ])
+                .args(["--context", "131072", "--layer", "--memory", "--pp", "4"])
+                .args(["--micro-batches", "4", "--dp", "2", "--batches", "8"])
+                .args(["--from-batch", "16", "--json"])
+                .args(pack),
+        );
+        let step = &v[0]["step"];
+        f(step, "micro_batch_max_ms") / f(step, "micro_batch_mean_ms")
+    };
+    let wlb = spread(&["--pack", "wlb"]);
+    let window = spread(&["--pack", "window"]);
+    assert!(wlb < 1.05, "wlb {wlb}");
+    assert!(window > wlb + 0.05, "window {window} wlb {wlb}");
+}

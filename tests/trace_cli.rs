@@ -284,6 +284,68 @@ fn pack_notes_a_context_that_the_mode_ignores() {
         assert!(run(&["--pack", mode]).is_empty());
     }
     assert!(run(&["--context", "8", "--pack", "window"]).is_empty());
+    assert!(run(&["--context", "8", "--pack", "wlb"]).is_empty());
+}
+
+/// `--pack wlb`: WLB-LLM's micro-batches of equal work, from the command line. With 8-token
+/// windows, 2 micro-batches a step (16 tokens read), 16-token micro-batches and outliers from
+/// 10 tokens: step 1 reads 3 and 6 and spreads them; the 25, cut to 16, is an outlier and
+/// waits for a second one that never comes, so it is trained in the last step, after 9, 2 and
+/// 9 have gone. Nothing is dropped but the cut; the flags are refused with other modes and
+/// where they cannot work.
+#[test]
+fn wlb_pack_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.csv");
+    std::fs::write(&t, "doc_len\n3\n6\n25\n2\n9\n9\n").unwrap();
+    let pack = |extra: &[&str]| {
+        fcp()
+            .args([
+                "trace",
+                "pack",
+                "--ranks",
+                "2",
+                "--pack",
+                "wlb",
+                "--context",
+                "8",
+            ])
+            .args(extra)
+            .arg(&t)
+            .assert()
+    };
+    let a = pack(&["--wlb-group", "2", "--wlb-outlier", "10", "--json"]).success();
+    let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let lens: Vec<Vec<u64>> = v["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| serde_json::from_value(b["doc_lens"].clone()).unwrap())
+        .collect();
+    assert_eq!(
+        lens,
+        vec![vec![6], vec![3], vec![9], vec![2], vec![16], vec![9]]
+    );
+    assert_eq!(v["truncated"], 1);
+    // The limit and the outlier threshold are the user's to set.
+    let a = pack(&["--wlb-group", "2", "--wlb-max-len", "30", "--json"]).success();
+    let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert_eq!(v["truncated"], 0);
+    // Refused: a limit under the window, zero settings, WLB flags with other modes.
+    pack(&["--wlb-max-len", "7"])
+        .code(2)
+        .stderr(predicate::str::contains("shorter than the 8-token window"));
+    pack(&["--wlb-group", "0"])
+        .code(2)
+        .stderr(predicate::str::contains("must be greater than 0"));
+    fcp()
+        .args(["trace", "pack", "--ranks", "2", "--wlb-group", "2"])
+        .arg(&t)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--wlb-group applies only to --pack wlb",
+        ));
 }
 
 /// `trace pack` streams a file (two passes, batches printed as they close) but packs stdin in
@@ -298,7 +360,7 @@ fn streamed_pack_equals_in_memory_pack() {
         .assert()
         .success();
     let text = std::fs::read(&trace).unwrap();
-    for mode in ["budget", "window", "carry"] {
+    for mode in ["budget", "window", "carry", "wlb"] {
         for json in [false, true] {
             let args = [
                 "--ranks",

@@ -1,5 +1,6 @@
 //! `fcp ablation`: FCP's components added one by one (seed §6.5, Table 2), simulated.
 
+use super::trace::WlbHints;
 use anyhow::{bail, Result};
 use clap::Args;
 
@@ -37,7 +38,7 @@ pub fn run(a: AblationArgs) -> Result<()> {
         );
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load(a.batches)?;
+    let packed = a.batch.load(a.batches, WlbHints::new(&model, None))?;
     packed.note_all_cuts();
     let batches = packed.batches;
     let sim = Simulator::new(hw.clone(), model.clone())?;

@@ -10,7 +10,7 @@ use fcp::plan::Mask;
 use fcp::trace::{pack_first, Batch, Trace};
 use fcp::Model;
 
-use super::trace::PackArgs;
+use super::trace::{PackArgs, WlbHints};
 
 /// Where the batches come from and how the CP group is shaped.
 #[derive(Debug, Clone, Args)]
@@ -837,6 +837,19 @@ pub struct Batches {
 }
 
 impl Batches {
+    /// Drop the first `k` batches (`--from-batch`); an error if none would be left.
+    pub fn skip(&mut self, k: usize) -> Result<()> {
+        if k >= self.batches.len() {
+            bail!(
+                "--from-batch {k} leaves no batch: the trace packs into {} batch(es)",
+                self.total
+            );
+        }
+        self.batches.drain(..k);
+        self.cuts.drain(..k.min(self.cuts.len()));
+        Ok(())
+    }
+
     /// Batch `index`, or an error naming how many batches the trace packs into.
     pub fn pick(&self, index: usize) -> Result<&Batch> {
         self.batches.get(index).with_context(|| {
@@ -902,8 +915,9 @@ impl BatchArgs {
 
     /// Validate the shape and pack the trace, keeping its first `keep` batches
     /// ([`fcp::trace::pack_first`]).
-    pub fn load(&self, keep: usize) -> Result<Batches> {
+    pub fn load(&self, keep: usize, hints: WlbHints) -> Result<Batches> {
         self.pack.check_context()?;
+        self.pack.check_wlb()?;
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
         }
@@ -923,7 +937,7 @@ impl BatchArgs {
         };
         let packed = pack_first(
             &trace,
-            &self.pack.options(self.ranks, self.tokens_per_rank()),
+            &self.pack.options(self.ranks, self.tokens_per_rank(), hints),
             keep,
         )
         .context("packing the trace")?;

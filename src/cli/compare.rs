@@ -1,5 +1,6 @@
 //! `fcp compare`: plan and simulate several schemes on the same batches, side by side.
 
+use super::trace::WlbHints;
 use anyhow::{bail, Result};
 use clap::Args;
 
@@ -25,9 +26,13 @@ pub struct CompareArgs {
     /// or `all`.
     #[arg(long, default_value = "all")]
     schemes: Vec<String>,
-    /// Number of batches (from the start of the packed trace).
+    /// Number of batches (from the start of the packed trace, or from --from-batch).
     #[arg(long, default_value_t = 4)]
     batches: usize,
+    /// Skip this many batches of the packed trace first: a later stretch of training, e.g.
+    /// the second step of 8 micro-batches with `--from-batch 8 --batches 8`.
+    #[arg(long, default_value_t = 0)]
+    from_batch: usize,
     /// Scheme entry the speedup column is measured against (default: the first).
     #[arg(long)]
     baseline: Option<String>,
@@ -98,7 +103,16 @@ pub fn run(a: CompareArgs) -> Result<()> {
     }
     let step = a.levers.apply(step, training.unwrap_or_default())?;
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load(a.batches)?;
+    // WLB packing balances the windows of one training step together.
+    let group = step.map(|o| {
+        o.micro_batches
+            .saturating_mul(training.unwrap_or_default().dp)
+    });
+    let mut packed = a.batch.load(
+        a.from_batch.saturating_add(a.batches),
+        WlbHints::new(&model, group),
+    )?;
+    packed.skip(a.from_batch)?;
     packed.note_all_cuts();
     let batches = packed.batches;
     let sim = layer_sim(

@@ -16,7 +16,7 @@ use super::common::{
     layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, MaskArg, PassArg,
     ProfileArgs, RecomputeArg,
 };
-use super::trace::{PackArgs, PackModeArg};
+use super::trace::{PackArgs, PackModeArg, WlbHints};
 
 /// Arguments of `fcp demo`.
 #[derive(Debug, Args)]
@@ -74,10 +74,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     if a.batches == 0 {
         bail!("--batches must be at least 1");
     }
-    let packed = batch_args.load(a.batches)?;
+    let (hw, model) = a.profile.load()?;
+    let packed = batch_args.load(a.batches, WlbHints::new(&model, None))?;
     packed.note_all_cuts();
     let batches = packed.batches;
-    let (hw, model) = a.profile.load()?;
     let ctx = batch_args.ctx(&hw, &model);
     // The whole layer wherever the model and hardware give its cost: that is what a training
     // step pays, and what `hybrid` and `auto` minimise there.
@@ -116,6 +116,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             PackModeArg::Budget => String::new(),
             PackModeArg::Window => format!(" · {}-token windows", a.pack.context()),
             PackModeArg::Carry => " · carry packing".to_string(),
+            PackModeArg::Wlb => format!(" · WLB packing of {}-token windows", a.pack.context()),
         },
         profile_words(&hw, &model),
         batch_args.mask_name(),
@@ -196,11 +197,7 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     if let Some(t) = a.tokens_per_rank {
         plan += &format!(" --tokens-per-rank {t}");
     }
-    match a.pack.pack {
-        PackModeArg::Budget => {}
-        PackModeArg::Window => plan += &format!(" --pack window --context {}", a.pack.context()),
-        PackModeArg::Carry => plan += " --pack carry",
-    }
+    plan += &a.pack.flags(WlbHints::default());
     if a.mask == MaskArg::Full {
         plan += " --mask full";
     }

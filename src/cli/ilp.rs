@@ -1,5 +1,6 @@
 //! `fcp ilp`: a scheme's heuristic next to its exact ILP on one batch (issue 7).
 
+use super::trace::WlbHints;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -93,7 +94,9 @@ pub fn run(a: IlpArgs) -> Result<()> {
         super::common::refuse_overwriting_input(out, &[t])?;
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a.batch.load(a.batch_index.saturating_add(1))?;
+    let packed = a
+        .batch
+        .load(a.batch_index.saturating_add(1), WlbHints::new(&model, None))?;
     let batch = packed.pick(a.batch_index)?;
     packed.note_cuts([a.batch_index]);
     let ctx = a.batch.ctx(&hw, &model);

@@ -1,5 +1,6 @@
 //! `fcp plan`: plan one batch (or all) with one scheme and write plan files.
 
+use super::trace::WlbHints;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -148,7 +149,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     } else {
         a.batch_index.saturating_add(1)
     };
-    let packed = a.batch.load(keep)?;
+    let packed = a.batch.load(keep, WlbHints::new(&model, None))?;
     let ctx = a.batch.ctx(&hw, &model);
     let chosen: Vec<_> = if a.all_batches {
         packed.batches.iter().collect()

@@ -18,7 +18,7 @@ use super::common::{
     step_parts, step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs,
     TrainingArgs,
 };
-use super::trace::{PackArgs, PackModeArg};
+use super::trace::{PackArgs, PackModeArg, WlbHints};
 
 /// Arguments of `fcp tpcp`.
 #[derive(Debug, Args)]
@@ -91,10 +91,11 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         pack: PackArgs {
             pack: PackModeArg::Window,
             context: Some(a.context),
+            ..PackArgs::default()
         },
         mask: a.mask,
     };
-    let windows = source.load(a.batches)?;
+    let windows = source.load(a.batches, WlbHints::default())?;
     windows.note_all_cuts();
     let opts = TpCpOptions {
         gpus: a.gpus,
@@ -140,7 +141,9 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             let avail = if windows.batches.len() < a.batches {
                 windows.batches.len()
             } else {
-                source.load(probe).map_or(probe, |w| w.batches.len())
+                source
+                    .load(probe, WlbHints::default())
+                    .map_or(probe, |w| w.batches.len())
             };
             let advice = if avail < probe {
                 format!(

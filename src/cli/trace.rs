@@ -86,6 +86,10 @@ struct PackCmdArgs {
     tokens_per_rank: Option<u64>,
     #[command(flatten)]
     pack: PackArgs,
+    /// Model whose FLOPs weigh attention against the linear layers in WLB packing
+    /// (--wlb-breakpoint's default): a preset or a TOML file.
+    #[arg(long, default_value = "llama3-70b")]
+    model: String,
     /// Print JSON: {"batches": [{"index", "tokens", "doc_lens"}], "truncated"}.
     #[arg(long)]
     json: bool,
@@ -113,22 +117,41 @@ pub enum PackModeArg {
     Window,
     /// Budget batches; the crossing document carries over to the next batch.
     Carry,
+    /// WLB-LLM: each step's documents repacked into micro-batches of equal work, outliers
+    /// delayed.
+    Wlb,
 }
 
-impl From<PackModeArg> for PackMode {
-    fn from(m: PackModeArg) -> PackMode {
-        match m {
-            PackModeArg::Budget => PackMode::Budget,
-            PackModeArg::Window => PackMode::Window,
-            PackModeArg::Carry => PackMode::Carry,
+/// What WLB packing takes from the command around it when the user does not say: how many
+/// micro-batches a step has, and the model's attention breakpoint.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WlbHints {
+    /// Windows of one training step (`--micro-batches × --dp`), where the command prices one.
+    pub group: Option<u32>,
+    /// [`fcp::model::Model::attention_breakpoint`] of the command's model.
+    pub breakpoint: Option<u64>,
+}
+
+impl WlbHints {
+    /// Hints from `model`, with a step of `group` windows if the command prices one.
+    pub fn new(model: &fcp::model::Model, group: Option<u32>) -> WlbHints {
+        WlbHints {
+            group,
+            breakpoint: model.attention_breakpoint(),
         }
     }
 }
 
+/// Micro-batches WLB packing balances together when neither `--wlb-group` nor a training
+/// step says: DistCA's reimplementation balances 4 (`hao-ai-lab/DistCA`, anchors-cp.md §4); 8
+/// is the smallest step that fills an 8-stage pipeline.
+pub const DEFAULT_WLB_GROUP: u32 = 8;
+
 /// How a trace is packed into batches; flattened into every command that packs a trace.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PackArgs {
-    /// Packing: budget (FCP), window (FlashCP), carry (split docs carry over).
+    /// Packing: budget (FCP), window (FlashCP), carry (split docs carry over), wlb (WLB-LLM:
+    /// each step's micro-batches of equal work and unequal length, outliers delayed).
     #[arg(long = "pack", value_enum, default_value_t = PackModeArg::Budget)]
     pub pack: PackModeArg,
     /// Context window in tokens (window mode). `None`: not given, [`DEFAULT_CONTEXT`]; told
@@ -136,10 +159,26 @@ pub struct PackArgs {
     /// The help text states the default as clap would.
     #[arg(
         long,
-        help = "Context window in tokens (window mode) [default: 131072]",
-        long_help = "Context window in tokens (window mode)\n\n[default: 131072]"
+        help = "Context window in tokens (window and wlb modes) [default: 131072]",
+        long_help = "Context window in tokens (window and wlb modes)\n\n[default: 131072]"
     )]
     pub context: Option<u64>,
+    /// WLB packing: micro-batches balanced together, every window of a training step
+    /// (default: --micro-batches × --dp where the command prices a step, else 8).
+    #[arg(long)]
+    pub wlb_group: Option<u32>,
+    /// WLB packing: the most tokens one micro-batch may hold (default: twice --context).
+    #[arg(long)]
+    pub wlb_max_len: Option<u64>,
+    /// WLB packing: documents this long or longer wait as outliers until every micro-batch of
+    /// a step can take one (default: half of --context).
+    #[arg(long)]
+    pub wlb_outlier: Option<u64>,
+    /// WLB packing: the document length whose attention costs as much as its projections and
+    /// MLP; a document's work is len + len²/this (default: from the model's FLOPs, 104,448
+    /// for llama3-70b).
+    #[arg(long)]
+    pub wlb_breakpoint: Option<u64>,
 }
 
 /// The context window of `--pack window` when `--context` is not given.
@@ -151,6 +190,10 @@ impl Default for PackArgs {
         PackArgs {
             pack: PackModeArg::Budget,
             context: None,
+            wlb_group: None,
+            wlb_max_len: None,
+            wlb_outlier: None,
+            wlb_breakpoint: None,
         }
     }
 }
@@ -165,28 +208,94 @@ impl PackArgs {
     /// `grid.context` without `pack = "window"`. (`fcp trace pack` keeps taking it with every
     /// mode, so one command line can pack a trace each way, and notes that it is ignored.)
     pub fn check_context(&self) -> Result<(), TraceError> {
-        PackMode::from(self.pack).check_context(
+        self.mode(WlbHints::default()).check_context(
             self.context.is_some(),
             "--context",
             "--pack window",
         )
     }
 
+    /// Refuse a `--wlb-*` setting without `--pack wlb`, which would ignore it.
+    pub fn check_wlb(&self) -> anyhow::Result<()> {
+        if self.pack == PackModeArg::Wlb {
+            return Ok(());
+        }
+        for (flag, given) in [
+            ("--wlb-group", self.wlb_group.is_some()),
+            ("--wlb-max-len", self.wlb_max_len.is_some()),
+            ("--wlb-outlier", self.wlb_outlier.is_some()),
+            ("--wlb-breakpoint", self.wlb_breakpoint.is_some()),
+        ] {
+            if given {
+                anyhow::bail!("{flag} applies only to --pack wlb");
+            }
+        }
+        Ok(())
+    }
+
+    /// The library's packing mode, WLB's settings filled in from `hints` where not given.
+    pub fn mode(&self, hints: WlbHints) -> PackMode {
+        match self.pack {
+            PackModeArg::Budget => PackMode::Budget,
+            PackModeArg::Window => PackMode::Window,
+            PackModeArg::Carry => PackMode::Carry,
+            PackModeArg::Wlb => {
+                let context = self.context();
+                let group = self.wlb_group.or(hints.group).unwrap_or(DEFAULT_WLB_GROUP);
+                let breakpoint = self.wlb_breakpoint.or(hints.breakpoint);
+                let d = fcp::trace::WlbParams::defaults(group, context, breakpoint);
+                PackMode::Wlb(fcp::trace::WlbParams {
+                    max_len: self.wlb_max_len.unwrap_or(d.max_len),
+                    outlier: self.wlb_outlier.unwrap_or(d.outlier),
+                    ..d
+                })
+            }
+        }
+    }
+
     /// Tokens per rank: `given`, else this packing mode's default
     /// ([`fcp::trace::PackMode::default_tokens_per_rank`]).
     pub fn tokens_per_rank(&self, ranks: u32, given: Option<u64>) -> u64 {
         given.unwrap_or_else(|| {
-            PackMode::from(self.pack).default_tokens_per_rank(ranks, self.context())
+            self.mode(WlbHints::default())
+                .default_tokens_per_rank(ranks, self.context())
         })
     }
 
     /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
-    pub fn options(&self, ranks: u32, tokens_per_rank: u64) -> PackOptions {
+    pub fn options(&self, ranks: u32, tokens_per_rank: u64, hints: WlbHints) -> PackOptions {
         PackOptions {
-            mode: self.pack.into(),
+            mode: self.mode(hints),
             ranks,
             tokens_per_rank,
             context: Some(self.context()),
+        }
+    }
+
+    /// The flags that make another command pack as this one did, `hints` resolved (empty
+    /// for budget packing, the default).
+    pub fn flags(&self, hints: WlbHints) -> String {
+        match self.mode(hints) {
+            PackMode::Budget => String::new(),
+            PackMode::Window => format!(" --pack window --context {}", self.context()),
+            PackMode::Carry => " --pack carry".to_string(),
+            PackMode::Wlb(p) => {
+                let mut f = format!(
+                    " --pack wlb --context {} --wlb-group {}",
+                    self.context(),
+                    p.group
+                );
+                if let Some(m) = self.wlb_max_len {
+                    f += &format!(" --wlb-max-len {m}");
+                }
+                if let Some(o) = self.wlb_outlier {
+                    f += &format!(" --wlb-outlier {o}");
+                }
+                if let Some(b) = self.wlb_breakpoint {
+                    f += &format!(" --wlb-breakpoint {b}");
+                }
+                f
+            }
         }
     }
 }
@@ -278,9 +387,17 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
             .map(|v| v.get_name().to_owned());
         eprintln!("note: {e}; ignored by --pack {}", mode.unwrap_or_default());
     }
-    let opts = a
-        .pack
-        .options(a.ranks, a.pack.tokens_per_rank(a.ranks, a.tokens_per_rank));
+    a.pack.check_wlb()?;
+    let hints = if a.pack.pack == PackModeArg::Wlb {
+        WlbHints::new(&fcp::model::Model::load(&a.model)?, None)
+    } else {
+        WlbHints::default()
+    };
+    let opts = a.pack.options(
+        a.ranks,
+        a.pack.tokens_per_rank(a.ranks, a.tokens_per_rank),
+        hints,
+    );
     let stream = fcp::input::can_read_twice(&a.file) && !DocReader::open(&a.file)?.is_pinned();
     if !stream {
         let p = trace::pack(&Trace::load(&a.file)?, &opts)?;
@@ -471,12 +588,57 @@ mod tests {
         let a = PackArgs {
             pack: PackModeArg::Window,
             context: Some(4096),
+            ..PackArgs::default()
         };
-        let o = a.options(8, 1000);
+        let o = a.options(8, 1000, WlbHints::default());
         assert_eq!(o.mode, PackMode::Window);
         assert_eq!(
             (o.ranks, o.tokens_per_rank, o.context),
             (8, 1000, Some(4096))
         );
+    }
+
+    /// WLB packing takes its group from the step and its breakpoint from the model unless the
+    /// user says; its defaults follow the window; per-rank tokens default to the longest
+    /// micro-batch's share.
+    #[test]
+    fn wlb_settings_come_from_the_user_then_the_command() {
+        let mut a = PackArgs {
+            pack: PackModeArg::Wlb,
+            context: Some(4096),
+            ..PackArgs::default()
+        };
+        let hints = WlbHints {
+            group: Some(6),
+            breakpoint: Some(1000),
+        };
+        let want = |group, max_len, outlier, breakpoint| {
+            PackMode::Wlb(fcp::trace::WlbParams {
+                group,
+                max_len,
+                outlier,
+                breakpoint,
+            })
+        };
+        assert_eq!(a.mode(hints), want(6, 8192, 2048, Some(1000)));
+        assert_eq!(
+            a.mode(WlbHints::default()),
+            want(DEFAULT_WLB_GROUP, 8192, 2048, None)
+        );
+        assert_eq!(a.tokens_per_rank(8, None), 1024);
+        a.wlb_group = Some(3);
+        a.wlb_max_len = Some(5000);
+        a.wlb_outlier = Some(100);
+        a.wlb_breakpoint = Some(7);
+        assert_eq!(a.mode(hints), want(3, 5000, 100, Some(7)));
+        assert_eq!(
+            a.flags(hints),
+            " --pack wlb --context 4096 --wlb-group 3 --wlb-max-len 5000 --wlb-outlier 100 \
+             --wlb-breakpoint 7"
+        );
+        assert!(a.check_wlb().is_ok());
+        a.pack = PackModeArg::Window;
+        let e = a.check_wlb().unwrap_err().to_string();
+        assert_eq!(e, "--wlb-group applies only to --pack wlb");
     }
 }

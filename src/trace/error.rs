@@ -93,6 +93,9 @@ pub enum TraceError {
         /// The known names, comma-separated.
         known: String,
     },
+    /// A WLB packing parameter out of range (`--pack wlb`).
+    #[error("WLB packing: {0}")]
+    WlbParameter(String),
     /// A generator parameter out of range (σ ≤ 0, min > max, ...).
     #[error("invalid generator parameter: {0}")]
     BadParameter(String),

@@ -2,7 +2,8 @@
 //!
 //! A trace is a list of document lengths in tokens, optionally pinned to batches. Planners see
 //! it only through [`pack`], which turns it into [`Batch`]es the way the modelled scheme
-//! would (FCP's token budget, FlashCP's fixed windows, or budget with carry-over). Formats,
+//! would (FCP's token budget, FlashCP's fixed windows, budget with carry-over, or WLB-LLM's
+//! equal-work micro-batches). Formats,
 //! sources and definitions are documented in `docs/traces.md`.
 
 mod derive;
@@ -12,6 +13,7 @@ mod pack;
 mod parse;
 mod stats;
 mod tables;
+mod wlb;
 
 pub use derive::{
     derive_quantiles, parse_json_lengths, quantile_grid, quantile_table_csv, QUANTILE_GRID,
@@ -25,6 +27,7 @@ pub use tables::{
     read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM, PILE_MIXTURE,
     PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
 };
+pub use wlb::{WlbParams, MAX_GROUP as WLB_MAX_GROUP};
 
 /// The longest document a trace may hold: 2³² tokens, thousands of times the longest context
 /// trained today, and small enough that a batch's token counts, attention pairs and simulated

@@ -7,6 +7,9 @@
 //! * [`PackMode::Carry`] (the "balancing compute" note, seeds/003): budget-sized batches; a
 //!   document crossing the boundary is split and its remainder opens the next batch, so no
 //!   token is lost.
+//! * [`PackMode::Wlb`] (WLB-LLM): each training step's documents, read a window's worth per
+//!   micro-batch, repacked into micro-batches of unequal length and equal work, outliers
+//!   delayed until every micro-batch can take one ([`super::wlb`]).
 //!
 //! A trace with pinned batch ids (CSV `batch` column or JSONL) is grouped by id instead, in
 //! order of first appearance; documents longer than the mode's batch limit are still cut to
@@ -14,7 +17,8 @@
 
 use std::collections::HashMap;
 
-use super::{Batch, Trace, TraceError};
+use super::wlb::{MicroBatch, WlbState};
+use super::{Batch, Trace, TraceError, WlbParams};
 
 /// How documents are grouped into batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +29,9 @@ pub enum PackMode {
     Window,
     /// Budget-sized batches; a boundary-crossing document carries over to the next batch.
     Carry,
+    /// WLB-LLM's variable-length micro-batches of equal work, with outlier delay; `context`
+    /// is the window each micro-batch reads from the stream.
+    Wlb(WlbParams),
 }
 
 impl PackMode {
@@ -34,6 +41,7 @@ impl PackMode {
             PackMode::Budget => "budget",
             PackMode::Window => "window",
             PackMode::Carry => "carry",
+            PackMode::Wlb(_) => "wlb",
         }
     }
 
@@ -47,7 +55,7 @@ impl PackMode {
         context: &str,
         window: &str,
     ) -> Result<(), TraceError> {
-        if context_given && self != PackMode::Window {
+        if context_given && !self.reads_context() {
             return Err(TraceError::ContextWithoutWindow {
                 context: context.to_string(),
                 window: window.to_string(),
@@ -56,14 +64,22 @@ impl PackMode {
         Ok(())
     }
 
+    /// Whether this mode sizes its batches by a context window.
+    pub fn reads_context(self) -> bool {
+        matches!(self, PackMode::Window | PackMode::Wlb(_))
+    }
+
     /// Tokens per rank when the user gives none: in window packing each rank's even share of
     /// the window (`context` split over `ranks`, rounded up), which is also the cap a
-    /// memory-capped scheme plans under; otherwise 32K, the FCP paper's setting (§6.1). Every
-    /// front end (command line, sweep) derives it here, so one cell reads the same in each.
+    /// memory-capped scheme plans under; in WLB packing the share of the longest micro-batch
+    /// (`max_len`); otherwise 32K, the FCP paper's setting (§6.1). Every front end (command
+    /// line, sweep) derives it here, so one cell reads the same in each.
     pub fn default_tokens_per_rank(self, ranks: u32, context: u64) -> u64 {
+        // At least 1: a zero context is the packer's error to name, not a zero cap.
+        let share = |tokens: u64| tokens.div_ceil(u64::from(ranks.max(1))).max(1);
         match self {
-            // At least 1: a zero context is the packer's error to name, not a zero cap.
-            PackMode::Window => context.div_ceil(u64::from(ranks.max(1))).max(1),
+            PackMode::Window => share(context),
+            PackMode::Wlb(p) => share(p.max_len),
             PackMode::Budget | PackMode::Carry => DEFAULT_TOKENS_PER_RANK,
         }
     }
@@ -102,6 +118,10 @@ impl PackOptions {
                 Some(0) => Err(TraceError::ZeroParameter { what: "context" }),
                 Some(c) => Ok(c),
             },
+            PackMode::Wlb(p) => {
+                p.check(self.context.ok_or(TraceError::MissingContext)?)?;
+                Ok(p.max_len)
+            }
             PackMode::Budget | PackMode::Carry => u64::from(self.ranks)
                 .checked_mul(self.tokens_per_rank)
                 .ok_or(TraceError::BatchTooLarge {
@@ -156,7 +176,7 @@ pub fn pack_first(trace: &Trace, opts: &PackOptions, keep: usize) -> Result<Pack
     for d in &trace.docs {
         packer.push(d.len, &mut emit);
     }
-    packer.close(&mut emit);
+    packer.end(&mut emit);
     Ok(Packed {
         batches,
         truncated: packer.truncated,
@@ -183,14 +203,21 @@ pub struct Packer {
     /// `None`: every batch is emitted (streaming). `Some(k)`: the first k are emitted with
     /// their cuts recorded, the rest only counted ([`pack_first`]).
     keep: Option<usize>,
+    /// WLB packing's step, queue and leftovers ([`PackMode::Wlb`]).
+    wlb: Option<WlbState>,
 }
 
 impl Packer {
     /// A packer for `opts` (validated as [`PackOptions::batch_limit`] does).
     pub fn new(opts: &PackOptions) -> Result<Packer, TraceError> {
+        let limit = opts.batch_limit()?;
+        let wlb = match (opts.mode, opts.context) {
+            (PackMode::Wlb(p), Some(context)) => Some(WlbState::new(p, context)?),
+            _ => None,
+        };
         Ok(Packer {
             mode: opts.mode,
-            limit: opts.batch_limit()?,
+            limit,
             current: Vec::new(),
             fill: 0,
             index: 0,
@@ -198,6 +225,7 @@ impl Packer {
             cut_here: 0,
             cuts: Vec::new(),
             keep: None,
+            wlb,
         })
     }
 
@@ -231,6 +259,13 @@ impl Packer {
                     self.close(emit);
                 }
             }
+            // WLB: the step's micro-batches close together, when the next step begins.
+            PackMode::Wlb(_) => {
+                if let Some(mut state) = self.wlb.take() {
+                    state.push(len, &mut |mb| self.emit_micro_batch(mb, emit));
+                    self.wlb = Some(state);
+                }
+            }
             // Carry: the crossing document's remainder opens the next batch.
             PackMode::Carry => {
                 let mut rest = len;
@@ -257,8 +292,27 @@ impl Packer {
 
     /// Close the last batch (if any) and return how many documents were cut.
     pub fn finish(mut self, emit: &mut impl FnMut(Batch)) -> usize {
-        self.close(emit);
+        self.end(emit);
         self.truncated
+    }
+
+    /// The stream has ended: close the batch being filled, or run WLB packing's last steps.
+    fn end(&mut self, emit: &mut impl FnMut(Batch)) {
+        match self.wlb.take() {
+            Some(mut state) => state.finish(&mut |mb| self.emit_micro_batch(mb, emit)),
+            None => self.close(emit),
+        }
+    }
+
+    /// Hand on one micro-batch WLB packing closed, as a batch of its own.
+    fn emit_micro_batch(&mut self, mb: MicroBatch, emit: &mut impl FnMut(Batch)) {
+        for _ in 0..mb.cuts {
+            self.cut();
+        }
+        for &len in &mb.lens {
+            self.add(len);
+        }
+        self.close(emit);
     }
 
     fn add(&mut self, len: u64) {
