@@ -111,7 +111,11 @@ def main():
               "packing — windows drop the rest of each document crossing a window's end; steps "
               "that fit: steps whose every scheme fits the GPU's memory at its fullest "
               "micro-batch, `fits` of `fcp compare --memory`)")
-    print("\nRegenerate: `cargo build --release && python3 scripts/wlb-packing.py`.")
+    print("\nRegenerate: `cargo build --release && python3 scripts/wlb-packing.py`. One "
+          "command prices a row's whole stretch: `fcp compare` as above without `--batches` "
+          "and `--from-batch`, with `--steps " + str(a.steps) + "` (its `step_ms`, `max_step` "
+          "and `tok/s/GPU` columns are the row's figures; `tests/step_cli.rs` checks that "
+          "the steps it prices are the ones `--from-batch` prices one at a time).")
 
 
 if __name__ == "__main__":

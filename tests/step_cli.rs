@@ -786,3 +786,199 @@ fn wlb_packing_evens_out_the_steps_micro_batches() {
     assert!(wlb < 1.05, "wlb {wlb}");
     assert!(window > wlb + 0.05, "window {window} wlb {wlb}");
 }
+
+/// `compare --steps S` prices S consecutive steps, each on its own `--micro-batches × --dp`
+/// windows: each step is the step `--from-batch` and `--batches` price alone, the mean and
+/// the slowest follow from them, and the throughput weighs each step by its time.
+#[test]
+fn compare_steps_price_each_step_on_its_own_windows() {
+    let run = |extra: &[&str]| {
+        json(
+            fcp()
+                .args(["compare", "--ranks", "4", "--schemes", "zigzag", "--json"])
+                .args(["--layer", "--memory", "--micro-batches", "2", "--dp", "2"])
+                .args(extra),
+        )
+    };
+    let v = run(&["--steps", "3"]);
+    let row = &v[0];
+    assert!(row.get("step").is_none(), "{row}");
+    assert_eq!(row["batches"], 12);
+    let steps = row["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 3);
+    let alone: Vec<Value> = (0..3)
+        .map(|k| {
+            let from = (4 * k).to_string();
+            run(&["--from-batch", &from, "--batches", "4"])[0]["step"].clone()
+        })
+        .collect();
+    assert_eq!(steps, &alone);
+    let ms: Vec<f64> = alone.iter().map(|s| f(s, "step_ms")).collect();
+    assert!(ms[0] != ms[1] || ms[1] != ms[2], "{ms:?}");
+    let over = &row["over_steps"];
+    assert_eq!(over["steps"], 3);
+    let mean = ms.iter().sum::<f64>() / 3.0;
+    assert!((f(over, "mean_step_ms") - mean).abs() < 1e-9 * mean);
+    let (slowest, max) = ms
+        .iter()
+        .enumerate()
+        .fold((0, ms[0]), |b, (i, &x)| if x > b.1 { (i, x) } else { b });
+    assert_eq!(over["slowest_step"], slowest);
+    assert_eq!(f(over, "max_step_ms"), max);
+    let trained: f64 = alone
+        .iter()
+        .map(|s| f(s, "tokens_per_gpu_s") * f(s, "step_ms"))
+        .sum();
+    let rate = trained / ms.iter().sum::<f64>();
+    assert!((f(over, "tokens_per_gpu_s") - rate).abs() < 1e-9 * rate);
+    // The table and the CSV carry the mean, the slowest and the rate over all steps.
+    let args = [
+        "compare",
+        "--ranks",
+        "4",
+        "--schemes",
+        "zigzag",
+        "--layer",
+        "--memory",
+    ];
+    let table =
+        stdout_of(
+            fcp()
+                .args(args)
+                .args(["--micro-batches", "2", "--dp", "2", "--steps", "3"]),
+        );
+    assert!(table.contains("max_step"), "{table}");
+    assert!(
+        table.contains("mean of 3 consecutive training steps"),
+        "{table}"
+    );
+    let csv = stdout_of(fcp().args(args).args([
+        "--micro-batches",
+        "2",
+        "--dp",
+        "2",
+        "--steps",
+        "3",
+        "--csv",
+    ]));
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.ends_with(",step_ms,tokens_per_gpu_s,steps,max_step_ms,slowest_step"),
+        "{header}"
+    );
+}
+
+/// `--steps` is refused without a step to repeat, at zero, or beside a `--batches` that
+/// would have the steps share or skip windows; a trace too short for every step asked prices
+/// the whole steps it holds and says so.
+#[test]
+fn compare_steps_refusals_and_a_short_trace() {
+    let base = ["compare", "--ranks", "4", "--schemes", "zigzag"];
+    for (extra, says) in [
+        (&["--steps", "2"][..], "--micro-batches"),
+        (
+            &[
+                "--layer",
+                "--memory",
+                "--micro-batches",
+                "2",
+                "--steps",
+                "0",
+            ][..],
+            "--steps must be at least 1",
+        ),
+        (
+            &[
+                "--layer",
+                "--memory",
+                "--micro-batches",
+                "2",
+                "--steps",
+                "2",
+                "--batches",
+                "3",
+            ][..],
+            "--batches must be 4, or left out",
+        ),
+    ] {
+        fcp()
+            .args(base)
+            .args(extra)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(says));
+    }
+    // A thousand steps of 50 windows are more than the bundled trace holds: the whole steps
+    // it does hold are priced, the rest said.
+    let out = fcp()
+        .args(base)
+        .args(["--layer", "--memory", "--micro-batches", "50"])
+        .args(["--steps", "1000", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("whole steps of 50 priced, not 1000"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let steps = v[0]["over_steps"]["steps"].as_u64().unwrap();
+    assert_eq!(v[0]["batches"].as_u64().unwrap(), 50 * steps);
+    assert!(steps >= 2, "{steps}");
+}
+
+/// Under `--pack wlb`, `--steps` prices WLB's own steps: each one's micro-batches are
+/// balanced together (within a few percent of each other). Steps that do not line up with
+/// WLB's (another group, a start inside a step) are said.
+#[test]
+fn compare_steps_under_wlb_are_wlbs_steps() {
+    let cmd = |extra: &[&str]| {
+        let mut c = fcp();
+        c.args([
+            "compare",
+            "--ranks",
+            "8",
+            "--tp",
+            "8",
+            "--schemes",
+            "zigzag",
+        ])
+        .args([
+            "--pack",
+            "wlb",
+            "--context",
+            "131072",
+            "--layer",
+            "--memory",
+        ])
+        .args([
+            "--pp",
+            "4",
+            "--micro-batches",
+            "4",
+            "--dp",
+            "2",
+            "--steps",
+            "2",
+        ])
+        .args(extra);
+        c
+    };
+    let v = json(&mut cmd(&["--from-batch", "16", "--json"]));
+    let steps = v[0]["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2);
+    for s in steps {
+        let spread = f(s, "micro_batch_max_ms") / f(s, "micro_batch_mean_ms");
+        assert!(spread < 1.05, "{spread} in {s}");
+    }
+    for (extra, says) in [
+        (
+            &["--from-batch", "12"][..],
+            "--from-batch 12 is not a multiple",
+        ),
+        (&["--wlb-group", "4"][..], "they are not WLB's steps"),
+    ] {
+        let err = stderr_of(&mut cmd(extra));
+        assert!(err.contains(says), "{err}");
+    }
+    assert!(!stderr_of(&mut cmd(&["--from-batch", "8"])).contains("WLB"));
+}

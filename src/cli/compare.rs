@@ -26,9 +26,10 @@ pub struct CompareArgs {
     /// or `all`.
     #[arg(long, default_value = "all")]
     schemes: Vec<String>,
-    /// Number of batches (from the start of the packed trace, or from --from-batch).
-    #[arg(long, default_value_t = 4)]
-    batches: usize,
+    /// Number of batches (from the start of the packed trace, or from --from-batch; default
+    /// 4, or with --steps every step's windows).
+    #[arg(long)]
+    batches: Option<usize>,
     /// Skip this many batches of the packed trace first: a later stretch of training, e.g.
     /// the second step of 8 micro-batches with `--from-batch 8 --batches 8`.
     #[arg(long, default_value_t = 0)]
@@ -69,9 +70,19 @@ pub struct CompareArgs {
     /// § Training step).
     #[command(flatten)]
     step: StepArgs,
+    /// With --micro-batches: price this many consecutive training steps, each on its own
+    /// --micro-batches × --dp windows of the trace (from --from-batch on), and report their
+    /// mean step time, the slowest, and the tokens per GPU-second over all of them (the JSON's
+    /// `steps` and `over_steps`). --batches defaults to every step's windows. Under `--pack
+    /// wlb` each is one of WLB's steps.
+    #[arg(long, requires = "micro_batches")]
+    steps: Option<usize>,
     #[command(flatten)]
     levers: LeverArgs,
 }
+
+/// Default `--batches` without `--steps`.
+const DEFAULT_BATCHES: usize = 4;
 
 pub fn run(a: CompareArgs) -> Result<()> {
     let schemes = parse_scheme_list(&a.schemes)?;
@@ -86,8 +97,11 @@ pub fn run(a: CompareArgs) -> Result<()> {
             );
         }
     }
-    if a.batches == 0 {
+    if a.batches == Some(0) {
         bail!("--batches must be at least 1");
+    }
+    if a.steps == Some(0) {
+        bail!("--steps must be at least 1");
     }
     let training = a.training.when(a.memory)?;
     let step = a.step.step(training.unwrap_or_default())?;
@@ -102,17 +116,27 @@ pub fn run(a: CompareArgs) -> Result<()> {
         );
     }
     let step = a.levers.apply(step, training.unwrap_or_default())?;
+    let dp = training.unwrap_or_default().dp;
+    // The windows one step trains: --micro-batches on each of --dp replicas.
+    let per_step = step
+        .map(|o| usize::try_from(u64::from(o.micro_batches) * u64::from(dp)).unwrap_or(usize::MAX));
+    let wanted = batches_wanted(a.batches, a.steps, step.map(|o| (o.micro_batches, dp)))?;
     let (hw, model) = a.profile.load()?;
     // WLB packing balances the windows of one training step together.
     let group = step.map(|o| {
         o.micro_batches
             .saturating_mul(training.unwrap_or_default().dp)
     });
-    let mut packed = a.batch.load(
-        a.from_batch.saturating_add(a.batches),
-        WlbHints::new(&model, group),
-    )?;
+    let hints = WlbHints::new(&model, group);
+    let mut packed = a.batch.load(a.from_batch.saturating_add(wanted), hints)?;
     packed.skip(a.from_batch)?;
+    let mut steps = a.steps.unwrap_or(1);
+    if let (Some(per), true) = (per_step, steps > 1) {
+        steps = whole_steps(&mut packed.batches, steps, per, a.from_batch);
+        if let fcp::trace::PackMode::Wlb(p) = a.batch.pack.mode(hints) {
+            wlb_alignment_note(p.group as usize, per, a.from_batch);
+        }
+    }
     packed.note_all_cuts();
     let batches = packed.batches;
     let sim = layer_sim(
@@ -131,11 +155,14 @@ pub fn run(a: CompareArgs) -> Result<()> {
     };
     let mut rows = compare(&batches, &ctx, &sim, &opts);
     if let Some(o) = step {
-        price_steps(&mut rows, &batches, &sim, ctx.ranks, o)?;
+        price_steps(&mut rows, &batches, &sim, ctx.ranks, o, steps)?;
         let t = training.unwrap_or_default();
         let needed = u64::from(t.dp) * u64::from(o.micro_batches);
         // Bug hunt: batches left out of the step, or repeated in it, were not said.
-        if (batches.len() as u64) < needed {
+        if a.steps.is_some_and(|s| s > 1) {
+            // Each step has its own windows, every batch in one, or `whole_steps` said why
+            // not.
+        } else if (batches.len() as u64) < needed {
             repeats_note(
                 needed,
                 o.micro_batches,
@@ -165,7 +192,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         out!("{}", compare_csv(&rows));
     } else {
         outln!(
-            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}{}{}",
+            "{} batch(es) · {} ranks × {} tokens · {} · {} · pass {}{}{}{}{}{}",
             batches.len(),
             a.batch.ranks,
             a.batch.tokens_per_rank(),
@@ -175,7 +202,12 @@ pub fn run(a: CompareArgs) -> Result<()> {
             recompute_words(a.recompute),
             overlap_words(a.tp_overlap, &model),
             memory_words(training),
-            step_words(step)
+            step_words(step),
+            if steps > 1 {
+                format!(" · {steps} steps")
+            } else {
+                String::new()
+            }
         );
         out!(
             "{}",
@@ -194,4 +226,113 @@ pub fn run(a: CompareArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The batches to plan: `--batches`, or with `--steps` every step's windows (`per_step`
+/// each). An explicit `--batches` that is not that many is refused: the steps would share
+/// or skip windows.
+fn batches_wanted(
+    batches: Option<usize>,
+    steps: Option<usize>,
+    step: Option<(u32, u32)>,
+) -> Result<usize> {
+    let (Some(s), Some((m, dp))) = (steps, step) else {
+        return Ok(batches.unwrap_or(DEFAULT_BATCHES));
+    };
+    let per = u64::from(m) * u64::from(dp);
+    let all = usize::try_from((s as u64).saturating_mul(per)).unwrap_or(usize::MAX);
+    match batches {
+        Some(b) if b != all => bail!(
+            "--steps {s} prices {s} steps of {per} windows each (--micro-batches {m} × --dp {dp}): --batches must be {all}, or left out"
+        ),
+        _ => Ok(all),
+    }
+}
+
+/// Keep the whole steps of `per` windows that the packed trace holds, up to `steps`, and
+/// say so when it holds fewer than asked: the last part-step's windows are left out rather
+/// than priced as a step of repeated windows. With no whole step, the batches stay as they
+/// are (one step drawn from them in turn, as without `--steps`). Returns the steps priced.
+fn whole_steps(
+    batches: &mut Vec<fcp::trace::Batch>,
+    steps: usize,
+    per: usize,
+    from: usize,
+) -> usize {
+    let whole = batches.len() / per.max(1);
+    if whole >= steps {
+        return steps;
+    }
+    let from = if from > 0 {
+        format!(" from batch {from}")
+    } else {
+        String::new()
+    };
+    if whole == 0 {
+        eprintln!(
+            "note: the trace holds {} batches{from}, short of one step's {per}: one step is priced, its windows drawn in turn",
+            batches.len()
+        );
+        return 1;
+    }
+    eprintln!(
+        "note: the trace holds {} batches{from}: {whole} whole steps of {per} priced, not {steps}{}",
+        batches.len(),
+        if batches.len() > whole * per {
+            format!(" (the last {} batches left out)", batches.len() - whole * per)
+        } else {
+            String::new()
+        }
+    );
+    batches.truncate(whole * per);
+    whole
+}
+
+/// Under `--pack wlb` the trace's micro-batches come `group` to a WLB step from its start:
+/// say when the steps priced (`per` windows from batch `from`) are not those steps, so a
+/// priced step is not read as one WLB balanced.
+fn wlb_alignment_note(group: usize, per: usize, from: usize) {
+    if group != per {
+        eprintln!("note: WLB packing balanced steps of {group} micro-batches (--wlb-group), the steps priced have {per} (--micro-batches × --dp): they are not WLB's steps");
+    } else if from % group != 0 {
+        eprintln!("note: --from-batch {from} is not a multiple of WLB's {group} micro-batches a step: each step priced straddles two of WLB's");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_set_the_batches_and_refuse_another_count() {
+        assert_eq!(batches_wanted(None, None, None).unwrap(), DEFAULT_BATCHES);
+        assert_eq!(batches_wanted(Some(7), None, Some((4, 2))).unwrap(), 7);
+        // --steps without a step to repeat is clap's to refuse; here it changes nothing.
+        assert_eq!(batches_wanted(Some(7), Some(3), None).unwrap(), 7);
+        assert_eq!(batches_wanted(None, Some(3), Some((4, 2))).unwrap(), 24);
+        assert_eq!(batches_wanted(Some(24), Some(3), Some((4, 2))).unwrap(), 24);
+        let e = batches_wanted(Some(23), Some(3), Some((4, 2))).unwrap_err();
+        assert!(e.to_string().contains("--batches must be 24"), "{e}");
+        // No overflow on absurd counts: the trace runs out first.
+        assert_eq!(
+            batches_wanted(None, Some(usize::MAX), Some((u32::MAX, u32::MAX))).unwrap(),
+            usize::MAX
+        );
+    }
+
+    #[test]
+    fn a_trace_short_of_the_steps_keeps_its_whole_steps() {
+        let batches = |n: usize| -> Vec<fcp::trace::Batch> {
+            (0..n).map(|i| fcp::trace::Batch::new(i, vec![1])).collect()
+        };
+        let mut b = batches(11);
+        assert_eq!(whole_steps(&mut b, 5, 4, 0), 2);
+        assert_eq!(b.len(), 8);
+        let mut b = batches(3);
+        assert_eq!(whole_steps(&mut b, 5, 4, 0), 1);
+        assert_eq!(b.len(), 3);
+        let mut b = batches(20);
+        assert_eq!(whole_steps(&mut b, 5, 4, 0), 5);
+        assert_eq!(b.len(), 20);
+    }
 }

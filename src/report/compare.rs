@@ -59,9 +59,63 @@ pub struct CompareRow {
     #[serde(skip)]
     pub layers: Vec<LayerMetrics>,
     /// The training step over the batches, each a micro-batch in batch order, when
-    /// [`price_steps`] priced one; absent otherwise.
+    /// [`price_steps`] priced one; absent otherwise (and when it priced several: `steps`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<StepMetrics>,
+    /// Each of several consecutive training steps [`price_steps`] priced, in order (`fcp
+    /// compare --steps`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepMetrics>,
+    /// What the `steps` add up to; absent unless several were priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_steps: Option<StepsSummary>,
+}
+
+/// Consecutive training steps taken together: a step's own figures change from one step to
+/// the next with the documents it draws (a step whose windows hold the long documents is the
+/// slow one), so throughput is judged over a stretch of training, and the slowest step is
+/// what a straggler alarm sees.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StepsSummary {
+    /// Steps priced.
+    pub steps: usize,
+    /// Mean step time, ms.
+    pub mean_step_ms: f64,
+    /// The slowest step's time, ms.
+    pub max_step_ms: f64,
+    /// Which step that was, from 0 (the first of the stretch priced).
+    pub slowest_step: usize,
+    /// Real tokens of every step per GPU-second of all of them: each step's rate weighed by
+    /// its time, not a mean of rates (a mean of rates overweighs the quick steps).
+    pub tokens_per_gpu_s: f64,
+}
+
+impl StepsSummary {
+    /// The summary of `steps` (in order); `None` when there are none.
+    pub fn of(steps: &[StepMetrics]) -> Option<StepsSummary> {
+        let total: f64 = steps.iter().map(|s| s.step_ms).sum();
+        let (slowest, max) = steps
+            .iter()
+            .enumerate()
+            // The first of equals, so the answer does not depend on float ties' order.
+            .fold(None, |best: Option<(usize, f64)>, (i, s)| match best {
+                Some((_, m)) if m >= s.step_ms => best,
+                _ => Some((i, s.step_ms)),
+            })?;
+        let trained: f64 = steps.iter().map(|s| s.tokens_per_gpu_s * s.step_ms).sum();
+        Some(StepsSummary {
+            steps: steps.len(),
+            mean_step_ms: total / steps.len() as f64,
+            max_step_ms: max,
+            slowest_step: slowest,
+            // One step's own rate as it is (the weighing could round it off by an ulp).
+            tokens_per_gpu_s: match steps {
+                [one] => one.tokens_per_gpu_s,
+                _ if total > 0.0 => trained / total,
+                _ => 0.0,
+            },
+        })
+    }
 }
 
 /// Expand `all` and split a comma-separated list whose entries may carry `key=value`
@@ -231,6 +285,8 @@ pub fn compare(
                         tp: ctx.model.tp.max(1),
                         layers: all.iter().filter_map(|m| m.layer.clone()).collect(),
                         step: None,
+                        steps: Vec::new(),
+                        over_steps: None,
                     }
                 }
                 Err(e) => CompareRow {
@@ -245,6 +301,8 @@ pub fn compare(
                     tp: ctx.model.tp.max(1),
                     layers: Vec::new(),
                     step: None,
+                    steps: Vec::new(),
+                    over_steps: None,
                 },
             }
         })
@@ -273,22 +331,49 @@ pub fn compare(
 /// order: batch `i` is micro-batch `i` of the stream) on `cp` ranks, with `sim` (the
 /// simulator that ran them, with its training setting). Rows without every batch's layer
 /// (a scheme that could not run, a comparison without `--layer`) keep no step.
+///
+/// With `steps` above 1 the batches are that many consecutive steps' windows, an equal share
+/// each (the caller hands over `steps` × the step's windows): each is priced on its own,
+/// into `steps` and `over_steps`, and `step` stays empty.
 pub fn price_steps(
     rows: &mut [CompareRow],
     batches: &[Batch],
     sim: &Simulator,
     cp: u32,
     opts: StepOptions,
+    steps: usize,
 ) -> Result<(), SimError> {
     for r in rows.iter_mut() {
-        if let Some(drawn) = r.micro_batches(batches) {
+        let Some(drawn) = r.micro_batches(batches) else {
+            continue;
+        };
+        if steps <= 1 {
             r.step = Some(sim.step(&drawn, cp, opts)?);
+        } else {
+            let per = drawn.len().div_ceil(steps);
+            r.steps = drawn
+                .chunks(per)
+                .map(|windows| sim.step(windows, cp, opts))
+                .collect::<Result<_, _>>()?;
+            r.over_steps = StepsSummary::of(&r.steps);
         }
     }
     Ok(())
 }
 
 impl CompareRow {
+    /// The step columns' figures: over several steps their [`StepsSummary`], over one its
+    /// own (mean and slowest alike); `None` when no step was priced.
+    pub fn step_figures(&self) -> Option<StepsSummary> {
+        self.over_steps
+            .or_else(|| self.step.and_then(|s| StepsSummary::of(&[s])))
+    }
+
+    /// The step's settings (micro-batches, order, deal), alike in every step priced.
+    pub fn first_step(&self) -> Option<&StepMetrics> {
+        self.step.as_ref().or(self.steps.first())
+    }
+
     /// Its `batches` (the ones [`compare`] ran) as a step's micro-batches, each with its
     /// layer and real tokens; `None` without every batch's layer.
     pub fn micro_batches(&self, batches: &[Batch]) -> Option<Vec<MicroBatch>> {
@@ -305,6 +390,33 @@ impl CompareRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn step(ms: f64, rate: f64) -> StepMetrics {
+        StepMetrics {
+            step_ms: ms,
+            tokens_per_gpu_s: rate,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn steps_sum_up_weighed_by_their_time() {
+        assert_eq!(StepsSummary::of(&[]), None);
+        // A 3 s step at 100 tok/s/GPU and a 1 s one at 300: 600 tokens/GPU in 4 s is 150,
+        // not the 200 a mean of rates says.
+        let s = StepsSummary::of(&[step(3000.0, 100.0), step(1000.0, 300.0)]).unwrap();
+        assert_eq!(s.steps, 2);
+        assert_eq!(s.mean_step_ms, 2000.0);
+        assert_eq!(s.max_step_ms, 3000.0);
+        assert_eq!(s.slowest_step, 0);
+        assert_eq!(s.tokens_per_gpu_s, 150.0);
+        // Of equally slow steps the first is named; one step is its own figures.
+        let s = StepsSummary::of(&[step(1.0, 1.0), step(2.0, 1.0), step(2.0, 1.0)]).unwrap();
+        assert_eq!(s.slowest_step, 1);
+        let one = step(1234.5, 0.1 + 0.2);
+        let s = StepsSummary::of(&[one]).unwrap();
+        assert_eq!((s.mean_step_ms, s.tokens_per_gpu_s), (1234.5, 0.1 + 0.2));
+    }
 
     #[test]
     fn parameters_stay_with_their_scheme() {

@@ -8,7 +8,9 @@ mod table;
 pub mod validate;
 
 pub use ablation::{ablation, ablation_table, AblationRow, ABLATION_STEPS};
-pub use compare::{compare, parse_scheme_list, price_steps, CompareOptions, CompareRow};
+pub use compare::{
+    compare, parse_scheme_list, price_steps, CompareOptions, CompareRow, StepsSummary,
+};
 pub use stats::{mean, percentile};
 pub use table::{compare_csv, compare_table, fits_word, human_bytes, rate, shown, shown_when_long};
 pub use validate::{validate, Measured, ValidateError, ValidationReport};

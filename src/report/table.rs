@@ -1,6 +1,6 @@
 //! Text renderings of comparison rows.
 
-use super::compare::CompareRow;
+use super::compare::{CompareRow, StepsSummary};
 
 /// A value from a user's file or flag, as a message shows it: `1e308` stays `1e308` rather
 /// than the 309 digits `{}` would print, and `1e-30` does not become thirty zeros.
@@ -121,9 +121,15 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     if z3 {
         s.push_str(&format!(" {:>8}", "zero3_ms"));
     }
-    let stepped = rows.iter().any(|r| r.step.is_some());
+    let stepped = rows.iter().any(|r| r.step_figures().is_some());
+    // Several steps priced: their mean, and the slowest beside it.
+    let multi = rows.iter().any(|r| r.over_steps.is_some());
     if stepped {
-        s.push_str(&format!(" {:>10} {:>10}", "step_ms", "tok/s/GPU"));
+        s.push_str(&format!(" {:>10}", "step_ms"));
+        if multi {
+            s.push_str(&format!(" {:>10}", "max_step"));
+        }
+        s.push_str(&format!(" {:>10}", "tok/s/GPU"));
     }
     s.push('\n');
     for r in rows {
@@ -170,10 +176,20 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                     s.push_str(&format!(" {exposed:>8.3}"));
                 }
                 if stepped {
-                    s.push_str(&match r.step {
-                        Some(x) => format!(" {:>10.1} {:>10}", x.step_ms, rate(x.tokens_per_gpu_s)),
-                        None => format!(" {:>10} {:>10}", "-", "-"),
-                    });
+                    let x = r.step_figures();
+                    let cell =
+                        |f: &dyn Fn(&StepsSummary) -> String| x.as_ref().map_or("-".into(), f);
+                    s.push_str(&format!(
+                        " {:>10}",
+                        cell(&|x| format!("{:.1}", x.mean_step_ms))
+                    ));
+                    if multi {
+                        s.push_str(&format!(
+                            " {:>10}",
+                            cell(&|x| format!("{:.1}", x.max_step_ms))
+                        ));
+                    }
+                    s.push_str(&format!(" {:>10}", cell(&|x| rate(x.tokens_per_gpu_s))));
                 }
                 s.push('\n');
             }
@@ -212,7 +228,11 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     } else {
         note
     };
-    let note = match rows.iter().find_map(|r| r.step) {
+    let steps = rows
+        .iter()
+        .find_map(|r| r.over_steps)
+        .map_or(1, |o| o.steps);
+    let note = match rows.iter().find_map(|r| r.first_step()) {
         Some(x) => {
             use crate::sim::step::{Deal, MicroBatchOrder};
             // Bug hunt: the footer said "in order" of a step run in hill order.
@@ -224,7 +244,12 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                     "dealt to the replicas LPT, each replica's in hill order"
                 }
             };
-            format!("{note}; step_ms a training step with the batches as its micro-batches, {how} (the pipeline, the output layer and the data-parallel collectives it leaves exposed: docs/cost-model.md § Training step), tok/s/GPU the real tokens it trains per GPU-second")
+            let what = "(the pipeline, the output layer and the data-parallel collectives it leaves exposed: docs/cost-model.md § Training step)";
+            if steps > 1 {
+                format!("{note}; step_ms the mean of {steps} consecutive training steps, each with its share of the batches as its micro-batches, {how} {what}, max_step the slowest of them, tok/s/GPU the real tokens they train per GPU-second")
+            } else {
+                format!("{note}; step_ms a training step with the batches as its micro-batches, {how} {what}, tok/s/GPU the real tokens it trains per GPU-second")
+            }
         }
         None => note,
     };
@@ -290,9 +315,14 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     if z3 {
         s.push_str(",zero3_comm_ms,zero3_exposed_ms");
     }
-    let stepped = rows.iter().any(|r| r.step.is_some());
+    let stepped = rows.iter().any(|r| r.step_figures().is_some());
     if stepped {
         s.push_str(",micro_batches,step_ms,tokens_per_gpu_s");
+    }
+    // Several steps priced (`fcp compare --steps`): `step_ms` is their mean.
+    let multi = rows.iter().any(|r| r.over_steps.is_some());
+    if multi {
+        s.push_str(",steps,max_step_ms,slowest_step");
     }
     s.push('\n');
     for r in rows {
@@ -387,8 +417,17 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             ));
         }
         if stepped {
-            s.push_str(&match r.step {
-                Some(x) => format!(",{},{},{}", x.micro_batches, x.step_ms, x.tokens_per_gpu_s),
+            s.push_str(&match (r.first_step(), r.step_figures()) {
+                (Some(one), Some(x)) => format!(
+                    ",{},{},{}",
+                    one.micro_batches, x.mean_step_ms, x.tokens_per_gpu_s
+                ),
+                _ => ",,,".to_string(),
+            });
+        }
+        if multi {
+            s.push_str(&match r.over_steps {
+                Some(x) => format!(",{},{},{}", x.steps, x.max_step_ms, x.slowest_step),
                 None => ",,,".to_string(),
             });
         }

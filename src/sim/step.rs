@@ -314,7 +314,7 @@ impl MicroBatch {
 }
 
 /// A training step's time, from its micro-batches' layers.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct StepMetrics {
     /// Micro-batches each pipeline runs.
     pub micro_batches: u32,

@@ -156,8 +156,12 @@ impl WlbState {
             cut: len > self.params.max_len,
         };
         // The step has read its share: this document opens the next one. (A step that has
-        // read nothing takes it whatever its length, so every step makes progress.)
-        if self.read_tokens > 0 && self.read_tokens.saturating_add(doc.len) > self.step_tokens {
+        // read nothing takes it whatever its length, so every step makes progress. One
+        // without a document for each micro-batch reads on: see [`Self::fills_every_micro_batch`].)
+        if self.read_tokens > 0
+            && self.read_tokens.saturating_add(doc.len) > self.step_tokens
+            && self.fills_every_micro_batch()
+        {
             self.step(false, emit);
         }
         self.read_tokens = self.read_tokens.saturating_add(doc.len);
@@ -166,6 +170,20 @@ impl WlbState {
         } else {
             self.read.push(doc);
         }
+    }
+
+    /// Whether the step could close now with every micro-batch holding a document: one for
+    /// each, counting the leftovers, the documents read and the outliers it would release.
+    /// Every document fits an empty micro-batch (it was cut to `max_len`), so the first
+    /// `group` of them, longest first, each go to one. Regression (found writing `compare
+    /// --steps`): a step that had read long outliers and one short document, the queue short
+    /// of a group, closed with one micro-batch, so the micro-batches after it no longer came
+    /// `group` at a time and a training step priced as `group` consecutive windows straddled
+    /// two of WLB's steps.
+    fn fills_every_micro_batch(&self) -> bool {
+        let group = self.params.group as usize;
+        let released = if self.queue.len() >= group { group } else { 0 };
+        self.leftovers.len() + self.read.len() + released >= group
     }
 
     /// The stream has ended: run steps until every document read is packed.
@@ -287,6 +305,49 @@ mod tests {
         assert_eq!(lens[0..2], [vec![2, 2], vec![2, 2]]);
         // Step 2: both outliers, one to each micro-batch, with the short ones around them.
         assert_eq!(lens[2..], [vec![8, 2], vec![8, 2]]);
+    }
+
+    /// Feed `lens` one at a time and record how many micro-batches each push closed.
+    fn closed_per_push(lens: &[u64], params: WlbParams, context: u64) -> Vec<usize> {
+        let mut state = WlbState::new(params, context).unwrap();
+        lens.iter()
+            .map(|&l| {
+                let mut n = 0;
+                state.push(l, &mut |_| n += 1);
+                n
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_step_without_a_document_for_each_micro_batch_reads_on() {
+        // group 4, windows of 100 (a step reads 400), outliers ≥ 50. Two outliers of 130 queue,
+        // a 49 is read, and the third 130 would pass the step's share (439 > 400): the step
+        // holds one document for four micro-batches, so it reads on (it closed with one
+        // micro-batch, out of step with the groups of four after it) until four short ones
+        // are in; the next document then closes a full group.
+        let lens = [130, 130, 49, 130, 49, 49, 49, 10];
+        let closed = closed_per_push(&lens, params(4, 200, 50), 100);
+        assert_eq!(closed, [0, 0, 0, 0, 0, 0, 0, 4]);
+        let out = pack(&lens, params(4, 200, 50), 100);
+        let tokens: u64 = out.iter().flat_map(|m| &m.lens).sum();
+        assert_eq!(tokens, lens.iter().sum::<u64>());
+    }
+
+    proptest::proptest! {
+        /// Before the stream ends, steps close `group` micro-batches at a time, none empty:
+        /// what lets a training step be priced as `group` consecutive batches.
+        #[test]
+        fn steps_close_a_full_group_of_micro_batches(
+            lens in proptest::collection::vec(1u64..300, 1..200),
+            group in 1u32..6,
+            outlier in 20u64..150,
+        ) {
+            let closed = closed_per_push(&lens, params(group, 200, outlier), 100);
+            for n in closed {
+                proptest::prop_assert!(n == 0 || n == group as usize);
+            }
+        }
     }
 
     #[test]
