@@ -982,3 +982,43 @@ fn compare_steps_under_wlb_are_wlbs_steps() {
     }
     assert!(!stderr_of(&mut cmd(&["--from-batch", "8"])).contains("WLB"));
 }
+
+/// A sweep's `pack = "wlb"` cell is `compare --pack wlb` with the same settings: the same
+/// micro-batches (the group from the step, the breakpoint from the model), the same numbers.
+#[test]
+fn a_sweep_cell_packs_wlb_as_compare_does() {
+    let results = sweep_results(
+        "batches = 4\npack = \"wlb\"\nlayer = true\n[memory]\npp = 2\nmicro_batches = 2\ndp = 2\n[wlb]\noutlier = 8192\n[grid]\ntraces = [\"default\"]\nschemes = [\"zigzag\"]\nranks = [4]\ncontext = [32768]\n",
+    );
+    let cell = &results[0];
+    assert!(cell["error"].is_null(), "{cell}");
+    let rows = json(
+        fcp()
+            .args(["compare", "--schemes", "zigzag", "--ranks", "4"])
+            .args([
+                "--pack",
+                "wlb",
+                "--context",
+                "32768",
+                "--wlb-outlier",
+                "8192",
+            ])
+            .args(["--batches", "4", "--layer", "--memory", "--pp", "2"])
+            .args(["--micro-batches", "2", "--dp", "2", "--json"]),
+    );
+    let m = &cell["metrics"];
+    for (c, s) in [
+        (
+            f(&rows[0], "attention_time_ms"),
+            m["attention_time_ms"]["mean"].as_f64().unwrap(),
+        ),
+        (
+            f(&rows[0]["step"], "step_ms"),
+            m["step_ms"]["mean"].as_f64().unwrap(),
+        ),
+    ] {
+        assert!((c - s).abs() < 1e-9 * c, "compare {c} vs sweep {s}");
+    }
+    // Per-rank tokens: the share of the longest micro-batch, as on the command line.
+    assert_eq!(cell["tokens_per_rank"], 16384);
+}

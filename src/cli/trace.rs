@@ -142,11 +142,6 @@ impl WlbHints {
     }
 }
 
-/// Micro-batches WLB packing balances together when neither `--wlb-group` nor a training
-/// step says: DistCA's reimplementation balances 4 (`hao-ai-lab/DistCA`, anchors-cp.md §4); 8
-/// is the smallest step that fills an 8-stage pipeline.
-pub const DEFAULT_WLB_GROUP: u32 = 8;
-
 /// How a trace is packed into batches; flattened into every command that packs a trace.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PackArgs {
@@ -182,7 +177,7 @@ pub struct PackArgs {
 }
 
 /// The context window of `--pack window` when `--context` is not given.
-pub const DEFAULT_CONTEXT: u64 = 131_072;
+pub use fcp::trace::DEFAULT_CONTEXT;
 
 impl Default for PackArgs {
     /// Budget packing, as the FCP paper does (§6.1).
@@ -239,17 +234,15 @@ impl PackArgs {
             PackModeArg::Budget => PackMode::Budget,
             PackModeArg::Window => PackMode::Window,
             PackModeArg::Carry => PackMode::Carry,
-            PackModeArg::Wlb => {
-                let context = self.context();
-                let group = self.wlb_group.or(hints.group).unwrap_or(DEFAULT_WLB_GROUP);
-                let breakpoint = self.wlb_breakpoint.or(hints.breakpoint);
-                let d = fcp::trace::WlbParams::defaults(group, context, breakpoint);
-                PackMode::Wlb(fcp::trace::WlbParams {
-                    max_len: self.wlb_max_len.unwrap_or(d.max_len),
-                    outlier: self.wlb_outlier.unwrap_or(d.outlier),
-                    ..d
-                })
-            }
+            PackModeArg::Wlb => PackMode::Wlb(
+                fcp::trace::WlbSettings {
+                    group: self.wlb_group,
+                    max_len: self.wlb_max_len,
+                    outlier: self.wlb_outlier,
+                    breakpoint: self.wlb_breakpoint,
+                }
+                .resolve(self.context(), hints.group, hints.breakpoint),
+            ),
         }
     }
 
@@ -623,7 +616,7 @@ mod tests {
         assert_eq!(a.mode(hints), want(6, 8192, 2048, Some(1000)));
         assert_eq!(
             a.mode(WlbHints::default()),
-            want(DEFAULT_WLB_GROUP, 8192, 2048, None)
+            want(fcp::trace::DEFAULT_WLB_GROUP, 8192, 2048, None)
         );
         assert_eq!(a.tokens_per_rank(8, None), 1024);
         a.wlb_group = Some(3);

@@ -5,7 +5,7 @@
 //! batches = 4              # K batches per cell
 //! pass = "both"            # fwd | bwd | both
 //! mask = "causal"          # causal | full
-//! pack = "budget"          # budget | window | carry
+//! pack = "budget"          # budget | window | carry | wlb
 //! layer = false            # true: also the whole layer (projections and MLP), `layer_*` metrics
 //! recompute = "none"       # with layer: none | mlp | full (what the backward pass recomputes)
 //! tp = 1                   # tensor-parallel degree: each CP rank is a TP group of this many GPUs
@@ -19,13 +19,19 @@
 //! micro_batches = 8        # optional: also price a training step of this many micro-batches
 //! dp_overlap = false       # with micro_batches: DP collectives overlap the first and last micro-batch
 //!
+//! [wlb]                    # optional, with pack = "wlb" (as `--wlb-*`; docs/traces.md)
+//! group = 8                # micro-batches a step balances (default: micro_batches × dp, else 8)
+//! max_len = 262144         # most tokens a micro-batch holds (default: twice the context)
+//! outlier = 65536          # outliers from this length (default: half the context)
+//! breakpoint = 104448      # attention vs linear work (default: from the cell's model)
+//!
 //! [grid]
 //! traces = ["gen:wlb-llm:seed=1"]
 //! schemes = ["ring", "zigzag", "fcp"]
 //! ranks = [16, 32, 64]
 //! tokens_per_rank = [32768]
 //! block = [4096]           # optional: passed as `block=` to schemes that take it
-//! context = [131072]       # window packing only
+//! context = [131072]       # window and wlb packing only
 //! hardware = ["h100"]
 //! model = ["llama3-70b"]
 //! ```
@@ -40,7 +46,7 @@ use crate::model::Recompute;
 use crate::plan::Mask;
 use crate::planners::planner_for;
 use crate::sim::PassSel;
-use crate::trace::PackMode;
+use crate::trace::{PackMode, WlbSettings};
 
 use super::StudyError;
 
@@ -100,9 +106,13 @@ pub struct SweepConfig {
     /// Mask inside each document: causal or full.
     #[serde(default = "default_mask")]
     pub mask: String,
-    /// Packing: budget (FCP), window (FlashCP) or carry.
+    /// Packing: budget (FCP), window (FlashCP), carry or wlb (WLB-LLM).
     #[serde(default = "default_pack")]
     pub pack: String,
+    /// With `pack = "wlb"`: WLB packing's settings, each defaulting as on the command line
+    /// ([`WlbSettings::resolve`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wlb: Option<WlbSettings>,
     /// Also simulate the whole layer around attention ([`crate::sim::Simulator::with_layer`]):
     /// every cell gains the [`super::LAYER_METRICS`]; every model and hardware of the grid must
     /// give the layer's cost.
@@ -355,7 +365,7 @@ impl SweepConfig {
                 crate::tp::MAX_TP
             ));
         }
-        let mode = self.pack_mode()?;
+        let mode = self.pack_mode(None, None)?;
         let g = &self.grid;
         for (name, empty) in [
             ("traces", g.traces.is_empty()),
@@ -403,11 +413,30 @@ impl SweepConfig {
         if g.tokens_per_rank.contains(&0) || g.block.contains(&0) || g.context.contains(&0) {
             return bad("grid.tokens_per_rank, grid.block and grid.context must be ≥ 1".into());
         }
-        if mode == PackMode::Window && g.context.is_empty() {
-            return bad("pack = \"window\" needs grid.context (the window sizes)".into());
+        if mode.reads_context() && g.context.is_empty() {
+            return bad(format!(
+                "pack = \"{}\" needs grid.context (the window sizes)",
+                self.pack
+            ));
         }
         mode.check_context(!g.context.is_empty(), "grid.context", "pack = \"window\"")
             .map_err(|e| StudyError::Config(e.to_string()))?;
+        if self.wlb.is_some() && !matches!(mode, PackMode::Wlb(_)) {
+            return bad(format!(
+                "[wlb] sets WLB packing: it needs pack = \"wlb\", not \"{}\"",
+                self.pack
+            ));
+        }
+        // Every window's WLB parameters, checked before any cell runs (a limit under one of
+        // the windows, a zero).
+        if matches!(mode, PackMode::Wlb(_)) {
+            for &c in &g.context {
+                if let PackMode::Wlb(p) = self.pack_mode(Some(c), None)? {
+                    p.check(c)
+                        .map_err(|e| StudyError::Config(format!("grid.context {c}: {e}")))?;
+                }
+            }
+        }
         for t in &g.traces {
             if let super::traces::TraceSpec::File(path) = super::traces::TraceSpec::parse(t)? {
                 check_rereadable(&path)?;
@@ -439,14 +468,31 @@ impl SweepConfig {
         }
     }
 
-    /// Packing mode.
-    pub fn pack_mode(&self) -> Result<PackMode, StudyError> {
+    /// Packing mode of a cell with windows of `context` tokens (window and wlb packing) and a
+    /// model of attention breakpoint `breakpoint` (WLB's weighing). WLB's group defaults to
+    /// the training step `[memory]` prices (`micro_batches × dp` windows), as `fcp compare`'s
+    /// does; without a context, the mode's kind only (WLB at the default window).
+    pub fn pack_mode(
+        &self,
+        context: Option<u64>,
+        breakpoint: Option<u64>,
+    ) -> Result<PackMode, StudyError> {
         match self.pack.as_str() {
             "budget" => Ok(PackMode::Budget),
             "window" => Ok(PackMode::Window),
             "carry" => Ok(PackMode::Carry),
+            "wlb" => {
+                let step_group = self
+                    .memory
+                    .and_then(|m| m.micro_batches.map(|b| b.saturating_mul(m.dp)));
+                Ok(PackMode::Wlb(self.wlb.unwrap_or_default().resolve(
+                    context.unwrap_or(crate::trace::DEFAULT_CONTEXT),
+                    step_group,
+                    breakpoint,
+                )))
+            }
             o => Err(StudyError::Config(format!(
-                "pack `{o}`: expected budget, window or carry"
+                "pack `{o}`: expected budget, window, carry or wlb"
             ))),
         }
     }
@@ -462,46 +508,70 @@ impl SweepConfig {
             self.pack,
             // Only when on, so that the cells of every earlier sweep keep their names.
             if self.layer { ";layer=true" } else { "" },
-        ) + &if self.recompute.is_off() {
-            String::new()
-        } else {
-            format!(";recompute={}", self.recompute.name())
-        } + &if self.tp == 1 {
-            String::new()
-        } else {
-            format!(";tp={}", self.tp)
-        } + if self.tp_overlap {
-            ";tp_overlap=true"
-        } else {
-            ""
-        } + &self.memory.map_or(String::new(), |m| {
-            format!(
-                ";memory=zero{},dp{},pp{}{}{}",
-                m.zero,
-                m.dp,
-                m.pp,
-                // One chunk a stage is the default: the same cells.
-                if m.vp > 1 {
-                    format!(",vp{}", m.vp)
-                } else {
-                    String::new()
-                },
-                // Spanning every replica is the default: the same cells.
-                m.shard_dp
-                    .filter(|&s| s != m.dp)
-                    .map_or(String::new(), |s| format!(",shard{s}")),
-            ) + &m.micro_batches.map_or(String::new(), |b| {
-                // `step`, not the earlier `mb`: a cell's step now runs its batches in turn,
-                // not copies of each, so cells priced the old way are not resumed.
-                format!(",step{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
+        ) + &self.wlb_tag()
+            + &if self.recompute.is_off() {
+                String::new()
+            } else {
+                format!(";recompute={}", self.recompute.name())
+            }
+            + &if self.tp == 1 {
+                String::new()
+            } else {
+                format!(";tp={}", self.tp)
+            }
+            + if self.tp_overlap {
+                ";tp_overlap=true"
+            } else {
+                ""
+            }
+            + &self.memory.map_or(String::new(), |m| {
+                format!(
+                    ";memory=zero{},dp{},pp{}{}{}",
+                    m.zero,
+                    m.dp,
+                    m.pp,
+                    // One chunk a stage is the default: the same cells.
+                    if m.vp > 1 {
+                        format!(",vp{}", m.vp)
+                    } else {
+                        String::new()
+                    },
+                    // Spanning every replica is the default: the same cells.
+                    m.shard_dp
+                        .filter(|&s| s != m.dp)
+                        .map_or(String::new(), |s| format!(",shard{s}")),
+                ) + &m.micro_batches.map_or(String::new(), |b| {
+                    // `step`, not the earlier `mb`: a cell's step now runs its batches in turn,
+                    // not copies of each, so cells priced the old way are not resumed.
+                    format!(",step{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
+                })
             })
-        })
+    }
+
+    /// The `[wlb]` settings given, for [`Self::settings_tag`]: what they leave out follows
+    /// from the rest of the tag and the cell's key (its context and model).
+    fn wlb_tag(&self) -> String {
+        let Some(w) = self.wlb.filter(|w| !w.is_empty()) else {
+            return String::new();
+        };
+        let mut parts = Vec::new();
+        for (name, v) in [
+            ("group", w.group.map(u64::from)),
+            ("max_len", w.max_len),
+            ("outlier", w.outlier),
+            ("breakpoint", w.breakpoint),
+        ] {
+            if let Some(v) = v {
+                parts.push(format!("{name}{v}"));
+            }
+        }
+        format!(";wlb={}", parts.join(","))
     }
 
     /// Every cell, in grid order (traces outermost, models innermost).
     pub fn cells(&self) -> Vec<CellKey> {
         let g = &self.grid;
-        let window = matches!(self.pack_mode(), Ok(PackMode::Window));
+        let window = self.pack_mode(None, None).is_ok_and(|m| m.reads_context());
         let contexts: Vec<Option<u64>> = if window {
             g.context.iter().map(|&c| Some(c)).collect()
         } else {
@@ -519,9 +589,10 @@ impl SweepConfig {
                     for &context in &contexts {
                         let tprs: Vec<u64> = match (g.tokens_per_rank.is_empty(), context) {
                             (false, _) => g.tokens_per_rank.clone(),
-                            (true, Some(c)) => {
-                                vec![PackMode::Window.default_tokens_per_rank(ranks, c)]
-                            }
+                            (true, Some(c)) => match self.pack_mode(Some(c), None) {
+                                Ok(mode) => vec![mode.default_tokens_per_rank(ranks, c)],
+                                Err(_) => vec![],
+                            },
                             (true, None) => vec![crate::trace::DEFAULT_TOKENS_PER_RANK],
                         };
                         for &tokens_per_rank in &tprs {
@@ -725,6 +796,71 @@ mod tests {
         .unwrap();
         let tprs: Vec<_> = cfg.cells().iter().map(|c| c.tokens_per_rank).collect();
         assert_eq!(tprs, [8192, 16384]);
+    }
+
+    /// `pack = "wlb"` packs each window of `grid.context` with WLB's settings: the `[wlb]`
+    /// table's, else the step's group and the defaults for the window, as the command line
+    /// fills them in. The settings given name the cells.
+    #[test]
+    fn wlb_packing_takes_its_settings_from_the_table_then_the_step() {
+        let grid = "[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\"]\nranks=[8]\n";
+        let parse = |text: String| SweepConfig::parse(&text).map_err(|e| e.to_string());
+        let cfg = parse(format!("pack = \"wlb\"\n{grid}context = [65536]")).unwrap();
+        let wlb = |cfg: &SweepConfig, c| match cfg.pack_mode(Some(c), Some(1000)).unwrap() {
+            PackMode::Wlb(p) => p,
+            m => panic!("{m:?}"),
+        };
+        let p = wlb(&cfg, 65536);
+        assert_eq!((p.group, p.max_len, p.outlier), (8, 131072, 32768));
+        assert_eq!(p.breakpoint, Some(1000));
+        // Per-rank tokens: the share of the longest micro-batch.
+        assert_eq!(cfg.cells()[0].tokens_per_rank, 16384);
+        assert!(cfg.settings_tag().contains(";pack=wlb"));
+        assert!(!cfg.settings_tag().contains(";wlb="));
+        // A priced step sets the group: its micro-batches on every replica.
+        let cfg = parse(format!(
+            "pack = \"wlb\"\nlayer = true\n[memory]\ndp = 2\nmicro_batches = 3\n{grid}context = [65536]"
+        ))
+        .unwrap();
+        assert_eq!(wlb(&cfg, 65536).group, 6);
+        // The table's settings win, and name the cells.
+        let cfg = parse(format!(
+            "pack = \"wlb\"\n[wlb]\ngroup = 4\nmax_len = 65536\nbreakpoint = 7\n{grid}context = [65536]"
+        ))
+        .unwrap();
+        let p = wlb(&cfg, 65536);
+        assert_eq!((p.group, p.max_len, p.breakpoint), (4, 65536, Some(7)));
+        assert_eq!(cfg.cells()[0].tokens_per_rank, 8192);
+        assert!(cfg
+            .settings_tag()
+            .ends_with(";pack=wlb;wlb=group4,max_len65536,breakpoint7"));
+        // Refused: a table without WLB packing, WLB without windows, a limit under a
+        // window, an unknown key, a zero.
+        for (text, says) in [
+            (
+                format!("[wlb]\ngroup = 4\n{grid}"),
+                "[wlb] sets WLB packing: it needs pack = \"wlb\", not \"budget\"",
+            ),
+            (
+                format!("pack = \"wlb\"\n{grid}"),
+                "pack = \"wlb\" needs grid.context",
+            ),
+            (
+                format!("pack = \"wlb\"\n[wlb]\nmax_len = 65536\n{grid}context = [32768, 131072]"),
+                "grid.context 131072: WLB packing: a micro-batch limit of 65536 tokens is shorter",
+            ),
+            (
+                format!("pack = \"wlb\"\n[wlb]\ngrup = 4\n{grid}context = [65536]"),
+                "grup",
+            ),
+            (
+                format!("pack = \"wlb\"\n[wlb]\noutlier = 0\n{grid}context = [65536]"),
+                "grid.context 65536: WLB outlier threshold",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
     }
 
     #[test]

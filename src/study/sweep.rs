@@ -254,18 +254,18 @@ fn load_inputs(
     cells: &[CellKey],
     grid: &[CellKey],
 ) -> Result<Inputs, StudyError> {
-    let mode = cfg.pack_mode()?;
     let mut need: HashMap<&str, u64> = HashMap::new();
     for c in cells {
-        let limit = PackOptions {
-            mode,
+        let tokens = PackOptions {
+            // WLB's breakpoint weighs documents; it does not change how many tokens fill K.
+            mode: cfg.pack_mode(c.context, None)?,
             ranks: c.ranks,
             tokens_per_rank: c.tokens_per_rank,
             context: c.context,
         }
-        .batch_limit()?;
+        .tokens_to_fill(cfg.batches)?;
         let n = need.entry(c.trace.as_str()).or_default();
-        *n = (*n).max(limit.saturating_mul(cfg.batches as u64));
+        *n = (*n).max(tokens);
     }
     let mut traces = HashMap::new();
     for (spec, tokens) in need {
@@ -353,7 +353,11 @@ fn run_cell(
     };
     let (sim, hw, model) = (&sim.0, &sim.1, &sim.2);
     // Validated by `SweepConfig::validate`.
-    let (Ok(mode), Ok(mask), Ok(pass)) = (cfg.pack_mode(), cfg.mask_kind(), cfg.pass_sel()) else {
+    let (Ok(mode), Ok(mask), Ok(pass)) = (
+        cfg.pack_mode(key.context, model.attention_breakpoint()),
+        cfg.mask_kind(),
+        cfg.pass_sel(),
+    ) else {
         return fail("invalid settings".into());
     };
     if let Err(e) = planner_for(&key.scheme) {

@@ -20,14 +20,19 @@ pub use derive::{
 };
 pub use error::TraceError;
 pub use generate::{generate, sample_histogram, Generator, Lognormal, Source, MIXTURE_CAP};
-pub use pack::{pack, pack_first, PackMode, PackOptions, Packed, Packer, DEFAULT_TOKENS_PER_RANK};
+pub use pack::{
+    pack, pack_first, PackMode, PackOptions, Packed, Packer, DEFAULT_CONTEXT,
+    DEFAULT_TOKENS_PER_RANK,
+};
 pub use parse::{DocReader, Format};
 pub use stats::{percentile_sorted, stats, AboveShare, StatsAccumulator, TraceStats, THRESHOLDS};
 pub use tables::{
     read_table, Component, HistBin, QuantileRow, QuantileTable, MAGI_HISTOGRAM, PILE_MIXTURE,
     PROLONG_QUANTILES, REDPAJAMA_MIXTURE, WLB_LLM_QUANTILES,
 };
-pub use wlb::{WlbParams, MAX_GROUP as WLB_MAX_GROUP};
+pub use wlb::{
+    WlbParams, WlbSettings, DEFAULT_GROUP as DEFAULT_WLB_GROUP, MAX_GROUP as WLB_MAX_GROUP,
+};
 
 /// The longest document a trace may hold: 2³² tokens, thousands of times the longest context
 /// trained today, and small enough that a batch's token counts, attention pairs and simulated

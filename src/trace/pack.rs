@@ -88,6 +88,10 @@ impl PackMode {
 /// Tokens per rank in budget and carry packing when none is given (FCP paper §6.1).
 pub const DEFAULT_TOKENS_PER_RANK: u64 = 32768;
 
+/// The context window of window and WLB packing when none is given (`--context`'s
+/// default): 128K tokens.
+pub const DEFAULT_CONTEXT: u64 = 131_072;
+
 /// Parameters of [`pack`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackOptions {
@@ -102,6 +106,24 @@ pub struct PackOptions {
 }
 
 impl PackOptions {
+    /// Tokens of a trace that fill its first `batches` batches as a longer trace would: a
+    /// generated trace grows to this many before it is packed. Each batch holds at most the
+    /// batch limit; WLB packing reads a step at a time and can delay outliers, so it asks for
+    /// the steps those batches come from and one more, at the micro-batch limit.
+    pub fn tokens_to_fill(&self, batches: usize) -> Result<u64, TraceError> {
+        let limit = self.batch_limit()?;
+        let batches = batches as u64;
+        Ok(match self.mode {
+            PackMode::Wlb(p) => {
+                let group = u64::from(p.group);
+                (batches.div_ceil(group) + 1)
+                    .saturating_mul(group)
+                    .saturating_mul(limit)
+            }
+            _ => limit.saturating_mul(batches),
+        })
+    }
+
     /// The most tokens one batch may hold under these options (validated).
     pub fn batch_limit(&self) -> Result<u64, TraceError> {
         if self.ranks == 0 {
@@ -384,6 +406,24 @@ fn pack_pinned(trace: &Trace, limit: u64, keep: usize) -> Packed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A generated trace grows to what fills the batches: K windows, or under WLB packing
+    /// the steps the K micro-batches come from and one more, at the micro-batch limit.
+    #[test]
+    fn tokens_to_fill_cover_the_batches_and_wlbs_steps() {
+        let opts = |mode| PackOptions {
+            mode,
+            ranks: 4,
+            tokens_per_rank: 10,
+            context: Some(100),
+        };
+        assert_eq!(opts(PackMode::Budget).tokens_to_fill(3).unwrap(), 120);
+        assert_eq!(opts(PackMode::Window).tokens_to_fill(3).unwrap(), 300);
+        let wlb = PackMode::Wlb(WlbParams::defaults(4, 100, None));
+        // 5 micro-batches: 2 steps of 4, and one more, of at most 200 tokens each.
+        assert_eq!(opts(wlb).tokens_to_fill(5).unwrap(), 3 * 4 * 200);
+        assert!(opts(PackMode::Window).tokens_to_fill(usize::MAX).is_ok());
+    }
 
     fn opts(mode: PackMode, ranks: u32, tpr: u64, context: Option<u64>) -> PackOptions {
         PackOptions {

@@ -107,6 +107,57 @@ impl WlbParams {
 /// Most micro-batches one WLB step balances (each document scans them all).
 pub const MAX_GROUP: u32 = 1 << 16;
 
+/// Micro-batches a step balances when neither the user nor a priced training step says:
+/// DistCA's reimplementation balances 4 (`hao-ai-lab/DistCA`, anchors-cp.md §4); 8 is the
+/// smallest step that fills an 8-stage pipeline.
+pub const DEFAULT_GROUP: u32 = 8;
+
+/// WLB packing's settings as a user gives them, each optional: the command line's `--wlb-*`
+/// flags, a sweep's `[wlb]` table. One place fills in what is left out, so a cell of a sweep
+/// and the command line that reproduces it pack alike.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WlbSettings {
+    /// [`WlbParams::group`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+    /// [`WlbParams::max_len`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<u64>,
+    /// [`WlbParams::outlier`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<u64>,
+    /// [`WlbParams::breakpoint`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breakpoint: Option<u64>,
+}
+
+impl WlbSettings {
+    /// The parameters for windows of `context` tokens: the group the user gave, else the
+    /// training step's windows (`step_group`, micro-batches × replicas, where one is priced),
+    /// else [`DEFAULT_GROUP`]; the breakpoint the user gave, else the model's
+    /// (`model_breakpoint`); the rest [`WlbParams::defaults`] for the window.
+    pub fn resolve(
+        &self,
+        context: u64,
+        step_group: Option<u32>,
+        model_breakpoint: Option<u64>,
+    ) -> WlbParams {
+        let group = self.group.or(step_group).unwrap_or(DEFAULT_GROUP);
+        let d = WlbParams::defaults(group, context, self.breakpoint.or(model_breakpoint));
+        WlbParams {
+            max_len: self.max_len.unwrap_or(d.max_len),
+            outlier: self.outlier.unwrap_or(d.outlier),
+            ..d
+        }
+    }
+
+    /// Whether the user set nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == WlbSettings::default()
+    }
+}
+
 /// A document waiting to be packed: its length (already cut to `max_len`) and whether it was
 /// cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
