@@ -924,6 +924,56 @@ fn compare_steps_refusals_and_a_short_trace() {
     let steps = v[0]["over_steps"]["steps"].as_u64().unwrap();
     assert_eq!(v[0]["batches"].as_u64().unwrap(), 50 * steps);
     assert!(steps >= 2, "{steps}");
+    // Regression (bug hunt): a run cut to one step, or `--steps 1`, answered in `step`
+    // without `steps` and `over_steps`; the output's shape follows `--steps`.
+    let v = json(
+        fcp()
+            .args(base)
+            .args(["--layer", "--memory", "--micro-batches", "2"])
+            .args(["--steps", "1", "--json"]),
+    );
+    assert!(v[0].get("step").is_none(), "{}", v[0]);
+    assert_eq!(v[0]["over_steps"]["steps"], 1);
+    assert_eq!(v[0]["steps"].as_array().map(Vec::len), Some(1));
+}
+
+/// Regressions (bug hunt): notes that `--steps` lost or got wrong. `--dp-overlap` with
+/// nothing to overlap said so without `--steps` only; a trace that ran out was told to
+/// `--batches` it already had.
+#[test]
+fn compare_step_notes_follow_the_steps_priced() {
+    let base = [
+        "compare",
+        "--ranks",
+        "4",
+        "--schemes",
+        "zigzag",
+        "--layer",
+        "--memory",
+    ];
+    let err = stderr_of(fcp().args(base).args([
+        "--micro-batches",
+        "2",
+        "--zero",
+        "3",
+        "--dp-overlap",
+        "--steps",
+        "2",
+    ]));
+    assert!(err.contains("--dp-overlap changes nothing"), "{err}");
+    // The bundled trace packs into 138 batches at 4 ranks: from 136, two are left.
+    let err = stderr_of(fcp().args(base).args([
+        "--micro-batches",
+        "4",
+        "--from-batch",
+        "136",
+        "--batches",
+        "4",
+    ]));
+    assert!(
+        err.contains("from 2 batches: the trace holds no more from batch 136"),
+        "{err}"
+    );
 }
 
 /// Under `--pack wlb`, `--steps` prices WLB's own steps: each one's micro-batches are

@@ -10,7 +10,7 @@ use fcp::report::{
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, memory_sim, memory_words, overlap_words, profile_words, recompute_words,
+    layer_sim, memory_sim, memory_words, overlap_words, plural, profile_words, recompute_words,
     repeats_note, step_words, BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs,
     TrainingArgs,
 };
@@ -130,12 +130,14 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let hints = WlbHints::new(&model, group);
     let mut packed = a.batch.load(a.from_batch.saturating_add(wanted), hints)?;
     packed.skip(a.from_batch)?;
-    let mut steps = a.steps.unwrap_or(1);
-    if let (Some(per), true) = (per_step, steps > 1) {
-        steps = whole_steps(&mut packed.batches, steps, per, a.from_batch);
-        if let fcp::trace::PackMode::Wlb(p) = a.batch.pack.mode(hints) {
-            wlb_alignment_note(p.group as usize, per, a.from_batch);
-        }
+    // `--steps S`: S steps (the whole steps the trace holds, if fewer), each on its own
+    // windows, reported as `steps` and `over_steps` whatever their number.
+    let steps = match (a.steps, per_step) {
+        (Some(s), Some(per)) => Some(whole_steps(&mut packed.batches, s, per, a.from_batch)),
+        _ => None,
+    };
+    if let (Some(per), fcp::trace::PackMode::Wlb(p)) = (per_step, a.batch.pack.mode(hints)) {
+        wlb_alignment_note(p.group as usize, per, a.from_batch);
     }
     packed.note_all_cuts();
     let batches = packed.batches;
@@ -159,17 +161,23 @@ pub fn run(a: CompareArgs) -> Result<()> {
         let t = training.unwrap_or_default();
         let needed = u64::from(t.dp) * u64::from(o.micro_batches);
         // Bug hunt: batches left out of the step, or repeated in it, were not said.
-        if a.steps.is_some_and(|s| s > 1) {
+        if steps.is_some() {
             // Each step has its own windows, every batch in one, or `whole_steps` said why
             // not.
         } else if (batches.len() as u64) < needed {
+            // Bug hunt: advice to ask for the batches the trace does not hold.
+            let advice = if batches.len() < wanted {
+                format!("the trace holds no more{}", from_words(a.from_batch))
+            } else {
+                format!("--batches {needed} gives each its own")
+            };
             repeats_note(
                 needed,
                 o.micro_batches,
                 t.dp,
                 batches.len(),
                 ("batch", "batches"),
-                &format!("--batches {needed} gives each its own"),
+                &advice,
             );
         } else if (batches.len() as u64) > needed {
             eprintln!(
@@ -181,8 +189,12 @@ pub fn run(a: CompareArgs) -> Result<()> {
         }
         a.levers.notes(t);
         // Bug hunt: said only of schemes that ran a step (none running is no evidence).
-        let steps: Vec<_> = rows.iter().filter_map(|r| r.step).collect();
-        if o.dp_overlap && !steps.is_empty() && steps.iter().all(|s| s.dp_comm_ms == 0.0) {
+        // Bug hunt: the steps `--steps` priced count too.
+        let ran: Vec<_> = rows
+            .iter()
+            .flat_map(|r| r.step.iter().chain(&r.steps))
+            .collect();
+        if o.dp_overlap && !ran.is_empty() && ran.iter().all(|s| s.dp_comm_ms == 0.0) {
             super::common::dp_overlap_idle_note("no scheme runs");
         }
     }
@@ -203,11 +215,10 @@ pub fn run(a: CompareArgs) -> Result<()> {
             overlap_words(a.tp_overlap, &model),
             memory_words(training),
             step_words(step),
-            if steps > 1 {
-                format!(" · {steps} steps")
-            } else {
-                String::new()
-            }
+            steps.map_or(String::new(), |n| format!(
+                " · {}",
+                plural(n as u32, "step", "steps")
+            ))
         );
         out!(
             "{}",
@@ -263,11 +274,7 @@ fn whole_steps(
     if whole >= steps {
         return steps;
     }
-    let from = if from > 0 {
-        format!(" from batch {from}")
-    } else {
-        String::new()
-    };
+    let from = from_words(from);
     if whole == 0 {
         eprintln!(
             "note: the trace holds {} batches{from}, short of one step's {per}: one step is priced, its windows drawn in turn",
@@ -275,17 +282,31 @@ fn whole_steps(
         );
         return 1;
     }
+    let left = batches.len() - whole * per;
     eprintln!(
-        "note: the trace holds {} batches{from}: {whole} whole steps of {per} priced, not {steps}{}",
+        "note: the trace holds {} batches{from}: {} of {per} priced, not {steps}{}",
         batches.len(),
-        if batches.len() > whole * per {
-            format!(" (the last {} batches left out)", batches.len() - whole * per)
+        plural(whole as u32, "whole step", "whole steps"),
+        if left > 0 {
+            format!(
+                " (the last {} left out)",
+                plural(left as u32, "batch", "batches")
+            )
         } else {
             String::new()
         }
     );
     batches.truncate(whole * per);
     whole
+}
+
+/// ` from batch K` after a count of batches, when the comparison starts past the first.
+fn from_words(from: usize) -> String {
+    if from > 0 {
+        format!(" from batch {from}")
+    } else {
+        String::new()
+    }
 }
 
 /// Under `--pack wlb` the trace's micro-batches come `group` to a WLB step from its start:

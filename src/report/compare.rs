@@ -332,30 +332,31 @@ pub fn compare(
 /// simulator that ran them, with its training setting). Rows without every batch's layer
 /// (a scheme that could not run, a comparison without `--layer`) keep no step.
 ///
-/// With `steps` above 1 the batches are that many consecutive steps' windows, an equal share
-/// each (the caller hands over `steps` × the step's windows): each is priced on its own,
-/// into `steps` and `over_steps`, and `step` stays empty.
+/// With `steps` (`fcp compare --steps`) the batches are that many consecutive steps'
+/// windows, an equal share each (the caller hands over `steps` × the step's windows): each
+/// is priced on its own, into `steps` and `over_steps` (even one step, so that the output's
+/// shape follows the question, not how many steps the trace held), and `step` stays empty.
 pub fn price_steps(
     rows: &mut [CompareRow],
     batches: &[Batch],
     sim: &Simulator,
     cp: u32,
     opts: StepOptions,
-    steps: usize,
+    steps: Option<usize>,
 ) -> Result<(), SimError> {
     for r in rows.iter_mut() {
         let Some(drawn) = r.micro_batches(batches) else {
             continue;
         };
-        if steps <= 1 {
-            r.step = Some(sim.step(&drawn, cp, opts)?);
-        } else {
+        if let Some(steps) = steps.filter(|&s| s > 0) {
             let per = drawn.len().div_ceil(steps);
             r.steps = drawn
                 .chunks(per)
                 .map(|windows| sim.step(windows, cp, opts))
                 .collect::<Result<_, _>>()?;
             r.over_steps = StepsSummary::of(&r.steps);
+        } else {
+            r.step = Some(sim.step(&drawn, cp, opts)?);
         }
     }
     Ok(())

@@ -427,8 +427,37 @@ impl SweepConfig {
                 self.pack
             ));
         }
+        // Bug hunt: a zero or a group too large was blamed on grid.context; said with the
+        // key at fault.
+        if let Some(w) = self.wlb {
+            for (key, v) in [
+                ("group", w.group.map(u64::from)),
+                ("max_len", w.max_len),
+                ("outlier", w.outlier),
+                ("breakpoint", w.breakpoint),
+            ] {
+                if v == Some(0) {
+                    return bad(format!("[wlb] {key} = 0: must be at least 1"));
+                }
+            }
+        }
+        if let PackMode::Wlb(p) = mode {
+            if p.group > crate::trace::WLB_MAX_GROUP {
+                let from = match self.wlb.and_then(|w| w.group) {
+                    Some(g) => format!("[wlb] group = {g}"),
+                    None => format!(
+                        "{} micro-batches a step ([memory] micro_batches × dp; [wlb] group sets fewer)",
+                        p.group
+                    ),
+                };
+                return bad(format!(
+                    "{from} is more than the {} WLB packing balances",
+                    crate::trace::WLB_MAX_GROUP
+                ));
+            }
+        }
         // Every window's WLB parameters, checked before any cell runs (a limit under one of
-        // the windows, a zero).
+        // the windows).
         if matches!(mode, PackMode::Wlb(_)) {
             for &c in &g.context {
                 if let PackMode::Wlb(p) = self.pack_mode(Some(c), None)? {
@@ -855,7 +884,17 @@ mod tests {
             ),
             (
                 format!("pack = \"wlb\"\n[wlb]\noutlier = 0\n{grid}context = [65536]"),
-                "grid.context 65536: WLB outlier threshold",
+                "[wlb] outlier = 0: must be at least 1",
+            ),
+            (
+                format!("pack = \"wlb\"\n[wlb]\ngroup = 65537\n{grid}context = [65536]"),
+                "[wlb] group = 65537 is more than the 65536",
+            ),
+            (
+                format!(
+                    "pack = \"wlb\"\nlayer = true\n[memory]\nmicro_batches = 65536\ndp = 2\n{grid}context = [65536]"
+                ),
+                "131072 micro-batches a step ([memory] micro_batches × dp; [wlb] group sets fewer)",
             ),
         ] {
             let e = parse(text).unwrap_err();
