@@ -597,7 +597,7 @@ fn context_without_window_packing_is_refused_like_sweep_does() {
                 .code(2)
                 .stdout("")
                 .stderr(predicate::str::diff(
-                    "error: --context applies only to --pack window\n",
+                    "error: --context applies only to --pack window or --pack wlb\n",
                 ));
         }
     }
@@ -617,7 +617,7 @@ fn context_without_window_packing_is_refused_like_sweep_does() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
-            "grid.context applies only to pack = \"window\"",
+            "grid.context applies only to pack = \"window\" or \"wlb\"",
         ));
     // With window packing it is taken, and without `--context` the help's default applies.
     fcp()

@@ -473,3 +473,82 @@ fn compare_names_tp_overlap() {
     );
     assert!(csv.lines().nth(1).unwrap().ends_with(",2,true"), "{csv}");
 }
+
+/// `fcp tpcp --pack wlb` gives every split the same WLB micro-batches (the group from the
+/// step, the breakpoint from the model) and its numbers are `compare --pack wlb --tp`'s;
+/// packings that are not windows, and `--wlb-*` without `--pack wlb`, are refused.
+#[test]
+fn tpcp_packs_wlb_as_compare_does() {
+    let tpcp = [
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "16384",
+        "--batches",
+        "4",
+        "--schemes",
+        "zigzag",
+        "--zero",
+        "2",
+        "--dp",
+        "64",
+        "--pack",
+        "wlb",
+        "--wlb-outlier",
+        "4096",
+    ];
+    let rows: Value = serde_json::from_str(&stdout_of(fcp().args(tpcp).arg("--json"))).unwrap();
+    // TP 4 × CP 2 is `compare --ranks 2 --tp 4` on the same micro-batches.
+    let cmp = stdout_of(
+        fcp()
+            .args(["compare", "--ranks", "2", "--tp", "4", "--pack", "wlb"])
+            .args([
+                "--context",
+                "16384",
+                "--wlb-outlier",
+                "4096",
+                "--wlb-group",
+                "8",
+            ])
+            .args(["--batches", "4", "--schemes", "zigzag", "--layer", "--json"]),
+    );
+    let cmp: Value = serde_json::from_str(&cmp).unwrap();
+    let row = &rows.as_array().unwrap()[1];
+    assert_eq!((row["tp"].as_u64(), row["cp"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(row["layer_time_ms"], cmp[0]["layer_time_ms"]);
+    assert_eq!(row["attention_time_ms"], cmp[0]["attention_time_ms"]);
+    // Not the windows': WLB's micro-batches differ.
+    let window: Value = serde_json::from_str(&stdout_of(
+        fcp().args(&tpcp[..tpcp.len() - 4]).arg("--json"),
+    ))
+    .unwrap();
+    assert_ne!(window[1]["layer_time_ms"], row["layer_time_ms"]);
+    assert!(stdout_of(fcp().args(tpcp)).contains("WLB-packed: 8 micro-batches a step"));
+    for (extra, says) in [
+        (
+            &["--pack", "budget"][..],
+            "--pack window or wlb, not budget",
+        ),
+        (
+            &["--wlb-group", "4"][..],
+            "--wlb-group applies only to --pack wlb",
+        ),
+    ] {
+        fcp()
+            .args([
+                "tpcp",
+                "--gpus",
+                "8",
+                "--context",
+                "16384",
+                "--batches",
+                "1",
+            ])
+            .args(extra)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(says));
+    }
+}

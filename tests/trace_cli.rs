@@ -278,7 +278,9 @@ fn pack_notes_a_context_that_the_mode_ignores() {
     for mode in ["budget", "carry"] {
         let err = run(&["--context", "8", "--pack", mode]);
         assert!(
-            err.contains("--context applies only to --pack window; ignored by --pack"),
+            err.contains(
+                "--context applies only to --pack window or --pack wlb; ignored by --pack"
+            ),
             "{mode}: {err}"
         );
         assert!(run(&["--pack", mode]).is_empty());

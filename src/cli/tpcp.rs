@@ -18,7 +18,7 @@ use super::common::{
     step_parts, step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs,
     TrainingArgs,
 };
-use super::trace::{PackArgs, PackModeArg, WlbHints};
+use super::trace::{PackArgs, PackModeArg, WlbArgs, WlbHints};
 
 /// Arguments of `fcp tpcp`.
 #[derive(Debug, Args)]
@@ -33,6 +33,13 @@ pub struct TpCpArgs {
     /// Tokens per sequence: the trace is packed into windows of this many (as `--pack window`).
     #[arg(long, default_value_t = super::trace::DEFAULT_CONTEXT)]
     context: u64,
+    /// Packing: `window` (fixed --context windows) or `wlb` (WLB-LLM's: each step's
+    /// --context windows repacked into micro-batches of equal work, as `fcp compare --pack
+    /// wlb`). Every split sees the same ones.
+    #[arg(long = "pack", value_enum, default_value_t = PackModeArg::Window)]
+    pack: PackModeArg,
+    #[command(flatten)]
+    wlb: WlbArgs,
     /// Number of windows (from the start of the trace).
     #[arg(long, default_value_t = 4)]
     batches: usize,
@@ -79,27 +86,43 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if a.gpus == 0 {
         bail!("--gpus must be at least 1");
     }
+    if !matches!(a.pack, PackModeArg::Window | PackModeArg::Wlb) {
+        bail!(
+            "fcp tpcp splits the GPUs of one window: --pack window or wlb, not {}",
+            if a.pack == PackModeArg::Budget {
+                "budget"
+            } else {
+                "carry"
+            }
+        );
+    }
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
     let step = a.levers.apply(a.step.step(training)?, training)?;
-    // Window packing depends on the context alone: every split sees these windows.
+    // Window packing depends on the context alone, WLB packing on the step and the model
+    // too (TP splits attention and the linear layers alike): every split sees these.
     let source = BatchArgs {
         trace: a.trace.clone(),
         ranks: a.gpus.min(fcp::planners::MAX_RANKS),
         tokens_per_rank: None,
         pack: PackArgs {
-            pack: PackModeArg::Window,
+            pack: a.pack,
             context: Some(a.context),
-            ..PackArgs::default()
+            wlb: a.wlb.clone(),
         },
         mask: a.mask,
     };
-    let windows = source.load(a.batches, WlbHints::default())?;
+    let hints = WlbHints::new(
+        &model,
+        step.map(|o| o.micro_batches.saturating_mul(training.dp)),
+    );
+    let windows = source.load(a.batches, hints)?;
     windows.note_all_cuts();
     let opts = TpCpOptions {
         gpus: a.gpus,
         context: a.context,
+        pack: source.pack.mode(hints),
         schemes: schemes.clone(),
         mask: a.mask.into(),
         pass: a.pass.into(),
@@ -141,9 +164,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             let avail = if windows.batches.len() < a.batches {
                 windows.batches.len()
             } else {
-                source
-                    .load(probe, WlbHints::default())
-                    .map_or(probe, |w| w.batches.len())
+                source.load(probe, hints).map_or(probe, |w| w.batches.len())
             };
             let advice = if avail < probe {
                 format!(
@@ -192,9 +213,16 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs per {}-token window, split TP × CP · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}{}",
+        "{} GPUs per {}-token window, split TP × CP{} · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}{}",
         a.gpus,
         a.context,
+        match opts.pack {
+            fcp::trace::PackMode::Wlb(p) => format!(
+                " · WLB-packed: {} micro-batches a step, each at most {} tokens",
+                p.group, p.max_len
+            ),
+            _ => String::new(),
+        },
         windows.batches.len(),
         a.trace
             .as_ref()

@@ -158,6 +158,14 @@ pub struct PackArgs {
         long_help = "Context window in tokens (window and wlb modes)\n\n[default: 131072]"
     )]
     pub context: Option<u64>,
+    #[command(flatten)]
+    pub wlb: WlbArgs,
+}
+
+/// WLB packing's flags; flattened into [`PackArgs`], and into `fcp tpcp`, which packs its
+/// own windows.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WlbArgs {
     /// WLB packing: micro-batches balanced together, every window of a training step
     /// (default: --micro-batches × --dp where the command prices a step, else 8).
     #[arg(long)]
@@ -176,6 +184,53 @@ pub struct PackArgs {
     pub wlb_breakpoint: Option<u64>,
 }
 
+impl WlbArgs {
+    /// The settings as the library takes them.
+    pub fn settings(&self) -> fcp::trace::WlbSettings {
+        fcp::trace::WlbSettings {
+            group: self.wlb_group,
+            max_len: self.wlb_max_len,
+            outlier: self.wlb_outlier,
+            breakpoint: self.wlb_breakpoint,
+        }
+    }
+
+    /// Refuse a flag given where WLB packing is not asked for (`wlb` false), which would
+    /// ignore it; `ask` says how to ask for it.
+    pub fn check(&self, wlb: bool, ask: &str) -> anyhow::Result<()> {
+        if wlb {
+            return Ok(());
+        }
+        for (flag, given) in [
+            ("--wlb-group", self.wlb_group.is_some()),
+            ("--wlb-max-len", self.wlb_max_len.is_some()),
+            ("--wlb-outlier", self.wlb_outlier.is_some()),
+            ("--wlb-breakpoint", self.wlb_breakpoint.is_some()),
+        ] {
+            if given {
+                anyhow::bail!("{flag} applies only to {ask}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The flags that repeat the settings given, after `--wlb-group` (which is always said,
+    /// resolved).
+    fn flags(&self) -> String {
+        let mut f = String::new();
+        for (flag, v) in [
+            ("--wlb-max-len", self.wlb_max_len),
+            ("--wlb-outlier", self.wlb_outlier),
+            ("--wlb-breakpoint", self.wlb_breakpoint),
+        ] {
+            if let Some(v) = v {
+                f += &format!(" {flag} {v}");
+            }
+        }
+        f
+    }
+}
+
 /// The context window of `--pack window` when `--context` is not given.
 pub use fcp::trace::DEFAULT_CONTEXT;
 
@@ -185,10 +240,7 @@ impl Default for PackArgs {
         PackArgs {
             pack: PackModeArg::Budget,
             context: None,
-            wlb_group: None,
-            wlb_max_len: None,
-            wlb_outlier: None,
-            wlb_breakpoint: None,
+            wlb: WlbArgs::default(),
         }
     }
 }
@@ -206,26 +258,13 @@ impl PackArgs {
         self.mode(WlbHints::default()).check_context(
             self.context.is_some(),
             "--context",
-            "--pack window",
+            "--pack window or --pack wlb",
         )
     }
 
     /// Refuse a `--wlb-*` setting without `--pack wlb`, which would ignore it.
     pub fn check_wlb(&self) -> anyhow::Result<()> {
-        if self.pack == PackModeArg::Wlb {
-            return Ok(());
-        }
-        for (flag, given) in [
-            ("--wlb-group", self.wlb_group.is_some()),
-            ("--wlb-max-len", self.wlb_max_len.is_some()),
-            ("--wlb-outlier", self.wlb_outlier.is_some()),
-            ("--wlb-breakpoint", self.wlb_breakpoint.is_some()),
-        ] {
-            if given {
-                anyhow::bail!("{flag} applies only to --pack wlb");
-            }
-        }
-        Ok(())
+        self.wlb.check(self.pack == PackModeArg::Wlb, "--pack wlb")
     }
 
     /// The library's packing mode, WLB's settings filled in from `hints` where not given.
@@ -234,15 +273,11 @@ impl PackArgs {
             PackModeArg::Budget => PackMode::Budget,
             PackModeArg::Window => PackMode::Window,
             PackModeArg::Carry => PackMode::Carry,
-            PackModeArg::Wlb => PackMode::Wlb(
-                fcp::trace::WlbSettings {
-                    group: self.wlb_group,
-                    max_len: self.wlb_max_len,
-                    outlier: self.wlb_outlier,
-                    breakpoint: self.wlb_breakpoint,
-                }
-                .resolve(self.context(), hints.group, hints.breakpoint),
-            ),
+            PackModeArg::Wlb => PackMode::Wlb(self.wlb.settings().resolve(
+                self.context(),
+                hints.group,
+                hints.breakpoint,
+            )),
         }
     }
 
@@ -272,23 +307,12 @@ impl PackArgs {
             PackMode::Budget => String::new(),
             PackMode::Window => format!(" --pack window --context {}", self.context()),
             PackMode::Carry => " --pack carry".to_string(),
-            PackMode::Wlb(p) => {
-                let mut f = format!(
-                    " --pack wlb --context {} --wlb-group {}",
-                    self.context(),
-                    p.group
-                );
-                if let Some(m) = self.wlb_max_len {
-                    f += &format!(" --wlb-max-len {m}");
-                }
-                if let Some(o) = self.wlb_outlier {
-                    f += &format!(" --wlb-outlier {o}");
-                }
-                if let Some(b) = self.wlb_breakpoint {
-                    f += &format!(" --wlb-breakpoint {b}");
-                }
-                f
-            }
+            PackMode::Wlb(p) => format!(
+                " --pack wlb --context {} --wlb-group {}{}",
+                self.context(),
+                p.group,
+                self.wlb.flags()
+            ),
         }
     }
 }
@@ -619,10 +643,12 @@ mod tests {
             want(fcp::trace::DEFAULT_WLB_GROUP, 8192, 2048, None)
         );
         assert_eq!(a.tokens_per_rank(8, None), 1024);
-        a.wlb_group = Some(3);
-        a.wlb_max_len = Some(5000);
-        a.wlb_outlier = Some(100);
-        a.wlb_breakpoint = Some(7);
+        a.wlb = WlbArgs {
+            wlb_group: Some(3),
+            wlb_max_len: Some(5000),
+            wlb_outlier: Some(100),
+            wlb_breakpoint: Some(7),
+        };
         assert_eq!(a.mode(hints), want(3, 5000, 100, Some(7)));
         assert_eq!(
             a.flags(hints),

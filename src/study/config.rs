@@ -419,8 +419,12 @@ impl SweepConfig {
                 self.pack
             ));
         }
-        mode.check_context(!g.context.is_empty(), "grid.context", "pack = \"window\"")
-            .map_err(|e| StudyError::Config(e.to_string()))?;
+        mode.check_context(
+            !g.context.is_empty(),
+            "grid.context",
+            "pack = \"window\" or \"wlb\"",
+        )
+        .map_err(|e| StudyError::Config(e.to_string()))?;
         if self.wlb.is_some() && !matches!(mode, PackMode::Wlb(_)) {
             return bad(format!(
                 "[wlb] sets WLB packing: it needs pack = \"wlb\", not \"{}\"",

@@ -2,7 +2,8 @@
 //! node) and context parallelism, per scheme ([`crate::tp`]).
 //!
 //! Every split sees the same windows of the trace (window packing depends on the context
-//! alone), so their layer times compare directly: TP `T` × CP `G / T`, each CP rank holding
+//! alone; WLB packing on the context, the step and the model, not the split), so their layer
+//! times compare directly: TP `T` × CP `G / T`, each CP rank holding
 //! `1/(G/T)` of a window and each GPU `1/T` of the heads. Each split is planned and simulated
 //! with every scheme asked for, on the whole layer (attention, the projections and MLP, and
 //! the TP collectives), which is where TP and CP trade: TP shrinks attention and K/V per GPU
@@ -32,6 +33,10 @@ pub struct TpCpOptions {
     pub gpus: u32,
     /// Tokens per window (the sequence the GPUs hold).
     pub context: u64,
+    /// How the windows were packed: [`PackMode::Window`], or [`PackMode::Wlb`] whose
+    /// micro-batches run up to its `max_len` (each CP rank's token cap is its share of
+    /// that, as on the command line).
+    pub pack: PackMode,
     /// Scheme entries, as `compare` takes them.
     pub schemes: Vec<String>,
     /// Mask inside each document.
@@ -223,7 +228,7 @@ pub fn run_tpcp(
         };
         let ctx = PlanContext {
             ranks: cp,
-            tokens_per_rank: PackMode::Window.default_tokens_per_rank(cp, opts.context),
+            tokens_per_rank: opts.pack.default_tokens_per_rank(cp, opts.context),
             mask: opts.mask,
             model: &model_t,
             hardware: &hw_t,
@@ -381,6 +386,7 @@ mod tests {
         TpCpOptions {
             gpus,
             context: 16384,
+            pack: PackMode::Window,
             schemes: vec!["zigzag".into(), "hybrid:quick=true".into()],
             mask: Mask::Causal,
             pass: PassSel::Both,
