@@ -1072,3 +1072,34 @@ fn a_sweep_cell_packs_wlb_as_compare_does() {
     // Per-rank tokens: the share of the longest micro-batch, as on the command line.
     assert_eq!(cell["tokens_per_rank"], 16384);
 }
+
+/// A sweep's `[memory] steps = S` prices its batches as S steps, as `compare --steps S`
+/// does: the cell's `step_ms` mean and max are the comparison's mean and slowest step, p50
+/// one of the steps.
+#[test]
+fn a_sweep_cell_s_steps_are_compare_s() {
+    let results = sweep_results(
+        "batches = 12\nlayer = true\n[memory]\npp = 2\nmicro_batches = 2\ndp = 2\nsteps = 3\n[grid]\ntraces = [\"default\"]\nschemes = [\"zigzag\"]\nranks = [4]\n",
+    );
+    let step = &results[0]["metrics"]["step_ms"];
+    let rows = json(
+        fcp()
+            .args(["compare", "--schemes", "zigzag", "--ranks", "4", "--layer"])
+            .args(["--memory", "--pp", "2", "--micro-batches", "2", "--dp", "2"])
+            .args(["--steps", "3", "--json"]),
+    );
+    let over = &rows[0]["over_steps"];
+    assert_eq!(step["mean"].as_f64(), over["mean_step_ms"].as_f64());
+    assert_eq!(step["max"].as_f64(), over["max_step_ms"].as_f64());
+    let each: Vec<f64> = rows[0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| f(s, "step_ms"))
+        .collect();
+    assert!(
+        each.contains(&step["p50"].as_f64().unwrap()),
+        "{step} {each:?}"
+    );
+    assert!(each.iter().any(|&x| x != each[0]), "{each:?}");
+}

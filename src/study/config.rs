@@ -18,6 +18,7 @@
 //! vp = 1                   # chunks of layers a stage holds, interleaved (Megatron's virtual pipeline stages)
 //! micro_batches = 8        # optional: also price a training step of this many micro-batches
 //! dp_overlap = false       # with micro_batches: DP collectives overlap the first and last micro-batch
+//! steps = 3                # with micro_batches: the cell's batches are 3 steps' windows, each priced
 //!
 //! [wlb]                    # optional, with pack = "wlb" (as `--wlb-*`; docs/traces.md)
 //! group = 8                # micro-batches a step balances (default: micro_batches × dp, else 8)
@@ -165,6 +166,12 @@ pub struct MemorySetting {
     /// micro-batch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dp_overlap: bool,
+    /// With `micro_batches`: the cell's `batches` are this many consecutive steps' windows
+    /// (`micro_batches × dp` each), each step priced on its own, as `fcp compare --steps`:
+    /// the step metrics' mean, p50, p95 and max are over the steps. One step, of the first
+    /// windows, when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
 }
 
 /// A setting's error as the `[memory]` table spells it: its keys, not the CLI's flags
@@ -346,6 +353,21 @@ impl SweepConfig {
                     "[memory] counts every layer's activations, priced with the layer: it needs layer = true"
                         .into(),
                 );
+            }
+            if let Some(steps) = m.steps {
+                let Some(mb) = m.micro_batches else {
+                    return bad(format!(
+                        "[memory] steps = {steps} prices training steps: it needs micro_batches"
+                    ));
+                };
+                let all = u64::from(steps) * u64::from(mb) * u64::from(m.dp);
+                if steps == 0 || all != self.batches as u64 {
+                    return bad(format!(
+                        "[memory] steps = {steps} prices {steps} steps of micro_batches × dp = {} windows each: it needs batches = {all} (now {})",
+                        u64::from(mb) * u64::from(m.dp),
+                        self.batches
+                    ));
+                }
             }
             if m.step()?.is_some() && matches!(self.pass_sel(), Ok(p) if p != PassSel::Both) {
                 return bad(format!(
@@ -576,7 +598,14 @@ impl SweepConfig {
                 ) + &m.micro_batches.map_or(String::new(), |b| {
                     // `step`, not the earlier `mb`: a cell's step now runs its batches in turn,
                     // not copies of each, so cells priced the old way are not resumed.
-                    format!(",step{b}{}", if m.dp_overlap { ",dpoverlap" } else { "" })
+                    format!(
+                        ",step{b}{}{}",
+                        if m.dp_overlap { ",dpoverlap" } else { "" },
+                        // One step is the default: the same cells.
+                        m.steps
+                            .filter(|&s| s > 1)
+                            .map_or(String::new(), |s| format!(",steps{s}"))
+                    )
                 })
             })
     }
@@ -794,6 +823,32 @@ mod tests {
         assert!(e.contains("(vp = 2)"), "{e}");
         let e = parse("layer = true", "vp = 2").unwrap_err();
         assert!(e.contains("vp = 2 interleaves"), "{e}");
+        // Several steps name their cells and need the step's windows, every one.
+        let cfg = parse(
+            "batches = 12\nlayer = true",
+            "dp = 2\nmicro_batches = 2\nsteps = 3",
+        )
+        .unwrap();
+        assert!(cfg.settings_tag().ends_with(",step2,steps3"));
+        let one = parse(
+            "batches = 4\nlayer = true",
+            "dp = 2\nmicro_batches = 2\nsteps = 1",
+        )
+        .unwrap();
+        assert!(one.settings_tag().ends_with(",step2"));
+        let e = parse("batches = 12\nlayer = true", "steps = 3").unwrap_err();
+        assert!(
+            e.contains("steps = 3 prices training steps: it needs micro_batches"),
+            "{e}"
+        );
+        let e = parse(
+            "batches = 10\nlayer = true",
+            "dp = 2\nmicro_batches = 2\nsteps = 3",
+        )
+        .unwrap_err();
+        assert!(e.contains("it needs batches = 12 (now 10)"), "{e}");
+        let e = parse("batches = 4\nlayer = true", "micro_batches = 4\nsteps = 0").unwrap_err();
+        assert!(e.contains("steps = 0"), "{e}");
         let e = parse("layer = true", "dp_overlap = true").unwrap_err();
         assert!(e.contains("needs micro_batches"), "{e}");
         let e = parse("layer = true\npass = \"fwd\"", "micro_batches = 4").unwrap_err();

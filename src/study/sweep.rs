@@ -403,13 +403,21 @@ fn run_cell(
     if batches.is_empty() {
         return fail("the trace packs into no batch".into());
     }
+    // Batches per priced step, under `[memory] steps` (validated: `micro_batches` is set).
+    let per_step = cfg
+        .memory
+        .filter(|m| m.steps.is_some())
+        .and_then(|m| m.micro_batches)
+        .zip(cfg.memory.map(|m| m.dp))
+        .map(|(b, dp)| (b as usize).saturating_mul(dp as usize).max(1));
     let all = results
         .into_iter()
         .collect::<Result<Vec<PlanMetrics>, String>>()
         .and_then(|mut all| {
             // The cell's training step: its batches as the micro-batches, in order, as
             // `compare` prices a scheme's (cycling when the step needs more). One figure per
-            // cell, which every batch carries.
+            // cell, which every batch carries; under `[memory] steps`, one per step (its
+            // whole steps, when the trace holds fewer), which each of its batches carries.
             if let Some(opts) = step {
                 let windows: Option<Vec<MicroBatch>> = all
                     .iter()
@@ -421,11 +429,18 @@ fn run_cell(
                     })
                     .collect();
                 if let Some(windows) = windows {
-                    let s = sim
-                        .step(&windows, key.ranks, opts)
+                    let each: Vec<&[MicroBatch]> = match per_step {
+                        Some(per) if windows.len() >= per => windows.chunks_exact(per).collect(),
+                        _ => vec![&windows[..]],
+                    };
+                    let priced = each
+                        .iter()
+                        .map(|w| sim.step(w, key.ranks, opts))
+                        .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| format!("the step: {e}"))?;
-                    for l in all.iter_mut().filter_map(|m| m.layer.as_mut()) {
-                        l.step = Some(s);
+                    for (i, l) in all.iter_mut().filter_map(|m| m.layer.as_mut()).enumerate() {
+                        let k = per_step.map_or(0, |per| i / per).min(priced.len() - 1);
+                        l.step = Some(priced[k]);
                     }
                 }
             }
@@ -454,9 +469,17 @@ fn run_cell(
                     let tp_metrics = TP_METRICS.iter().filter(|_| tp);
                     for (name, get) in LAYER_METRICS.iter().chain(tp_metrics).chain(MEMORY_METRICS)
                     {
-                        // The step is the cell's, one figure (every batch carries it).
+                        // The step is the cell's, one figure (every batch carries it), or one per
+                        // step priced (the first of its batches carries it).
                         let v: Vec<f64> = if STEP_METRICS.contains(name) {
-                            layers.iter().take(1).map(|l| get(l)).collect()
+                            let per = per_step.unwrap_or(layers.len()).max(1);
+                            let steps = (layers.len() / per).max(1);
+                            layers
+                                .iter()
+                                .step_by(per)
+                                .take(steps)
+                                .map(|l| get(l))
+                                .collect()
                         } else {
                             layers.iter().map(|l| get(l)).collect()
                         };
