@@ -1103,3 +1103,42 @@ fn a_sweep_cell_s_steps_are_compare_s() {
     );
     assert!(each.iter().any(|&x| x != each[0]), "{each:?}");
 }
+
+/// Regression (bug hunt): a trace short of a sweep cell's steps averaged its plan metrics
+/// over a part-step the step metrics left out; the cell keeps its whole steps, as `compare
+/// --steps` does.
+#[test]
+fn a_sweep_cell_short_of_its_steps_keeps_the_whole_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    // Six documents of 40,000 tokens fill three windows of 65,536 (each cuts its second):
+    // one whole step of two micro-batches and a part-step, where the config asks for three.
+    std::fs::write(&trace, format!("doc_len{}\n", "\n40000".repeat(6))).unwrap();
+    let results = sweep_results(&format!(
+        "batches = 6\npack = \"window\"\nlayer = true\n[memory]\nmicro_batches = 2\nsteps = 3\n[grid]\ntraces = [{:?}]\nschemes = [\"zigzag\"]\nranks = [4]\ncontext = [65536]\n",
+        trace.display().to_string()
+    ));
+    let cell = &results[0];
+    let rows = json(
+        fcp()
+            .arg("compare")
+            .arg("--trace")
+            .arg(&trace)
+            .args(["--ranks", "4", "--pack", "window", "--context", "65536"])
+            .args([
+                "--layer",
+                "--memory",
+                "--micro-batches",
+                "2",
+                "--steps",
+                "3",
+            ])
+            .args(["--schemes", "zigzag", "--json"]),
+    );
+    assert_eq!(rows[0]["batches"], 2, "{}", rows[0]);
+    assert_eq!(cell["batches"], 2, "{cell}");
+    assert_eq!(
+        cell["metrics"]["attention_time_ms"]["mean"].as_f64(),
+        rows[0]["attention_time_ms"].as_f64()
+    );
+}

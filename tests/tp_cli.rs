@@ -524,7 +524,22 @@ fn tpcp_packs_wlb_as_compare_does() {
     ))
     .unwrap();
     assert_ne!(window[1]["layer_time_ms"], row["layer_time_ms"]);
-    assert!(stdout_of(fcp().args(tpcp)).contains("WLB-packed: 8 micro-batches a step"));
+    assert!(stdout_of(fcp().args(tpcp)).contains(
+        "8 GPUs per WLB micro-batch (at most 32768 tokens; 8 a step, from 16384-token windows)"
+    ));
+    // Priced steps that are not WLB's are said, as `compare` says them.
+    let err = String::from_utf8(
+        fcp()
+            .args(tpcp)
+            .args(["--micro-batches", "4", "--wlb-group", "8"])
+            .assert()
+            .success()
+            .get_output()
+            .stderr
+            .clone(),
+    )
+    .unwrap();
+    assert!(err.contains("they are not WLB's steps"), "{err}");
     for (extra, says) in [
         (
             &["--pack", "budget"][..],

@@ -657,6 +657,17 @@ pub fn repeats_note(
     );
 }
 
+/// Under `--pack wlb` the trace's micro-batches come `group` to a WLB step from its start:
+/// say when the steps priced (`per` windows from batch `from`) are not those steps, so a
+/// priced step is not read as one WLB balanced.
+pub fn wlb_alignment_note(group: usize, per: usize, from: usize) {
+    if group != per {
+        eprintln!("note: WLB packing balanced steps of {group} micro-batches (--wlb-group), the steps priced have {per} (--micro-batches × --dp): they are not WLB's steps");
+    } else if from % group != 0 {
+        eprintln!("note: --from-batch {from} is not a multiple of WLB's {group} micro-batches a step: each step priced straddles two of WLB's");
+    }
+}
+
 /// The note when `--dp-overlap` overlaps nothing: `what` (a subject and its verb, "no split
 /// runs") ran no data-parallel collectives once a step.
 pub fn dp_overlap_idle_note(what: &str) {
@@ -873,7 +884,7 @@ impl Batches {
         }
         if cut > 0 {
             eprintln!(
-                "note: packing cut {cut} document(s) in {batches} of the batches used (window: the one crossing each window's end; budget: any longer than a batch); the cut-off tokens are in no batch"
+                "note: packing cut {cut} document(s) in {batches} of the batches used (window: the one crossing each window's end; budget: any longer than a batch; wlb: any longer than --wlb-max-len); the cut-off tokens are in no batch"
             );
         }
     }

@@ -137,7 +137,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         _ => None,
     };
     if let (Some(per), fcp::trace::PackMode::Wlb(p)) = (per_step, a.batch.pack.mode(hints)) {
-        wlb_alignment_note(p.group as usize, per, a.from_batch);
+        super::common::wlb_alignment_note(p.group as usize, per, a.from_batch);
     }
     packed.note_all_cuts();
     let batches = packed.batches;
@@ -306,17 +306,6 @@ fn from_words(from: usize) -> String {
         format!(" from batch {from}")
     } else {
         String::new()
-    }
-}
-
-/// Under `--pack wlb` the trace's micro-batches come `group` to a WLB step from its start:
-/// say when the steps priced (`per` windows from batch `from`) are not those steps, so a
-/// priced step is not read as one WLB balanced.
-fn wlb_alignment_note(group: usize, per: usize, from: usize) {
-    if group != per {
-        eprintln!("note: WLB packing balanced steps of {group} micro-batches (--wlb-group), the steps priced have {per} (--micro-batches × --dp): they are not WLB's steps");
-    } else if from % group != 0 {
-        eprintln!("note: --from-batch {from} is not a multiple of WLB's {group} micro-batches a step: each step priced straddles two of WLB's");
     }
 }
 

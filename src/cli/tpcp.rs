@@ -118,11 +118,23 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         step.map(|o| o.micro_batches.saturating_mul(training.dp)),
     );
     let windows = source.load(a.batches, hints)?;
+    let wlb = match source.pack.mode(hints) {
+        fcp::trace::PackMode::Wlb(p) => Some(p),
+        _ => None,
+    };
+    if let (Some(p), Some(o)) = (wlb, step) {
+        let per = u64::from(o.micro_batches) * u64::from(training.dp);
+        super::common::wlb_alignment_note(
+            p.group as usize,
+            usize::try_from(per).unwrap_or(usize::MAX),
+            0,
+        );
+    }
     windows.note_all_cuts();
     let opts = TpCpOptions {
         gpus: a.gpus,
         context: a.context,
-        pack: source.pack.mode(hints),
+        pack: wlb.map_or(fcp::trace::PackMode::Window, fcp::trace::PackMode::Wlb),
         schemes: schemes.clone(),
         mask: a.mask.into(),
         pass: a.pass.into(),
@@ -168,9 +180,19 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             };
             let advice = if avail < probe {
                 format!(
-                    "the trace packs into only {} of {} tokens{}",
-                    plural(avail as u32, "window", "windows"),
-                    a.context,
+                    "the trace packs into only {}{}",
+                    match wlb {
+                        Some(p) => format!(
+                            "{} (each at most {} tokens)",
+                            plural(avail as u32, "WLB micro-batch", "WLB micro-batches"),
+                            p.max_len
+                        ),
+                        None => format!(
+                            "{} of {} tokens",
+                            plural(avail as u32, "window", "windows"),
+                            a.context
+                        ),
+                    },
                     if avail > windows.batches.len() {
                         format!(" (--batches {avail} simulates them all)")
                     } else {
@@ -178,14 +200,25 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                     }
                 )
             } else {
-                format!("--batches {needed} gives each its own window")
+                format!(
+                    "--batches {needed} gives each its own {}",
+                    if wlb.is_some() {
+                        "micro-batch"
+                    } else {
+                        "window"
+                    }
+                )
             };
             repeats_note(
                 needed,
                 s.micro_batches,
                 training.dp,
                 s.windows,
-                ("simulated window", "simulated windows"),
+                if wlb.is_some() {
+                    ("simulated micro-batch", "simulated micro-batches")
+                } else {
+                    ("simulated window", "simulated windows")
+                },
                 &advice,
             );
         }
@@ -213,17 +246,21 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs per {}-token window, split TP × CP{} · {} window(s) of {} · {} / {} · {} · pass {}{}{}{}{}",
+        "{} GPUs per {}, split TP × CP · {} {} of {} · {} / {} · {} · pass {}{}{}{}{}",
         a.gpus,
-        a.context,
-        match opts.pack {
-            fcp::trace::PackMode::Wlb(p) => format!(
-                " · WLB-packed: {} micro-batches a step, each at most {} tokens",
-                p.group, p.max_len
+        match wlb {
+            Some(p) => format!(
+                "WLB micro-batch (at most {} tokens; {} a step, from {}-token windows)",
+                p.max_len, p.group, a.context
             ),
-            _ => String::new(),
+            None => format!("{}-token window", a.context),
         },
         windows.batches.len(),
+        if wlb.is_some() {
+            "micro-batch(es)"
+        } else {
+            "window(s)"
+        },
         a.trace
             .as_ref()
             .map_or("the bundled trace".to_string(), |p| p.display().to_string()),

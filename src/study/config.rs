@@ -360,8 +360,12 @@ impl SweepConfig {
                         "[memory] steps = {steps} prices training steps: it needs micro_batches"
                     ));
                 };
-                let all = u64::from(steps) * u64::from(mb) * u64::from(m.dp);
-                if steps == 0 || all != self.batches as u64 {
+                if steps == 0 {
+                    return bad("[memory] steps = 0: must be at least 1".into());
+                }
+                // Bug hunt: a u64 product wrapped round to `batches` and passed.
+                let all = u128::from(steps) * u128::from(mb) * u128::from(m.dp);
+                if all != self.batches as u128 {
                     return bad(format!(
                         "[memory] steps = {steps} prices {steps} steps of micro_batches × dp = {} windows each: it needs batches = {all} (now {})",
                         u64::from(mb) * u64::from(m.dp),
@@ -848,7 +852,14 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("it needs batches = 12 (now 10)"), "{e}");
         let e = parse("batches = 4\nlayer = true", "micro_batches = 4\nsteps = 0").unwrap_err();
-        assert!(e.contains("steps = 0"), "{e}");
+        assert!(e.contains("steps = 0: must be at least 1"), "{e}");
+        // Regression (bug hunt): the product wrapped round to `batches` and passed.
+        let e = parse(
+            "batches = 4\nlayer = true",
+            "micro_batches = 11162\ndp = 769546\nsteps = 2147549185",
+        )
+        .unwrap_err();
+        assert!(e.contains("it needs batches = "), "{e}");
         let e = parse("layer = true", "dp_overlap = true").unwrap_err();
         assert!(e.contains("needs micro_batches"), "{e}");
         let e = parse("layer = true\npass = \"fwd\"", "micro_batches = 4").unwrap_err();

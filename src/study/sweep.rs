@@ -375,7 +375,19 @@ fn run_cell(
         Ok(p) => p,
         Err(e) => return fail(e.to_string()),
     };
-    let batches = packed.batches;
+    let mut batches = packed.batches;
+    // Batches per priced step, under `[memory] steps` (validated: `micro_batches` is set).
+    let per_step = cfg
+        .memory
+        .filter(|m| m.steps.is_some())
+        .and_then(|m| m.micro_batches)
+        .zip(cfg.memory.map(|m| m.dp))
+        .map(|(b, dp)| (b as usize).saturating_mul(dp as usize).max(1));
+    // A trace short of the steps: its whole steps, as `compare --steps` prices them (bug
+    // hunt: the plan metrics averaged a part-step the step metrics left out).
+    if let Some(per) = per_step.filter(|&per| batches.len() >= per) {
+        batches.truncate(batches.len() / per * per);
+    }
     // A cell that cannot fill K batches still counts them as done for the progress bar.
     (batches.len()..cfg.batches).for_each(|_| tick());
     let ctx = PlanContext {
@@ -403,13 +415,6 @@ fn run_cell(
     if batches.is_empty() {
         return fail("the trace packs into no batch".into());
     }
-    // Batches per priced step, under `[memory] steps` (validated: `micro_batches` is set).
-    let per_step = cfg
-        .memory
-        .filter(|m| m.steps.is_some())
-        .and_then(|m| m.micro_batches)
-        .zip(cfg.memory.map(|m| m.dp))
-        .map(|(b, dp)| (b as usize).saturating_mul(dp as usize).max(1));
     let all = results
         .into_iter()
         .collect::<Result<Vec<PlanMetrics>, String>>()

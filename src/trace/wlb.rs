@@ -63,11 +63,13 @@ impl WlbParams {
 
     /// Refuse parameters under which packing cannot run or cannot finish.
     pub fn check(&self, context: u64) -> Result<(), TraceError> {
+        // The context first: the limit and the threshold default from it (bug hunt: a zero
+        // context was reported as a zero micro-batch limit).
         for (what, v) in [
+            ("context", context),
             ("WLB micro-batches per step", u64::from(self.group)),
             ("WLB micro-batch limit", self.max_len),
             ("WLB outlier threshold", self.outlier),
-            ("context", context),
         ] {
             if v == 0 {
                 return Err(TraceError::ZeroParameter { what });
