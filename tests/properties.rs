@@ -203,8 +203,9 @@ proptest! {
     ) {
         let mask = if causal { Mask::Causal } else { Mask::Full };
         let batch = Batch::new(0, lens);
-        // Every scheme, and `hybrid`'s quick search, whose candidates differ from the full one's.
-        for scheme in SCHEMES.iter().chain(&["hybrid:quick=true"]) {
+        // Every scheme, `hybrid`'s quick search, whose candidates differ from the full one's,
+        // and `usp` with its rings inside a node, whose ranks are renumbered.
+        for scheme in SCHEMES.iter().chain(&["hybrid:quick=true", "usp:inner=ring"]) {
             let Some(plan) = plan_with(scheme, &batch, ranks, mask) else { continue };
             let v = verify(&plan);
             prop_assert!(v.is_empty(), "{scheme}: {v:?}");

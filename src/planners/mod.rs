@@ -397,12 +397,22 @@ pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
             Ok(Box::new(Ulysses))
         }
         "usp" => {
-            let mut p = spec.params_of(&["ulysses"])?;
+            let mut p = spec.params_of(&["ulysses", "inner"])?;
             let ulysses = match p.values.contains_key("ulysses") {
                 true => Some(p.positive("ulysses", 1)?),
                 false => None,
             };
-            Ok(Box::new(Usp { ulysses }))
+            let inner = match p.values.remove("inner").as_deref() {
+                None | Some("ulysses") => usp::Inner::Ulysses,
+                Some("ring") => usp::Inner::Ring,
+                Some(other) => {
+                    return Err(SchemeError::BadParam {
+                        scheme: spec.name.clone(),
+                        message: format!("`inner` must be ulysses or ring, not `{other}`"),
+                    })
+                }
+            };
+            Ok(Box::new(Usp { ulysses, inner }))
         }
         "bytescale" => {
             no_params(&spec)?;

@@ -20,6 +20,14 @@
 //! of head group `j`'s K/V per step, sent while the previous step computes. After step
 //! `r − 1` the outputs go back to their owners by a third all-to-all. `u = N` is Ulysses on a
 //! zigzag layout; `u = 1` is `zigzag`.
+//!
+//! **Placement.** Ranks are numbered node by node, so which level gets consecutive ranks
+//! decides which one rides NVLink. By default (`inner=ulysses`) logical rank `g·u + j` is
+//! physical rank `g·u + j`: a Ulysses group is `u` consecutive ranks, a ring strides `u`
+//! apart. `inner=ring` (USP's other placement, its `use_ulysses_low = False`) puts logical
+//! rank `(g, j)` on physical rank `j·r + g`: a ring's `r` ranks are consecutive and its hops
+//! stay in a node, while the all-to-alls span nodes. Only the numbering changes; the pieces,
+//! tiles and transfers of each logical rank are the same.
 
 use std::collections::BTreeMap;
 
@@ -39,6 +47,29 @@ use super::{PlanContext, Planner};
 pub struct Usp {
     /// Ranks per Ulysses group (the ulysses degree); absent: [`Usp::default_degree`].
     pub ulysses: Option<u32>,
+    /// Which level gets consecutive ranks, the ones a node holds ([`Inner`]).
+    pub inner: Inner,
+}
+
+/// The level of `usp` whose groups are consecutive ranks (inside a node while they fit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Inner {
+    /// Ulysses groups: the all-to-alls on NVLink, the ring's hops across nodes (USP's
+    /// default, TransformerEngine's `a2a+p2p`).
+    #[default]
+    Ulysses,
+    /// Rings: the hops on NVLink, the all-to-alls across nodes.
+    Ring,
+}
+
+impl Inner {
+    /// The parameter's value, as `usp:inner=` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Inner::Ulysses => "ulysses",
+            Inner::Ring => "ring",
+        }
+    }
 }
 
 impl Usp {
@@ -50,10 +81,33 @@ impl Usp {
     pub fn default_degree(ctx: &PlanContext<'_>) -> u32 {
         let gpn = ctx.hardware.gpus_per_node.max(1);
         let n = ctx.ranks.max(1);
+        let fits = |k: u32| n % k == 0 && (n <= gpn || gpn % k == 0);
         (1..=gpn.min(n))
             .rev()
-            .find(|&u| n % u == 0 && ctx.model.q_heads % u == 0 && (n <= gpn || gpn % u == 0))
+            .find(|&u| fits(u) && ctx.model.q_heads % u == 0)
             .unwrap_or(1)
+    }
+
+    /// The Ulysses degree when none is given under `inner=ring`: the one whose rings are the
+    /// longest that fit in one node (a divisor of the node's GPUs past one node), with the
+    /// query heads divisible by the Ulysses degree that leaves; [`Usp::default_degree`] when
+    /// none does (12 ranks of a 64-head model: no ring of 1, 2 or 4 leaves a divisor of 64).
+    pub fn default_degree_ring_inside(ctx: &PlanContext<'_>) -> u32 {
+        let gpn = ctx.hardware.gpus_per_node.max(1);
+        let n = ctx.ranks.max(1);
+        (1..=gpn.min(n))
+            .rev()
+            .find(|&r| n % r == 0 && (n <= gpn || gpn % r == 0) && ctx.model.q_heads % (n / r) == 0)
+            .map_or_else(|| Usp::default_degree(ctx), |r| n / r)
+    }
+
+    /// Physical rank of logical rank `(g, j)` (group `g`, position `j`) with `u` ranks a
+    /// group and `r` groups.
+    fn rank(self, g: u32, j: u32, u: u32, r: u32) -> u32 {
+        match self.inner {
+            Inner::Ulysses => g * u + j,
+            Inner::Ring => j * r + g,
+        }
     }
 }
 
@@ -63,13 +117,20 @@ impl Planner for Usp {
     }
 
     fn params(&self) -> BTreeMap<String, serde_json::Value> {
-        ring_flash_params()
+        let mut p = ring_flash_params();
+        if self.inner != Inner::default() {
+            p.insert("inner".into(), self.inner.name().into());
+        }
+        p
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
         let n = ctx.ranks;
         let hq = ctx.model.q_heads;
-        let u = self.ulysses.unwrap_or_else(|| Usp::default_degree(ctx));
+        let u = self.ulysses.unwrap_or_else(|| match self.inner {
+            Inner::Ulysses => Usp::default_degree(ctx),
+            Inner::Ring => Usp::default_degree_ring_inside(ctx),
+        });
         if n == 0 || u == 0 || n % u != 0 {
             return Err(PlanError::Planning(format!(
                 "usp:ulysses={u} needs the ranks ({n}) to be a multiple of it"
@@ -90,14 +151,27 @@ impl Planner for Usp {
         // zigzag ring, u = 1, is checked as `zigzag` is). The bound was min(len, 2r − 1),
         // which refused batches of 3-token documents that fit (bug hunt).
         check_rings_bound(&b, batch, r, u, |len| ring_pieces_at_least(len, u, r))?;
-        let shards = assign_pieces(&mut b, batch, n, |len| zigzag_pieces(len, n));
+        // Physical rank p holds the pieces of the logical rank placed on it.
+        let logical: Vec<usize> = {
+            let mut l = vec![0; n as usize];
+            for g in 0..r {
+                for j in 0..u {
+                    l[self.rank(g, j, u, r) as usize] = (g * u + j) as usize;
+                }
+            }
+            l
+        };
+        let shards = assign_pieces(&mut b, batch, n, |len| {
+            let z = zigzag_pieces(len, n);
+            logical.iter().map(|&k| z[k].clone()).collect()
+        });
         // The rings' hops need no count of their own: a hop lists a group's ranges, no more
         // than the tiles it feeds, bounded above as for `ring` and `zigzag`.
         check_head_all_to_alls(&format!("usp:ulysses={u}"), &shards, u)?;
         // What each group's ranks compute: its tokens (each rank for its head group).
         let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(r as usize);
         for g in 0..r {
-            let members: Vec<u32> = (g * u..(g + 1) * u).collect();
+            let members: Vec<u32> = (0..u).map(|j| self.rank(g, j, u, r)).collect();
             let all: Vec<TokenRange> = members
                 .iter()
                 .flat_map(|&k| shards[k as usize].iter().copied())
@@ -115,7 +189,7 @@ impl Planner for Usp {
                 q,
                 kv: kv_group(q, gqa),
             };
-            let ring: Vec<u32> = (0..r).map(|g| g * u + j).collect();
+            let ring: Vec<u32> = (0..r).map(|g| self.rank(g, j, u, r)).collect();
             ring_pass_heads(&mut b, &ring, |g| &unions[g], (u > 1).then_some(heads))?;
         }
         Ok(b.finish())
@@ -142,7 +216,10 @@ mod tests {
     fn usp_plans_verify_structurally_and_numerically() {
         let batches: &[&[u64]] = &[&[1], &[2000], &[1, 3, 16, 31, 100, 257]];
         for u in [1, 2, 4, 8] {
-            let usp = Usp { ulysses: Some(u) };
+            let usp = Usp {
+                ulysses: Some(u),
+                ..Usp::default()
+            };
             let ranks: Vec<u32> = [1, 2, 4, 8, 16]
                 .into_iter()
                 .filter(|n| n % u == 0)
@@ -158,7 +235,12 @@ mod tests {
         let batch = Batch::new(0, vec![4096, 300, 17, 1]);
         for n in [1, 2, 4, 8] {
             let (usp, zz) = with_ctx(n, Mask::Causal, |ctx| {
-                let usp = Usp { ulysses: Some(1) }.plan(&batch, ctx).unwrap();
+                let usp = Usp {
+                    ulysses: Some(1),
+                    ..Usp::default()
+                }
+                .plan(&batch, ctx)
+                .unwrap();
                 (usp, Zigzag.plan(&batch, ctx).unwrap())
             });
             assert_eq!(usp.ranks, zz.ranks, "N={n}");
@@ -245,7 +327,12 @@ mod tests {
             for len in 1..=40u64 {
                 let batch = Batch::new(0, vec![len]);
                 let plan = with_ctx(n, Mask::Causal, |ctx| {
-                    Usp { ulysses: Some(u) }.plan(&batch, ctx).unwrap()
+                    Usp {
+                        ulysses: Some(u),
+                        ..Usp::default()
+                    }
+                    .plan(&batch, ctx)
+                    .unwrap()
                 });
                 // Ring 0: the ranks at position 0 of each group.
                 let tiles: usize = (0..n / u)
@@ -270,7 +357,11 @@ mod tests {
     fn oversized_all_to_alls_are_refused_up_front() {
         let batch = Batch::new(0, vec![300; 2000]);
         let err = with_ctx(128, Mask::Causal, |ctx| {
-            Usp { ulysses: Some(64) }.plan(&batch, ctx)
+            Usp {
+                ulysses: Some(64),
+                ..Usp::default()
+            }
+            .plan(&batch, ctx)
         })
         .unwrap_err()
         .to_string();
@@ -311,12 +402,96 @@ mod tests {
         }
     }
 
+    /// `inner=ring` renumbers the ranks: rings of consecutive ranks (each inside a node),
+    /// all-to-alls across nodes. Every plan verifies, and each rank does the work of the
+    /// logical rank placed on it in the default placement.
+    #[test]
+    fn ring_inside_keeps_the_hops_in_a_node_and_moves_only_the_numbering() {
+        let ring_in = |u| Usp {
+            ulysses: Some(u),
+            inner: Inner::Ring,
+        };
+        let batches: &[&[u64]] = &[&[1], &[2000], &[1, 3, 16, 31, 100, 257]];
+        for u in [1, 2, 4] {
+            assert_plans_verify(&ring_in(u), &[4, 8, 16], batches);
+        }
+        assert_plans_verify(
+            &Usp {
+                inner: Inner::Ring,
+                ..Usp::default()
+            },
+            &[1, 2, 3, 4, 8, 16, 32],
+            batches,
+        );
+        let batch = Batch::new(0, vec![16 * 512, 16 * 64, 77]);
+        // 32 ranks on 8-GPU nodes, u = 4: four rings of 8 ranks, one per node.
+        let (inside, outside, m) = with_ctx(32, Mask::Causal, |ctx| {
+            (
+                ring_in(4).plan(&batch, ctx).unwrap(),
+                Usp {
+                    ulysses: Some(4),
+                    ..Usp::default()
+                }
+                .plan(&batch, ctx)
+                .unwrap(),
+                ctx.model.clone(),
+            )
+        });
+        assert_eq!(inside.scheme.params["inner"], "ring");
+        assert!(!outside.scheme.params.contains_key("inner"));
+        let node = |r: u32| r / 8;
+        for t in &inside.transfers {
+            let across = node(t.src) != node(t.dst);
+            // Hops (no collective) stay in a node; the all-to-alls leave it.
+            assert_eq!(across, t.collective.is_some(), "{t:?}");
+        }
+        assert!(outside
+            .transfers
+            .iter()
+            .filter(|t| t.collective.is_some())
+            .all(|t| node(t.src) == node(t.dst)));
+        // Logical rank (g, j) is physical g·4 + j by default and j·8 + g inside.
+        let (a, b) = (summarize(&inside, &m), summarize(&outside, &m));
+        for g in 0..8u32 {
+            for j in 0..4u32 {
+                let (p, q) = ((j * 8 + g) as usize, (g * 4 + j) as usize);
+                assert_eq!(a.per_rank[p].flops, b.per_rank[q].flops, "({g}, {j})");
+            }
+        }
+    }
+
+    /// `inner=ring`'s default degree: the longest ring that fits a node, so the rings ride
+    /// NVLink, with the query heads divisible by the rest.
+    #[test]
+    fn the_ring_inside_default_fills_a_node_with_the_ring() {
+        for (n, u) in [(1, 1), (8, 1), (16, 2), (64, 8), (12, 4)] {
+            let got = with_ctx(n, Mask::Causal, Usp::default_degree_ring_inside);
+            assert_eq!(got, u, "N={n}");
+        }
+    }
+
+    #[test]
+    fn the_placement_is_a_parameter() {
+        use crate::planners::planner_for;
+        let e = planner_for("usp:inner=nic").err().unwrap().to_string();
+        assert!(
+            e.contains("`inner` must be ulysses or ring, not `nic`"),
+            "{e}"
+        );
+        assert!(planner_for("usp:inner=ring,ulysses=2").is_ok());
+        assert!(planner_for("usp:inner=ulysses").is_ok());
+    }
+
     #[test]
     fn bad_degrees_are_refused_by_name() {
         let batch = Batch::new(0, vec![100]);
         let err = |u, n| {
             with_ctx(n, Mask::Causal, |ctx| {
-                Usp { ulysses: Some(u) }.plan(&batch, ctx)
+                Usp {
+                    ulysses: Some(u),
+                    ..Usp::default()
+                }
+                .plan(&batch, ctx)
             })
             .unwrap_err()
             .to_string()
