@@ -443,7 +443,7 @@ fn usp_records_its_degrees_and_refuses_bad_ones() {
         (
             "usp:ring=2",
             8,
-            "scheme `usp`: takes no parameter `ring` (known: ulysses)",
+            "scheme `usp`: takes no parameter `ring` (known: ulysses, inner)",
         ),
     ];
     for (scheme, n, says) in cases {

@@ -787,6 +787,18 @@ fn wlb_packing_evens_out_the_steps_micro_batches() {
     assert!(window > wlb + 0.05, "window {window} wlb {wlb}");
 }
 
+/// `compare` of zigzag on 4 ranks with the layer and its memory: what the `--steps` tests
+/// add a step to.
+const COMPARE_4_ZIGZAG: [&str; 7] = [
+    "compare",
+    "--ranks",
+    "4",
+    "--schemes",
+    "zigzag",
+    "--layer",
+    "--memory",
+];
+
 /// `compare --steps S` prices S consecutive steps, each on its own `--micro-batches × --dp`
 /// windows: each step is the step `--from-batch` and `--batches` price alone, the mean and
 /// the slowest follow from them, and the throughput weighs each step by its time.
@@ -832,15 +844,7 @@ fn compare_steps_price_each_step_on_its_own_windows() {
     let rate = trained / ms.iter().sum::<f64>();
     assert!((f(over, "tokens_per_gpu_s") - rate).abs() < 1e-9 * rate);
     // The table and the CSV carry the mean, the slowest and the rate over all steps.
-    let args = [
-        "compare",
-        "--ranks",
-        "4",
-        "--schemes",
-        "zigzag",
-        "--layer",
-        "--memory",
-    ];
+    let args = COMPARE_4_ZIGZAG;
     let table =
         stdout_of(
             fcp()
@@ -942,15 +946,7 @@ fn compare_steps_refusals_and_a_short_trace() {
 /// `--batches` it already had.
 #[test]
 fn compare_step_notes_follow_the_steps_priced() {
-    let base = [
-        "compare",
-        "--ranks",
-        "4",
-        "--schemes",
-        "zigzag",
-        "--layer",
-        "--memory",
-    ];
+    let base = COMPARE_4_ZIGZAG;
     let err = stderr_of(fcp().args(base).args([
         "--micro-batches",
         "2",

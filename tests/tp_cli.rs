@@ -276,26 +276,33 @@ fn a_sweep_under_tp_tags_its_cells() {
 
 /// `fcp tpcp` tries every TP that divides the GPUs and fits a node, on the same windows, and
 /// names the fastest split; its numbers are `compare --tp`'s.
+/// `fcp tpcp` on 8 GPUs of one 16K window: the small study these tests run.
+const TPCP_8: [&str; 7] = [
+    "tpcp",
+    "--gpus",
+    "8",
+    "--context",
+    "16384",
+    "--batches",
+    "1",
+];
+
 #[test]
 fn tpcp_splits_the_gpus_and_matches_compare() {
-    let args = [
-        "tpcp",
-        "--gpus",
-        "8",
-        "--context",
-        "16384",
-        "--batches",
-        "1",
-        "--schemes",
-        "zigzag,hybrid:quick=true",
-        // Gradients and optimizer state sharded over 64 replicas: the 70B model's state fits
-        // at TP 8 (memory does not change the times).
-        "--zero",
-        "2",
-        "--dp",
-        "64",
-    ];
-    let out = stdout_of(fcp().args(args).arg("--json"));
+    let args: Vec<&str> = TPCP_8
+        .into_iter()
+        .chain([
+            "--schemes",
+            "zigzag,hybrid:quick=true",
+            // Gradients and optimizer state sharded over 64 replicas: the 70B model's state fits
+            // at TP 8 (memory does not change the times).
+            "--zero",
+            "2",
+            "--dp",
+            "64",
+        ])
+        .collect();
+    let out = stdout_of(fcp().args(&args).arg("--json"));
     let rows: Value = serde_json::from_str(&out).unwrap();
     let rows = rows.as_array().unwrap();
     let splits: Vec<(u64, u64)> = rows
@@ -333,7 +340,7 @@ fn tpcp_splits_the_gpus_and_matches_compare() {
     assert_eq!(rows[2]["layer_time_ms"], cmp[0]["layer_time_ms"]);
     assert_eq!(rows[2]["attention_time_ms"], cmp[0]["attention_time_ms"]);
     // The table and its verdict; the same output twice.
-    let table = || stdout_of(fcp().args(args));
+    let table = || stdout_of(fcp().args(&args));
     let t = table();
     assert!(
         t.contains("Fastest layer that fits in memory: ")
@@ -551,15 +558,7 @@ fn tpcp_packs_wlb_as_compare_does() {
         ),
     ] {
         fcp()
-            .args([
-                "tpcp",
-                "--gpus",
-                "8",
-                "--context",
-                "16384",
-                "--batches",
-                "1",
-            ])
+            .args(TPCP_8)
             .args(extra)
             .assert()
             .code(2)

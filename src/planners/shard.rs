@@ -776,7 +776,7 @@ pub fn check_head_all_to_alls(
     members: u32,
 ) -> Result<(), PlanError> {
     let ranges: u64 = shards.iter().map(|s| s.len() as u64).sum();
-    let listed = 3 * u64::from(members.saturating_sub(1)) * ranges;
+    let listed = head_all_to_all_ranges(ranges, members);
     if listed <= MAX_PLAN_ITEMS {
         return Ok(());
     }
@@ -787,6 +787,14 @@ pub fn check_head_all_to_alls(
          batches",
         shards.len()
     )))
+}
+
+/// The token ranges [`head_all_to_all`]s of groups of `members` ranks list over shards of
+/// `ranges` ranges in all: what [`check_head_all_to_alls`] holds against [`MAX_PLAN_ITEMS`],
+/// and what a default degree can check before anything is cut.
+pub fn head_all_to_all_ranges(ranges: u64, members: u32) -> u64 {
+    3u64.saturating_mul(u64::from(members.saturating_sub(1)))
+        .saturating_mul(ranges)
 }
 
 /// Ulysses' all-to-alls among `members` (ranks, in head-group order; `shards` indexed by

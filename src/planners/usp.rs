@@ -36,10 +36,10 @@ use crate::trace::Batch;
 
 use super::shard::{
     assign_pieces, check_head_all_to_alls, check_rings_bound, gqa_group, head_all_to_all,
-    head_group, kv_group, merge_ranges, ring_flash_params, ring_pass_heads, zigzag_pieces,
-    RingHeads,
+    head_all_to_all_ranges, head_group, kv_group, merge_ranges, ring_flash_params, ring_pass_heads,
+    zigzag_pieces, RingHeads,
 };
-use super::{PlanContext, Planner};
+use super::{PlanContext, Planner, MAX_PLAN_ITEMS};
 
 /// Two-level context parallelism: Ulysses groups of `ulysses` ranks, a zigzag ring across
 /// them.
@@ -88,17 +88,39 @@ impl Usp {
             .unwrap_or(1)
     }
 
-    /// The Ulysses degree when none is given under `inner=ring`: the one whose rings are the
-    /// longest that fit in one node (a divisor of the node's GPUs past one node), with the
-    /// query heads divisible by the Ulysses degree that leaves; [`Usp::default_degree`] when
-    /// none does (12 ranks of a 64-head model: no ring of 1, 2 or 4 leaves a divisor of 64).
-    pub fn default_degree_ring_inside(ctx: &PlanContext<'_>) -> u32 {
+    /// The Ulysses degree for `batch` when none is given under `inner=ring`: the one whose
+    /// rings are the longest that fit in one node (a divisor of the node's GPUs past one
+    /// node), with the query heads divisible by the Ulysses degree that leaves and its
+    /// all-to-alls within what a plan may list; [`Usp::default_degree`] when none is (12
+    /// ranks of a 64-head model: no ring of 1, 2 or 4 leaves a divisor of 64). Regression
+    /// (bug hunt): at 256 ranks it took 32 and the bundled trace's all-to-alls were refused,
+    /// where the default placement planned.
+    pub fn default_degree_ring_inside(ctx: &PlanContext<'_>, batch: &Batch) -> u32 {
         let gpn = ctx.hardware.gpus_per_node.max(1);
         let n = ctx.ranks.max(1);
+        // The shards' ranges: every document cut into 2N pieces, the empty ones skipped.
+        let ranges: u64 = batch
+            .doc_lens
+            .iter()
+            .map(|&l| l.min(2 * u64::from(n)))
+            .sum();
         (1..=gpn.min(n))
             .rev()
-            .find(|&r| n % r == 0 && (n <= gpn || gpn % r == 0) && ctx.model.q_heads % (n / r) == 0)
+            .find(|&r| {
+                n % r == 0
+                    && (n <= gpn || gpn % r == 0)
+                    && ctx.model.q_heads % (n / r) == 0
+                    && head_all_to_all_ranges(ranges, n / r) <= MAX_PLAN_ITEMS
+            })
             .map_or_else(|| Usp::default_degree(ctx), |r| n / r)
+    }
+
+    /// The entry as the user wrote it, with the degree it ran at: what refusals name.
+    fn entry(self, u: u32) -> String {
+        match self.inner {
+            Inner::Ulysses => format!("usp:ulysses={u}"),
+            Inner::Ring => format!("usp:inner=ring,ulysses={u}"),
+        }
     }
 
     /// Physical rank of logical rank `(g, j)` (group `g`, position `j`) with `u` ranks a
@@ -129,16 +151,18 @@ impl Planner for Usp {
         let hq = ctx.model.q_heads;
         let u = self.ulysses.unwrap_or_else(|| match self.inner {
             Inner::Ulysses => Usp::default_degree(ctx),
-            Inner::Ring => Usp::default_degree_ring_inside(ctx),
+            Inner::Ring => Usp::default_degree_ring_inside(ctx, batch),
         });
         if n == 0 || u == 0 || n % u != 0 {
             return Err(PlanError::Planning(format!(
-                "usp:ulysses={u} needs the ranks ({n}) to be a multiple of it"
+                "{} needs the ranks ({n}) to be a multiple of it",
+                self.entry(u)
             )));
         }
         if hq % u != 0 {
             return Err(PlanError::Planning(format!(
-                "usp:ulysses={u} needs q_heads ({hq}) divisible by it"
+                "{} needs q_heads ({hq}) divisible by it",
+                self.entry(u)
             )));
         }
         let gqa = gqa_group("usp", ctx.model)?;
@@ -167,7 +191,7 @@ impl Planner for Usp {
         });
         // The rings' hops need no count of their own: a hop lists a group's ranges, no more
         // than the tiles it feeds, bounded above as for `ring` and `zigzag`.
-        check_head_all_to_alls(&format!("usp:ulysses={u}"), &shards, u)?;
+        check_head_all_to_alls(&self.entry(u), &shards, u)?;
         // What each group's ranks compute: its tokens (each rank for its head group).
         let mut unions: Vec<Vec<TokenRange>> = Vec::with_capacity(r as usize);
         for g in 0..r {
@@ -464,10 +488,21 @@ mod tests {
     /// NVLink, with the query heads divisible by the rest.
     #[test]
     fn the_ring_inside_default_fills_a_node_with_the_ring() {
-        for (n, u) in [(1, 1), (8, 1), (16, 2), (64, 8), (12, 4)] {
-            let got = with_ctx(n, Mask::Causal, Usp::default_degree_ring_inside);
+        let small = Batch::new(0, vec![100; 10]);
+        for (n, u) in [(1, 1), (8, 1), (16, 2), (64, 8), (12, 4), (256, 32)] {
+            let got = with_ctx(n, Mask::Causal, |ctx| {
+                Usp::default_degree_ring_inside(ctx, &small)
+            });
             assert_eq!(got, u, "N={n}");
         }
+        // 1,500 documents of 512 tokens at 256 ranks: 768,000 ranges, whose all-to-alls
+        // among 32, 64, 128 or 256 ranks list more than a plan may hold; the default
+        // placement's degree (8) lists 16 million.
+        let many = Batch::new(0, vec![512; 1500]);
+        let got = with_ctx(256, Mask::Causal, |ctx| {
+            Usp::default_degree_ring_inside(ctx, &many)
+        });
+        assert_eq!(got, 8);
     }
 
     #[test]
