@@ -756,6 +756,17 @@ fn compare_from_batch_starts_later_in_the_trace() {
         ));
 }
 
+/// `compare` of zigzag on 8 ranks, each a TP group of 8: the WLB tests' layout.
+const COMPARE_8_TP8_ZIGZAG: [&str; 7] = [
+    "compare",
+    "--ranks",
+    "8",
+    "--tp",
+    "8",
+    "--schemes",
+    "zigzag",
+];
+
 /// `compare --pack wlb` with a training step balances the step's `--micro-batches × --dp`
 /// windows together: the step's micro-batches are within a few percent of each other, where
 /// the same step of fixed windows is not.
@@ -764,15 +775,7 @@ fn wlb_packing_evens_out_the_steps_micro_batches() {
     let spread = |pack: &[&str]| {
         let v = json(
             fcp()
-                .args([
-                    "compare",
-                    "--ranks",
-                    "8",
-                    "--tp",
-                    "8",
-                    "--schemes",
-                    "zigzag",
-                ])
+                .args(COMPARE_8_TP8_ZIGZAG)
                 .args(["--context", "131072", "--layer", "--memory", "--pp", "4"])
                 .args(["--micro-batches", "4", "--dp", "2", "--batches", "8"])
                 .args(["--from-batch", "16", "--json"])
@@ -979,34 +982,26 @@ fn compare_step_notes_follow_the_steps_priced() {
 fn compare_steps_under_wlb_are_wlbs_steps() {
     let cmd = |extra: &[&str]| {
         let mut c = fcp();
-        c.args([
-            "compare",
-            "--ranks",
-            "8",
-            "--tp",
-            "8",
-            "--schemes",
-            "zigzag",
-        ])
-        .args([
-            "--pack",
-            "wlb",
-            "--context",
-            "131072",
-            "--layer",
-            "--memory",
-        ])
-        .args([
-            "--pp",
-            "4",
-            "--micro-batches",
-            "4",
-            "--dp",
-            "2",
-            "--steps",
-            "2",
-        ])
-        .args(extra);
+        c.args(COMPARE_8_TP8_ZIGZAG)
+            .args([
+                "--pack",
+                "wlb",
+                "--context",
+                "131072",
+                "--layer",
+                "--memory",
+            ])
+            .args([
+                "--pp",
+                "4",
+                "--micro-batches",
+                "4",
+                "--dp",
+                "2",
+                "--steps",
+                "2",
+            ])
+            .args(extra);
         c
     };
     let v = json(&mut cmd(&["--from-batch", "16", "--json"]));

@@ -399,15 +399,7 @@ fn tpcp_says_what_did_not_run() {
         "name = \"odd\"\nq_heads = 7\nkv_heads = 7\nhead_dim = 128\ndtype_bytes = 2\nhidden = 896\nffn_hidden = 3584\n",
     )
     .unwrap();
-    let base = [
-        "tpcp",
-        "--gpus",
-        "8",
-        "--context",
-        "16384",
-        "--batches",
-        "1",
-    ];
+    let base = TPCP_8;
     for json in [false, true] {
         let mut c = fcp();
         c.args(base)
