@@ -123,10 +123,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let wanted = batches_wanted(a.batches, a.steps, step.map(|o| (o.micro_batches, dp)))?;
     let (hw, model) = a.profile.load()?;
     // WLB packing balances the windows of one training step together.
-    let group = step.map(|o| {
-        o.micro_batches
-            .saturating_mul(training.unwrap_or_default().dp)
-    });
+    let group = step.map(|o| o.micro_batches.saturating_mul(dp));
     let hints = WlbHints::new(&model, group);
     let mut packed = a.batch.load(a.from_batch.saturating_add(wanted), hints)?;
     packed.skip(a.from_batch)?;
@@ -188,8 +185,8 @@ pub fn run(a: CompareArgs) -> Result<()> {
             );
         }
         a.levers.notes(t);
-        // Bug hunt: said only of schemes that ran a step (none running is no evidence).
-        // Bug hunt: the steps `--steps` priced count too.
+        // Bug hunt: said only of schemes that ran a step (none running is no evidence), the
+        // steps `--steps` priced included.
         let ran: Vec<_> = rows
             .iter()
             .flat_map(|r| r.step.iter().chain(&r.steps))
