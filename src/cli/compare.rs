@@ -118,12 +118,11 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let step = a.levers.apply(step, training.unwrap_or_default())?;
     let dp = training.unwrap_or_default().dp;
     // The windows one step trains: --micro-batches on each of --dp replicas.
-    let per_step = step
-        .map(|o| usize::try_from(u64::from(o.micro_batches) * u64::from(dp)).unwrap_or(usize::MAX));
+    let per_step = step.map(|o| usize::try_from(o.windows(dp)).unwrap_or(usize::MAX));
     let wanted = batches_wanted(a.batches, a.steps, step.map(|o| (o.micro_batches, dp)))?;
     let (hw, model) = a.profile.load()?;
     // WLB packing balances the windows of one training step together.
-    let group = step.map(|o| o.micro_batches.saturating_mul(dp));
+    let group = step.map(|o| u32::try_from(o.windows(dp)).unwrap_or(u32::MAX));
     let hints = WlbHints::new(&model, group);
     let mut packed = a.batch.load(a.from_batch.saturating_add(wanted), hints)?;
     packed.skip(a.from_batch)?;
@@ -156,7 +155,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
     if let Some(o) = step {
         price_steps(&mut rows, &batches, &sim, ctx.ranks, o, steps)?;
         let t = training.unwrap_or_default();
-        let needed = u64::from(t.dp) * u64::from(o.micro_batches);
+        let needed = o.windows(t.dp);
         // Bug hunt: batches left out of the step, or repeated in it, were not said.
         if steps.is_some() {
             // Each step has its own windows, every batch in one, or `whole_steps` said why

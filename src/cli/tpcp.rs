@@ -11,6 +11,7 @@ use fcp::study::tpcp::{
     best_split_per_scheme, fastest, fastest_that_fits, run_tpcp, smallest_footprint, TpCpOptions,
     TpCpRow,
 };
+use fcp::trace::PackMode;
 use fcp::Model;
 
 use super::common::{
@@ -86,16 +87,6 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if a.gpus == 0 {
         bail!("--gpus must be at least 1");
     }
-    if !matches!(a.pack, PackModeArg::Window | PackModeArg::Wlb) {
-        bail!(
-            "fcp tpcp splits the GPUs of one window: --pack window or wlb, not {}",
-            if a.pack == PackModeArg::Budget {
-                "budget"
-            } else {
-                "carry"
-            }
-        );
-    }
     let hw = Hardware::load(&a.hardware)?;
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
@@ -115,18 +106,22 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     };
     let hints = WlbHints::new(
         &model,
-        step.map(|o| o.micro_batches.saturating_mul(training.dp)),
+        step.map(|o| u32::try_from(o.windows(training.dp)).unwrap_or(u32::MAX)),
     );
-    let windows = source.load(a.batches, hints)?;
-    let wlb = match source.pack.mode(hints) {
-        fcp::trace::PackMode::Wlb(p) => Some(p),
-        _ => None,
+    let mode = source.pack.mode(hints);
+    let wlb = match mode {
+        PackMode::Window => None,
+        PackMode::Wlb(p) => Some(p),
+        other => bail!(
+            "fcp tpcp splits the GPUs of one window: --pack window or wlb, not {}",
+            other.name()
+        ),
     };
+    let windows = source.load(a.batches, hints)?;
     if let (Some(p), Some(o)) = (wlb, step) {
-        let per = u64::from(o.micro_batches) * u64::from(training.dp);
         super::common::wlb_alignment_note(
             p.group as usize,
-            usize::try_from(per).unwrap_or(usize::MAX),
+            usize::try_from(o.windows(training.dp)).unwrap_or(usize::MAX),
             0,
         );
     }
@@ -134,7 +129,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let opts = TpCpOptions {
         gpus: a.gpus,
         context: a.context,
-        pack: wlb.map_or(fcp::trace::PackMode::Window, fcp::trace::PackMode::Wlb),
+        pack: mode,
         schemes: schemes.clone(),
         mask: a.mask.into(),
         pass: a.pass.into(),

@@ -201,34 +201,33 @@ impl WlbArgs {
         if wlb {
             return Ok(());
         }
-        for (flag, given) in [
-            ("--wlb-group", self.wlb_group.is_some()),
-            ("--wlb-max-len", self.wlb_max_len.is_some()),
-            ("--wlb-outlier", self.wlb_outlier.is_some()),
-            ("--wlb-breakpoint", self.wlb_breakpoint.is_some()),
-        ] {
-            if given {
-                anyhow::bail!("{flag} applies only to {ask}");
-            }
+        match self
+            .settings()
+            .fields()
+            .into_iter()
+            .find(|(_, v)| v.is_some())
+        {
+            Some((key, _)) => anyhow::bail!("{} applies only to {ask}", flag(key)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The flags that repeat the settings given, after `--wlb-group` (which is always said,
     /// resolved).
     fn flags(&self) -> String {
-        let mut f = String::new();
-        for (flag, v) in [
-            ("--wlb-max-len", self.wlb_max_len),
-            ("--wlb-outlier", self.wlb_outlier),
-            ("--wlb-breakpoint", self.wlb_breakpoint),
-        ] {
-            if let Some(v) = v {
-                f += &format!(" {flag} {v}");
-            }
-        }
-        f
+        self.settings()
+            .fields()
+            .into_iter()
+            .filter(|&(key, _)| key != "group")
+            .filter_map(|(key, v)| v.map(|v| format!(" {} {v}", flag(key))))
+            .collect()
     }
+}
+
+/// The flag of a WLB setting's key ([`fcp::trace::WlbSettings::fields`]): `max_len` is
+/// `--wlb-max-len`.
+fn flag(key: &str) -> String {
+    format!("--wlb-{}", key.replace('_', "-"))
 }
 
 /// The context window of `--pack window` when `--context` is not given.

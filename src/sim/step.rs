@@ -173,11 +173,17 @@ impl StepOptions {
         })
     }
 
+    /// The windows one step trains over `dp` replicas: its micro-batches on each (what WLB
+    /// packing balances together, and what `--steps` gives each step).
+    pub fn windows(self, dp: u32) -> u64 {
+        u64::from(self.micro_batches) * u64::from(dp)
+    }
+
     /// The same step with its windows dealt to `training.dp` replicas by `deal`. LPT deals
     /// every micro-batch of the step one by one: refused beyond [`MAX_MICRO_BATCHES`] of
     /// them in all.
     pub fn with_deal(self, deal: Deal, training: Training) -> Result<StepOptions, FootprintError> {
-        let all = u64::from(self.micro_batches) * u64::from(training.dp);
+        let all = self.windows(training.dp);
         if deal == Deal::Lpt && all > u64::from(MAX_MICRO_BATCHES) {
             return Err(FootprintError::Setting(format!(
                 "--deal lpt deals at most {MAX_MICRO_BATCHES} micro-batches a step: {} on each of {} replicas are {all}",

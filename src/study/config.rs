@@ -211,6 +211,12 @@ impl MemorySetting {
         .map_err(|e| StudyError::Config(format!("[memory]: {}", config_keys(&e.to_string()))))
     }
 
+    /// The windows one priced step trains, `micro_batches × dp`; `None` without a step.
+    pub fn step_windows(&self) -> Option<u64> {
+        self.micro_batches
+            .map(|b| u64::from(b) * u64::from(self.dp))
+    }
+
     /// The training step to price, when `micro_batches` asks for one.
     pub fn step(&self) -> Result<Option<crate::sim::step::StepOptions>, StudyError> {
         let training = self.training()?;
@@ -355,7 +361,7 @@ impl SweepConfig {
                 );
             }
             if let Some(steps) = m.steps {
-                let Some(mb) = m.micro_batches else {
+                let Some(per) = m.step_windows() else {
                     return bad(format!(
                         "[memory] steps = {steps} prices training steps: it needs micro_batches"
                     ));
@@ -364,11 +370,10 @@ impl SweepConfig {
                     return bad("[memory] steps = 0: must be at least 1".into());
                 }
                 // Bug hunt: a u64 product wrapped round to `batches` and passed.
-                let all = u128::from(steps) * u128::from(mb) * u128::from(m.dp);
+                let all = u128::from(steps) * u128::from(per);
                 if all != self.batches as u128 {
                     return bad(format!(
-                        "[memory] steps = {steps} prices {steps} steps of micro_batches × dp = {} windows each: it needs batches = {all} (now {})",
-                        u64::from(mb) * u64::from(m.dp),
+                        "[memory] steps = {steps} prices {steps} steps of micro_batches × dp = {per} windows each: it needs batches = {all} (now {})",
                         self.batches
                     ));
                 }
@@ -460,12 +465,7 @@ impl SweepConfig {
         // Bug hunt: a zero or a group too large was blamed on grid.context; said with the
         // key at fault.
         if let Some(w) = self.wlb {
-            for (key, v) in [
-                ("group", w.group.map(u64::from)),
-                ("max_len", w.max_len),
-                ("outlier", w.outlier),
-                ("breakpoint", w.breakpoint),
-            ] {
+            for (key, v) in w.fields() {
                 if v == Some(0) {
                     return bad(format!("[wlb] {key} = 0: must be at least 1"));
                 }
@@ -543,7 +543,8 @@ impl SweepConfig {
             "wlb" => {
                 let step_group = self
                     .memory
-                    .and_then(|m| m.micro_batches.map(|b| b.saturating_mul(m.dp)));
+                    .and_then(|m| m.step_windows())
+                    .map(|w| u32::try_from(w).unwrap_or(u32::MAX));
                 Ok(PackMode::Wlb(self.wlb.unwrap_or_default().resolve(
                     context.unwrap_or(crate::trace::DEFAULT_CONTEXT),
                     step_group,
@@ -620,17 +621,11 @@ impl SweepConfig {
         let Some(w) = self.wlb.filter(|w| !w.is_empty()) else {
             return String::new();
         };
-        let mut parts = Vec::new();
-        for (name, v) in [
-            ("group", w.group.map(u64::from)),
-            ("max_len", w.max_len),
-            ("outlier", w.outlier),
-            ("breakpoint", w.breakpoint),
-        ] {
-            if let Some(v) = v {
-                parts.push(format!("{name}{v}"));
-            }
-        }
+        let parts: Vec<String> = w
+            .fields()
+            .into_iter()
+            .filter_map(|(name, v)| v.map(|v| format!("{name}{v}")))
+            .collect();
         format!(";wlb={}", parts.join(","))
     }
 

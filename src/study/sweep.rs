@@ -380,9 +380,8 @@ fn run_cell(
     let per_step = cfg
         .memory
         .filter(|m| m.steps.is_some())
-        .and_then(|m| m.micro_batches)
-        .zip(cfg.memory.map(|m| m.dp))
-        .map(|(b, dp)| (b as usize).saturating_mul(dp as usize).max(1));
+        .and_then(|m| m.step_windows())
+        .map(|w| usize::try_from(w).unwrap_or(usize::MAX).max(1));
     // A trace short of the steps: its whole steps, as `compare --steps` prices them (bug
     // hunt: the plan metrics averaged a part-step the step metrics left out).
     if let Some(per) = per_step.filter(|&per| batches.len() >= per) {

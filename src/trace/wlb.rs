@@ -158,6 +158,17 @@ impl WlbSettings {
     pub fn is_empty(&self) -> bool {
         *self == WlbSettings::default()
     }
+
+    /// Each setting by its key (a sweep's `[wlb]` key; `--wlb-` and the key with dashes is
+    /// its flag), in order: what every front end names, checks and repeats.
+    pub fn fields(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            ("group", self.group.map(u64::from)),
+            ("max_len", self.max_len),
+            ("outlier", self.outlier),
+            ("breakpoint", self.breakpoint),
+        ]
+    }
 }
 
 /// A document waiting to be packed: its length (already cut to `max_len`) and whether it was
