@@ -1133,3 +1133,147 @@ fn a_sweep_cell_short_of_its_steps_keeps_the_whole_ones() {
         rows[0]["attention_time_ms"].as_f64()
     );
 }
+
+/// `fcp tpcp --steps`: each split's steps are `compare --steps` at that split (same windows,
+/// same step), the levers are the mean step's under the other order, and the rows rank by
+/// the mean step.
+#[test]
+fn tpcp_steps_are_compare_steps_at_each_split() {
+    // Recomputing, the fastest split fits in memory (the answer then names it first).
+    let step = [
+        "--pp",
+        "2",
+        "--micro-batches",
+        "2",
+        "--dp",
+        "2",
+        "--recompute",
+        "full",
+    ];
+    let rows = json(
+        fcp()
+            .args(["tpcp", "--gpus", "16", "--context", "32768"])
+            .args(["--schemes", "zigzag", "--steps", "3", "--json"])
+            .args(step),
+    );
+    let rows = rows.as_array().unwrap();
+    let ran: Vec<&Value> = rows.iter().filter(|r| r["error"].is_null()).collect();
+    assert!(ran.len() >= 3, "{rows:?}");
+    for r in &ran {
+        assert!(r.get("step").is_none(), "{r}");
+        assert_eq!(r["steps"].as_array().map(Vec::len), Some(3), "{r}");
+        let (tp, cp) = (r["tp"].to_string(), r["cp"].to_string());
+        let compared = |order: &str| {
+            json(
+                fcp()
+                    .args([
+                        "compare",
+                        "--ranks",
+                        &cp,
+                        "--tp",
+                        &tp,
+                        "--schemes",
+                        "zigzag",
+                    ])
+                    .args([
+                        "--pack",
+                        "window",
+                        "--context",
+                        "32768",
+                        "--layer",
+                        "--memory",
+                    ])
+                    .args(["--steps", "3", "--micro-batch-order", order, "--json"])
+                    .args(step),
+            )[0]
+            .clone()
+        };
+        let c = compared("stream");
+        assert_eq!(r["steps"], c["steps"], "TP {tp} × CP {cp}");
+        assert_eq!(r["over_steps"], c["over_steps"], "TP {tp} × CP {cp}");
+        let hill = compared("hill");
+        assert_eq!(
+            f(r, "hill_step_ms"),
+            f(&hill["over_steps"], "mean_step_ms"),
+            "TP {tp} × CP {cp}"
+        );
+    }
+    // The answer names the split with the least mean step, and the table its slowest step.
+    let mean = |r: &Value| f(&r["over_steps"], "mean_step_ms");
+    let best = ran
+        .iter()
+        .min_by(|a, b| mean(a).total_cmp(&mean(b)))
+        .unwrap();
+    let text = stdout_of(
+        fcp()
+            .args(["tpcp", "--gpus", "16", "--context", "32768"])
+            .args(["--schemes", "zigzag", "--steps", "3"])
+            .args(step),
+    );
+    assert!(text.contains("max_step"), "{text}");
+    assert!(text.contains(" · 3 steps"), "{text}");
+    assert!(text.contains("the mean of 3 consecutive steps"), "{text}");
+    let said = format!(
+        "Fastest step that fits in memory: zigzag at TP {} × CP {}, {:.1} ms a step of 2 micro-batches (the mean of 3 steps;",
+        best["tp"],
+        best["cp"],
+        mean(best)
+    );
+    assert!(text.contains(&said), "{said}\n{text}");
+}
+
+/// `tpcp --steps` refuses what `compare --steps` refuses, and a trace short of the steps
+/// prices its whole steps and says so in windows.
+#[test]
+fn tpcp_steps_refusals_and_a_short_trace() {
+    let base = [
+        "tpcp",
+        "--gpus",
+        "8",
+        "--context",
+        "32768",
+        "--schemes",
+        "zigzag",
+    ];
+    for (extra, says) in [
+        (&["--steps", "2"][..], "--micro-batches"),
+        (
+            &["--micro-batches", "2", "--steps", "0"][..],
+            "--steps must be at least 1",
+        ),
+        (
+            &["--micro-batches", "2", "--steps", "2", "--batches", "3"][..],
+            "--batches must be 4, or left out",
+        ),
+    ] {
+        fcp()
+            .args(base)
+            .args(extra)
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(predicate::str::contains(says));
+    }
+    let out = fcp()
+        .args(base)
+        .args(["--micro-batches", "150", "--steps", "1000", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The bundled trace packs into 392 windows of 32K: two steps of 150.
+    assert!(
+        err.contains(
+            "392 windows: 2 whole steps of 150 priced, not 1000 (the last 92 windows left out)"
+        ),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["error"].is_null())
+        .unwrap();
+    assert_eq!(row["over_steps"]["steps"], 2, "{row}");
+}

@@ -14,6 +14,7 @@ use super::common::{
     repeats_note, step_words, BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs,
     TrainingArgs,
 };
+use super::steps::{batches_wanted, from_words, whole_steps};
 
 /// Arguments of `fcp compare`.
 #[derive(Debug, Args)]
@@ -81,9 +82,6 @@ pub struct CompareArgs {
     levers: LeverArgs,
 }
 
-/// Default `--batches` without `--steps`.
-const DEFAULT_BATCHES: usize = 4;
-
 pub fn run(a: CompareArgs) -> Result<()> {
     let schemes = parse_scheme_list(&a.schemes)?;
     if schemes.is_empty() {
@@ -129,7 +127,13 @@ pub fn run(a: CompareArgs) -> Result<()> {
     // `--steps S`: S steps (the whole steps the trace holds, if fewer), each on its own
     // windows, reported as `steps` and `over_steps` whatever their number.
     let steps = match (a.steps, per_step) {
-        (Some(s), Some(per)) => Some(whole_steps(&mut packed.batches, s, per, a.from_batch)),
+        (Some(s), Some(per)) => Some(whole_steps(
+            &mut packed.batches,
+            s,
+            per,
+            a.from_batch,
+            ("batch", "batches"),
+        )),
         _ => None,
     };
     if let (Some(per), fcp::trace::PackMode::Wlb(p)) = (per_step, a.batch.pack.mode(hints)) {
@@ -186,10 +190,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
         a.levers.notes(t);
         // Bug hunt: said only of schemes that ran a step (none running is no evidence), the
         // steps `--steps` priced included.
-        let ran: Vec<_> = rows
-            .iter()
-            .flat_map(|r| r.step.iter().chain(&r.steps))
-            .collect();
+        let ran: Vec<_> = rows.iter().flat_map(|r| r.priced.all()).collect();
         if o.dp_overlap && !ran.is_empty() && ran.iter().all(|s| s.dp_comm_ms == 0.0) {
             super::common::dp_overlap_idle_note("no scheme runs");
         }
@@ -233,112 +234,4 @@ pub fn run(a: CompareArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// The batches to plan: `--batches`, or with `--steps` every step's windows (`per_step`
-/// each). An explicit `--batches` that is not that many is refused: the steps would share
-/// or skip windows.
-fn batches_wanted(
-    batches: Option<usize>,
-    steps: Option<usize>,
-    step: Option<(u32, u32)>,
-) -> Result<usize> {
-    let (Some(s), Some((m, dp))) = (steps, step) else {
-        return Ok(batches.unwrap_or(DEFAULT_BATCHES));
-    };
-    let per = u64::from(m) * u64::from(dp);
-    let all = usize::try_from((s as u64).saturating_mul(per)).unwrap_or(usize::MAX);
-    match batches {
-        Some(b) if b != all => bail!(
-            "--steps {s} prices {s} steps of {per} windows each (--micro-batches {m} × --dp {dp}): --batches must be {all}, or left out"
-        ),
-        _ => Ok(all),
-    }
-}
-
-/// Keep the whole steps of `per` windows that the packed trace holds, up to `steps`, and
-/// say so when it holds fewer than asked: the last part-step's windows are left out rather
-/// than priced as a step of repeated windows. With no whole step, the batches stay as they
-/// are (one step drawn from them in turn, as without `--steps`). Returns the steps priced.
-fn whole_steps(
-    batches: &mut Vec<fcp::trace::Batch>,
-    steps: usize,
-    per: usize,
-    from: usize,
-) -> usize {
-    let whole = batches.len() / per.max(1);
-    if whole >= steps {
-        return steps;
-    }
-    let from = from_words(from);
-    if whole == 0 {
-        eprintln!(
-            "note: the trace holds {} batches{from}, short of one step's {per}: one step is priced, its windows drawn in turn",
-            batches.len()
-        );
-        return 1;
-    }
-    let left = batches.len() - whole * per;
-    eprintln!(
-        "note: the trace holds {} batches{from}: {} of {per} priced, not {steps}{}",
-        batches.len(),
-        plural(whole as u32, "whole step", "whole steps"),
-        if left > 0 {
-            format!(
-                " (the last {} left out)",
-                plural(left as u32, "batch", "batches")
-            )
-        } else {
-            String::new()
-        }
-    );
-    batches.truncate(whole * per);
-    whole
-}
-
-/// ` from batch K` after a count of batches, when the comparison starts past the first.
-fn from_words(from: usize) -> String {
-    if from > 0 {
-        format!(" from batch {from}")
-    } else {
-        String::new()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn steps_set_the_batches_and_refuse_another_count() {
-        assert_eq!(batches_wanted(None, None, None).unwrap(), DEFAULT_BATCHES);
-        assert_eq!(batches_wanted(Some(7), None, Some((4, 2))).unwrap(), 7);
-        // --steps without a step to repeat is clap's to refuse; here it changes nothing.
-        assert_eq!(batches_wanted(Some(7), Some(3), None).unwrap(), 7);
-        assert_eq!(batches_wanted(None, Some(3), Some((4, 2))).unwrap(), 24);
-        assert_eq!(batches_wanted(Some(24), Some(3), Some((4, 2))).unwrap(), 24);
-        let e = batches_wanted(Some(23), Some(3), Some((4, 2))).unwrap_err();
-        assert!(e.to_string().contains("--batches must be 24"), "{e}");
-        // No overflow on absurd counts: the trace runs out first.
-        assert_eq!(
-            batches_wanted(None, Some(usize::MAX), Some((u32::MAX, u32::MAX))).unwrap(),
-            usize::MAX
-        );
-    }
-
-    #[test]
-    fn a_trace_short_of_the_steps_keeps_its_whole_steps() {
-        let batches = |n: usize| -> Vec<fcp::trace::Batch> {
-            (0..n).map(|i| fcp::trace::Batch::new(i, vec![1])).collect()
-        };
-        let mut b = batches(11);
-        assert_eq!(whole_steps(&mut b, 5, 4, 0), 2);
-        assert_eq!(b.len(), 8);
-        let mut b = batches(3);
-        assert_eq!(whole_steps(&mut b, 5, 4, 0), 1);
-        assert_eq!(b.len(), 3);
-        let mut b = batches(20);
-        assert_eq!(whole_steps(&mut b, 5, 4, 0), 5);
-        assert_eq!(b.len(), 20);
-    }
 }

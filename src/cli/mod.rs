@@ -35,6 +35,7 @@ mod plan;
 mod plot;
 mod regress;
 mod simulate;
+mod steps;
 mod sweep;
 mod tpcp;
 mod trace;

@@ -19,6 +19,7 @@ use super::common::{
     step_parts, step_words, BatchArgs, LeverArgs, MaskArg, PassArg, RecomputeArg, StepArgs,
     TrainingArgs,
 };
+use super::steps::{batches_wanted, whole_steps};
 use super::trace::{PackArgs, PackModeArg, WlbArgs, WlbHints};
 
 /// Arguments of `fcp tpcp`.
@@ -41,9 +42,9 @@ pub struct TpCpArgs {
     pack: PackModeArg,
     #[command(flatten)]
     wlb: WlbArgs,
-    /// Number of windows (from the start of the trace).
-    #[arg(long, default_value_t = 4)]
-    batches: usize,
+    /// Number of windows (from the start of the trace): 4, or with --steps every step's.
+    #[arg(long)]
+    batches: Option<usize>,
     /// Schemes, comma-separated (as `fcp compare --schemes`), or `all`.
     #[arg(long, default_value = "zigzag,fcp,flashcp,hybrid")]
     schemes: Vec<String>,
@@ -69,6 +70,12 @@ pub struct TpCpArgs {
     training: TrainingArgs,
     #[command(flatten)]
     step: StepArgs,
+    /// With --micro-batches: price this many consecutive training steps, each on its own
+    /// --micro-batches × --dp windows, and rank the splits by the mean step (as `fcp compare
+    /// --steps`: the JSON's `steps` and `over_steps`, a `max_step` column). --batches defaults
+    /// to every step's windows.
+    #[arg(long, requires = "micro_batches")]
+    steps: Option<usize>,
     #[command(flatten)]
     levers: LeverArgs,
     /// Print JSON: one object per (split, scheme).
@@ -81,8 +88,11 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if schemes.is_empty() {
         bail!("--schemes lists no scheme (give names, comma-separated, or `all`)");
     }
-    if a.batches == 0 {
+    if a.batches == Some(0) {
         bail!("--batches must be at least 1");
+    }
+    if a.steps == Some(0) {
+        bail!("--steps must be at least 1");
     }
     if a.gpus == 0 {
         bail!("--gpus must be at least 1");
@@ -117,7 +127,25 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             other.name()
         ),
     };
-    let windows = source.load(a.batches, hints)?;
+    // The windows one step trains: --micro-batches on each of --dp replicas.
+    let per_step = step.map(|o| usize::try_from(o.windows(training.dp)).unwrap_or(usize::MAX));
+    let wanted = batches_wanted(
+        a.batches,
+        a.steps,
+        step.map(|o| (o.micro_batches, training.dp)),
+    )?;
+    let mut windows = source.load(wanted, hints)?;
+    let unit = if wlb.is_some() {
+        ("WLB micro-batch", "WLB micro-batches")
+    } else {
+        ("window", "windows")
+    };
+    // `--steps S`: S steps (the whole steps the trace holds, if fewer), each on its own
+    // windows, as `compare --steps` prices them.
+    let steps = match (a.steps, per_step) {
+        (Some(s), Some(per)) => Some(whole_steps(&mut windows.batches, s, per, 0, unit)),
+        _ => None,
+    };
     if let (Some(p), Some(o)) = (wlb, step) {
         super::common::wlb_alignment_note(
             p.group as usize,
@@ -137,6 +165,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         tp_overlap: a.tp_overlap,
         training,
         step,
+        steps,
     };
     let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
     // As `compare`: a study in which nothing ran is a failure, in every format.
@@ -156,19 +185,24 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     if step.is_some_and(|s| s.dp_overlap)
         && rows
             .iter()
-            .filter_map(|r| r.step)
+            .flat_map(|r| r.priced.all())
             .all(|s| s.dp_comm_ms == 0.0)
     {
         super::common::dp_overlap_idle_note("no split runs");
     }
-    if let Some(s) = rows.iter().filter_map(|r| r.step).next() {
+    // Under `--steps` each step has its own windows, or `whole_steps` said why not.
+    if let Some(s) = rows
+        .iter()
+        .find_map(|r| r.priced.first())
+        .filter(|_| steps.is_none())
+    {
         let needed = u64::from(training.dp) * u64::from(s.micro_batches);
         if (s.windows as u64) < needed {
             // Bug hunt: the count is a u64 (65,536 × 65,536 overflowed a u32), and a trace
             // too short for more windows gets no advice it cannot follow. Packing is cheap:
             // count its windows up to what the step needs (or a million).
             let probe = needed.min(1 << 20) as usize;
-            let avail = if windows.batches.len() < a.batches {
+            let avail = if windows.batches.len() < wanted {
                 windows.batches.len()
             } else {
                 source.load(probe, hints).map_or(probe, |w| w.batches.len())
@@ -179,12 +213,12 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                     match wlb {
                         Some(p) => format!(
                             "{} (each at most {} tokens)",
-                            plural(avail as u32, "WLB micro-batch", "WLB micro-batches"),
+                            plural(avail as u32, unit.0, unit.1),
                             p.max_len
                         ),
                         None => format!(
                             "{} of {} tokens",
-                            plural(avail as u32, "window", "windows"),
+                            plural(avail as u32, unit.0, unit.1),
                             a.context
                         ),
                     },
@@ -241,7 +275,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "{} GPUs per {}, split TP × CP · {} {} of {} · {} / {} · {} · pass {}{}{}{}{}",
+        "{} GPUs per {}, split TP × CP · {} {} of {} · {} / {} · {} · pass {}{}{}{}{}{}",
         a.gpus,
         match wlb {
             Some(p) => format!(
@@ -274,7 +308,11 @@ pub fn run(a: TpCpArgs) -> Result<()> {
             ""
         },
         memory_words(model.stack.map(|_| opts.training)),
-        step_words(step)
+        step_words(step),
+        steps.map_or(String::new(), |n| format!(
+            " · {}",
+            plural(n as u32, "step", "steps")
+        ))
     );
     out!("{}", table(&rows));
     // Counted: the model gives its layers; checked: the hardware its memory too.
@@ -334,10 +372,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 "{scheme} TP {} × CP {} ({})",
                 r.tp,
                 r.cp,
-                match r.step {
-                    Some(s) => format!("{:.1} ms a step", s.step_ms),
-                    None => format!("{:.3} ms", r.layer_time_ms.unwrap_or(0.0)),
-                }
+                step_time_words(r)
+                    .unwrap_or_else(|| format!("{:.3} ms", r.layer_time_ms.unwrap_or(0.0)))
             ),
             None if checked => format!("{scheme} fits at none of the splits it ran at"),
             None => format!("{scheme} ran at no split"),
@@ -387,10 +423,22 @@ fn to_fit(opts: &TpCpOptions) -> String {
 
 /// "T ms per layer", or "S ms a step" when a step was priced.
 fn time_words(r: &TpCpRow) -> String {
-    match r.step {
-        Some(s) => format!("{:.1} ms a step", s.step_ms),
-        None => format!("{:.3} ms per layer", r.layer_time_ms.unwrap_or(0.0)),
-    }
+    step_time_words(r)
+        .unwrap_or_else(|| format!("{:.3} ms per layer", r.layer_time_ms.unwrap_or(0.0)))
+}
+
+/// "S ms a step", over several steps "S ms a step on the mean, M ms the slowest"; `None`
+/// when no step was priced.
+fn step_time_words(r: &TpCpRow) -> Option<String> {
+    let f = r.priced.figures()?;
+    Some(if f.steps > 1 {
+        format!(
+            "{:.1} ms a step on the mean, {:.1} ms the slowest",
+            f.mean_step_ms, f.max_step_ms
+        )
+    } else {
+        format!("{:.1} ms a step", f.mean_step_ms)
+    })
 }
 
 /// The answer's figures for the row it names: its time and what of it is exposed
@@ -404,23 +452,36 @@ fn fit_words(r: &TpCpRow) -> String {
             ", {z:.3} ms exposed ZeRO 3 collectives"
         ))
     );
-    match r.step {
-        None => layer,
-        Some(s) => format!(
-            "{:.1} ms a step of {}, {} tokens/s per GPU\n  {} at {layer}; {}",
-            s.step_ms,
+    match (r.priced.slowest(), r.priced.figures()) {
+        (Some(s), Some(f)) => format!(
+            "{:.1} ms a step of {}{}, {} tokens/s per GPU\n  {} at {layer}; {}{}",
+            f.mean_step_ms,
             plural(s.micro_batches, "micro-batch", "micro-batches"),
-            rate(s.tokens_per_gpu_s),
-            stage_words(&s),
-            step_parts(&s, r.zero3_comm_ms.is_some())
+            if f.steps > 1 {
+                format!(
+                    " (the mean of {} steps; the slowest, step {}, {:.1} ms)",
+                    f.steps, f.slowest_step, f.max_step_ms
+                )
+            } else {
+                String::new()
+            },
+            rate(f.tokens_per_gpu_s),
+            stage_words(s),
+            if f.steps > 1 {
+                "the slowest step: "
+            } else {
+                ""
+            },
+            step_parts(s, r.zero3_comm_ms.is_some())
         ),
+        _ => layer,
     }
 }
 
 /// What the step's levers would save the row, where they save anything: its micro-batches
 /// in the other order, its windows dealt to the replicas the other way.
 fn lever_words(r: &TpCpRow) -> Vec<String> {
-    let Some(s) = r.step else {
+    let Some(s) = r.priced.figures() else {
         return Vec::new();
     };
     let l = r.levers;
@@ -449,10 +510,11 @@ fn lever_words(r: &TpCpRow) -> Vec<String> {
     .into_iter()
     .filter_map(|(t, what, why)| {
         // Worth a line from 0.1 % (bug hunt: a 0.03 % saving read "0.0% less").
-        let t = t.filter(|&t| t < s.step_ms * 0.999)?;
+        let t = t.filter(|&t| t < s.mean_step_ms * 0.999)?;
         Some(format!(
-            "{what} {t:.1} ms, {:.1}% less: {why}.",
-            100.0 * (1.0 - t / s.step_ms)
+            "{what} {t:.1} ms{}, {:.1}% less: {why}.",
+            if s.steps > 1 { " on the mean" } else { "" },
+            100.0 * (1.0 - t / s.mean_step_ms)
         ))
     })
     .collect()
@@ -480,13 +542,14 @@ fn table(rows: &[TpCpRow]) -> String {
         }
     };
     // Under a priced step, its time, what data parallelism leaves exposed and throughput.
-    let stepped = rows.iter().any(|r| r.step.is_some());
-    let st = |step: String, dp: String, tok: String| {
-        if stepped {
-            format!(" {step:>10} {dp:>8} {tok:>10}")
-        } else {
-            String::new()
-        }
+    let stepped = rows.iter().any(|r| r.priced.figures().is_some());
+    // Several steps priced (`--steps`): their mean, the slowest beside it, and dp_ms their
+    // mean.
+    let multi = rows.iter().any(|r| r.priced.over_steps.is_some());
+    let st = |step: String, max: String, dp: String, tok: String| match (stepped, multi) {
+        (false, _) => String::new(),
+        (true, false) => format!(" {step:>10} {dp:>8} {tok:>10}"),
+        (true, true) => format!(" {step:>10} {max:>10} {dp:>8} {tok:>10}"),
     };
     let mut s = format!(
         "{:>4} {:>5}  {:<22} {:>10} {:>10} {:>8}{}{} {:>11} {:>13} {:>6} {:>11} {:>5}\n",
@@ -497,7 +560,12 @@ fn table(rows: &[TpCpRow]) -> String {
         "layer_ms",
         "tp_ms",
         z3("zero3_ms".into()),
-        st("step_ms".into(), "dp_ms".into(), "tok/s/GPU".into()),
+        st(
+            "step_ms".into(),
+            "max_step".into(),
+            "dp_ms".into(),
+            "tok/s/GPU".into()
+        ),
         "act/layer",
         "weights/layer",
         "MFU",
@@ -515,11 +583,19 @@ fn table(rows: &[TpCpRow]) -> String {
                 layer,
                 r.tp_comm_max_ms.unwrap_or(0.0),
                 z3(format!("{:.3}", r.zero3_exposed_ms.unwrap_or(0.0))),
-                r.step.map_or(st("-".into(), "-".into(), "-".into()), |x| st(
-                    format!("{:.1}", x.step_ms),
-                    format!("{:.1}", x.dp_exposed_ms),
-                    rate(x.tokens_per_gpu_s)
-                )),
+                r.priced.figures().map_or(
+                    st("-".into(), "-".into(), "-".into(), "-".into()),
+                    |x| st(
+                        format!("{:.1}", x.mean_step_ms),
+                        format!("{:.1}", x.max_step_ms),
+                        format!(
+                            "{:.1}",
+                            r.priced.all().map(|s| s.dp_exposed_ms).sum::<f64>()
+                                / x.steps.max(1) as f64
+                        ),
+                        rate(x.tokens_per_gpu_s)
+                    )
+                ),
                 human_bytes(r.act_max_bytes.unwrap_or(0)),
                 human_bytes(r.weight_bytes_per_layer.unwrap_or(0)),
                 100.0 * r.layer_mfu.unwrap_or(0.0),
@@ -543,11 +619,20 @@ fn table(rows: &[TpCpRow]) -> String {
             ""
         },
         if stepped {
-            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({} running the output layer; the bubble, stalls behind heavy windows and the sends between stages included), and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed; tok/s/GPU real tokens a step trains per GPU-second",
-                match rows.iter().find_map(|r| r.step.filter(|s| s.vp > 1)) {
+            let steps = rows.iter().find_map(|r| r.priced.over_steps).map_or(1, |o| o.steps);
+            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({} running the output layer; the bubble, stalls behind heavy windows and the sends between stages included){}, and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed{}; tok/s/GPU real tokens {} per GPU-second",
+                match rows.iter().find_map(|r| r.priced.first().filter(|s| s.vp > 1)) {
                     Some(s) => format!("each stage's layers in {} interleaved chunks, the last stage's last chunk", s.vp),
                     None => "the last one".to_string(),
-                })
+                },
+                if multi {
+                    format!(", the mean of {steps} consecutive steps, each with its own windows; max_step the slowest of them")
+                } else {
+                    String::new()
+                },
+                if multi { " on the mean" } else { "" },
+                if multi { "they train" } else { "a step trains" },
+            )
         } else {
             String::new()
         },

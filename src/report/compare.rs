@@ -58,17 +58,87 @@ pub struct CompareRow {
     /// the JSON, which carries the means and percentiles.
     #[serde(skip)]
     pub layers: Vec<LayerMetrics>,
-    /// The training step over the batches, each a micro-batch in batch order, when
-    /// [`price_steps`] priced one; absent otherwise (and when it priced several: `steps`).
+    /// The training step(s) [`price_steps`] priced over the batches; empty otherwise.
+    #[serde(flatten)]
+    pub priced: PricedSteps,
+}
+
+/// The training step(s) a row priced over its batches: one step (`step`), or several
+/// consecutive ones (`steps`, with `over_steps`, what they add up to). Shared by `compare`'s
+/// and `tpcp`'s rows so that both price, rank and print steps alike, under the same JSON keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PricedSteps {
+    /// The training step over the batches, each a micro-batch in batch order, when one was
+    /// priced; absent otherwise (and when several were: `steps`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<StepMetrics>,
-    /// Each of several consecutive training steps [`price_steps`] priced, in order (`fcp
-    /// compare --steps`); empty otherwise.
+    /// Each of several consecutive training steps priced, in order (`--steps`); empty
+    /// otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepMetrics>,
-    /// What the `steps` add up to; absent unless several were priced.
+    /// What the `steps` add up to; absent unless they were priced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub over_steps: Option<StepsSummary>,
+}
+
+impl PricedSteps {
+    /// Price a training step of `opts` over `drawn` (micro-batches in stream order) on `cp`
+    /// ranks; with `steps`, `drawn` is that many consecutive steps' windows, an equal share
+    /// each (the caller hands over `steps` × the step's windows), each priced on its own
+    /// into `steps` and `over_steps` (even one step, so that the output's shape follows the
+    /// question, not how many steps the trace held).
+    pub fn price(
+        sim: &Simulator,
+        drawn: &[MicroBatch],
+        cp: u32,
+        opts: StepOptions,
+        steps: Option<usize>,
+    ) -> Result<PricedSteps, SimError> {
+        Ok(match steps.filter(|&s| s > 0) {
+            Some(steps) => {
+                let per = drawn.len().div_ceil(steps).max(1);
+                let steps = drawn
+                    .chunks(per)
+                    .map(|windows| sim.step(windows, cp, opts))
+                    .collect::<Result<Vec<_>, _>>()?;
+                PricedSteps {
+                    over_steps: StepsSummary::of(&steps),
+                    step: None,
+                    steps,
+                }
+            }
+            None => PricedSteps {
+                step: Some(sim.step(drawn, cp, opts)?),
+                ..Default::default()
+            },
+        })
+    }
+
+    /// The step columns' figures: over several steps their [`StepsSummary`], over one its
+    /// own (mean and slowest alike); `None` when no step was priced.
+    pub fn figures(&self) -> Option<StepsSummary> {
+        self.over_steps
+            .or_else(|| self.step.and_then(|s| StepsSummary::of(&[s])))
+    }
+
+    /// The step's settings (micro-batches, order, deal), alike in every step priced.
+    pub fn first(&self) -> Option<&StepMetrics> {
+        self.step.as_ref().or(self.steps.first())
+    }
+
+    /// The slowest step priced (the one step, when there is one): the one whose parts say
+    /// where a stretch of training loses its time.
+    pub fn slowest(&self) -> Option<&StepMetrics> {
+        match self.over_steps {
+            Some(o) => self.steps.get(o.slowest_step),
+            None => self.step.as_ref(),
+        }
+    }
+
+    /// Every step priced, in order.
+    pub fn all(&self) -> impl Iterator<Item = &StepMetrics> {
+        self.step.iter().chain(&self.steps)
+    }
 }
 
 /// Consecutive training steps taken together: a step's own figures change from one step to
@@ -284,9 +354,7 @@ pub fn compare(
                         error: None,
                         tp: ctx.model.tp.max(1),
                         layers: all.iter().filter_map(|m| m.layer.clone()).collect(),
-                        step: None,
-                        steps: Vec::new(),
-                        over_steps: None,
+                        priced: PricedSteps::default(),
                     }
                 }
                 Err(e) => CompareRow {
@@ -300,9 +368,7 @@ pub fn compare(
                     error: Some(e),
                     tp: ctx.model.tp.max(1),
                     layers: Vec::new(),
-                    step: None,
-                    steps: Vec::new(),
-                    over_steps: None,
+                    priced: PricedSteps::default(),
                 },
             }
         })
@@ -348,33 +414,12 @@ pub fn price_steps(
         let Some(drawn) = r.micro_batches(batches) else {
             continue;
         };
-        if let Some(steps) = steps.filter(|&s| s > 0) {
-            let per = drawn.len().div_ceil(steps);
-            r.steps = drawn
-                .chunks(per)
-                .map(|windows| sim.step(windows, cp, opts))
-                .collect::<Result<_, _>>()?;
-            r.over_steps = StepsSummary::of(&r.steps);
-        } else {
-            r.step = Some(sim.step(&drawn, cp, opts)?);
-        }
+        r.priced = PricedSteps::price(sim, &drawn, cp, opts, steps)?;
     }
     Ok(())
 }
 
 impl CompareRow {
-    /// The step columns' figures: over several steps their [`StepsSummary`], over one its
-    /// own (mean and slowest alike); `None` when no step was priced.
-    pub fn step_figures(&self) -> Option<StepsSummary> {
-        self.over_steps
-            .or_else(|| self.step.and_then(|s| StepsSummary::of(&[s])))
-    }
-
-    /// The step's settings (micro-batches, order, deal), alike in every step priced.
-    pub fn first_step(&self) -> Option<&StepMetrics> {
-        self.step.as_ref().or(self.steps.first())
-    }
-
     /// Its `batches` (the ones [`compare`] ran) as a step's micro-batches, each with its
     /// layer and real tokens; `None` without every batch's layer.
     pub fn micro_batches(&self, batches: &[Batch]) -> Option<Vec<MicroBatch>> {

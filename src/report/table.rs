@@ -121,9 +121,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     if z3 {
         s.push_str(&format!(" {:>8}", "zero3_ms"));
     }
-    let stepped = rows.iter().any(|r| r.step_figures().is_some());
+    let stepped = rows.iter().any(|r| r.priced.figures().is_some());
     // Several steps priced: their mean, and the slowest beside it.
-    let multi = rows.iter().any(|r| r.over_steps.is_some());
+    let multi = rows.iter().any(|r| r.priced.over_steps.is_some());
     if stepped {
         s.push_str(&format!(" {:>10}", "step_ms"));
         if multi {
@@ -176,7 +176,7 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
                     s.push_str(&format!(" {exposed:>8.3}"));
                 }
                 if stepped {
-                    let x = r.step_figures();
+                    let x = r.priced.figures();
                     let cell =
                         |f: &dyn Fn(&StepsSummary) -> String| x.as_ref().map_or("-".into(), f);
                     s.push_str(&format!(
@@ -230,9 +230,9 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
     };
     let steps = rows
         .iter()
-        .find_map(|r| r.over_steps)
+        .find_map(|r| r.priced.over_steps)
         .map_or(1, |o| o.steps);
-    let note = match rows.iter().find_map(|r| r.first_step()) {
+    let note = match rows.iter().find_map(|r| r.priced.first()) {
         Some(x) => {
             use crate::sim::step::{Deal, MicroBatchOrder};
             // Bug hunt: the footer said "in order" of a step run in hill order.
@@ -315,12 +315,12 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
     if z3 {
         s.push_str(",zero3_comm_ms,zero3_exposed_ms");
     }
-    let stepped = rows.iter().any(|r| r.step_figures().is_some());
+    let stepped = rows.iter().any(|r| r.priced.figures().is_some());
     if stepped {
         s.push_str(",micro_batches,step_ms,tokens_per_gpu_s");
     }
     // Several steps priced (`fcp compare --steps`): `step_ms` is their mean.
-    let multi = rows.iter().any(|r| r.over_steps.is_some());
+    let multi = rows.iter().any(|r| r.priced.over_steps.is_some());
     if multi {
         s.push_str(",steps,max_step_ms,slowest_step");
     }
@@ -417,7 +417,7 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             ));
         }
         if stepped {
-            s.push_str(&match (r.first_step(), r.step_figures()) {
+            s.push_str(&match (r.priced.first(), r.priced.figures()) {
                 (Some(one), Some(x)) => format!(
                     ",{},{},{}",
                     one.micro_batches, x.mean_step_ms, x.tokens_per_gpu_s
@@ -426,7 +426,7 @@ pub fn compare_csv(rows: &[CompareRow]) -> String {
             });
         }
         if multi {
-            s.push_str(&match r.over_steps {
+            s.push_str(&match r.priced.over_steps {
                 Some(x) => format!(",{},{},{}", x.steps, x.max_step_ms, x.slowest_step),
                 None => ",,,".to_string(),
             });

@@ -19,8 +19,8 @@ use crate::hardware::Hardware;
 use crate::model::{Model, Recompute};
 use crate::plan::Mask;
 use crate::planners::PlanContext;
-use crate::report::{compare, CompareOptions};
-use crate::sim::step::{Deal, MicroBatchOrder, StepMetrics, StepOptions};
+use crate::report::{compare, CompareOptions, PricedSteps};
+use crate::sim::step::{Deal, MicroBatchOrder, StepOptions};
 use crate::sim::{PassSel, Simulator};
 use crate::trace::{Batch, PackMode};
 
@@ -55,6 +55,10 @@ pub struct TpCpOptions {
     /// reduction), and rows rank by the step, not the layer. Needs both passes and a model
     /// with its `layers` and `vocab`.
     pub step: Option<StepOptions>,
+    /// With [`TpCpOptions::step`]: the windows are this many consecutive steps' (each
+    /// `micro_batches × dp` of them), each priced on its own, and rows rank by their mean
+    /// step (as `fcp compare --steps`).
+    pub steps: Option<usize>,
 }
 
 /// One scheme at one split, means over the windows; or why it has no numbers.
@@ -92,11 +96,12 @@ pub struct TpCpRow {
     /// model gives no `layers` and `vocab`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<Footprint>,
-    /// The training step around the layer, when [`TpCpOptions::step`] asks for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<StepMetrics>,
+    /// The training step around the layer, when [`TpCpOptions::step`] asks for it: `step`,
+    /// or under [`TpCpOptions::steps`] `steps` and `over_steps`, as `compare` has them.
+    #[serde(flatten)]
+    pub priced: PricedSteps,
     /// The step's time under the other micro-batch order and the other deal, where they
-    /// apply.
+    /// apply (under [`TpCpOptions::steps`], the mean step's).
     #[serde(flatten)]
     pub levers: Levers,
     /// Why this split or scheme has no numbers.
@@ -138,7 +143,7 @@ impl TpCpRow {
             layer_mfu: None,
             weight_bytes_per_layer: None,
             footprint: None,
-            step: None,
+            priced: PricedSteps::default(),
             levers: Levers::default(),
             error: Some(error),
         }
@@ -249,11 +254,11 @@ pub fn run_tpcp(
                 (Some(m), None) => {
                     let l = m.layer.as_ref();
                     let mut levers = Levers::default();
-                    let step = match (opts.step, r.micro_batches(windows)) {
+                    let priced = match (opts.step, r.micro_batches(windows)) {
                         (Some(o), Some(drawn)) => {
-                            let step = sim.step(&drawn, cp, o)?;
+                            let price = |o| PricedSteps::price(&sim, &drawn, cp, o, opts.steps);
                             let time = |o| -> Result<f64, StudyError> {
-                                Ok(sim.step(&drawn, cp, o)?.step_ms)
+                                Ok(price(o)?.figures().map_or(0.0, |f| f.mean_step_ms))
                             };
                             // The step under the other order, where the order matters,
                             // and under the other deal, where there are replicas to deal to:
@@ -281,9 +286,9 @@ pub fn run_tpcp(
                                     }
                                 }
                             }
-                            Some(step)
+                            price(o)?
                         }
-                        _ => None,
+                        _ => PricedSteps::default(),
                     };
                     TpCpRow {
                         tp,
@@ -300,7 +305,7 @@ pub fn run_tpcp(
                             .weights_per_layer()
                             .map(|w| w * u64::from(model_t.dtype_bytes)),
                         footprint: l.and_then(|l| l.footprint),
-                        step,
+                        priced,
                         levers,
                         error: None,
                     }
@@ -319,11 +324,11 @@ pub fn run_tpcp(
 }
 
 impl TpCpRow {
-    /// What the row is ranked by: its step's time when a step was priced, else its layer's;
-    /// `None` without numbers.
+    /// What the row is ranked by: its step's time when a step was priced (the mean step's,
+    /// over several), else its layer's; `None` without numbers.
     pub fn time_ms(&self) -> Option<f64> {
         self.layer_time_ms
-            .map(|l| self.step.map_or(l, |s| s.step_ms))
+            .map(|l| self.priced.figures().map_or(l, |s| s.mean_step_ms))
     }
 
     /// Whether its footprint is known not to fit in the GPU's memory.
@@ -394,6 +399,7 @@ mod tests {
             tp_overlap: false,
             training: Training::default(),
             step: None,
+            steps: None,
         }
     }
 
