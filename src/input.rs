@@ -175,14 +175,14 @@ pub fn can_read_twice(path: &Path) -> bool {
 /// whether lines (ended by `\n`) are held to [`MAX_LINE_BYTES`] (not for one-line JSON
 /// documents).
 pub fn read_text(path: &Path, what: &'static str, line_limit: bool) -> std::io::Result<String> {
-    read_all(std::fs::File::open(path)?, what, line_limit)
+    read_all(crate::read_guard::open(path)?, what, line_limit)
 }
 
 /// [`read_text`] with lines ended as `ends` says held to [`MAX_LINE_BYTES`]: a CSV table is
 /// read by the csv crate, for which a lone `\r` ends a line too.
 pub fn read_lines_text(path: &Path, what: &'static str, ends: LineEnds) -> std::io::Result<String> {
     read_to_string(TextOnly::with_line_ends(
-        std::fs::File::open(path)?,
+        crate::read_guard::open(path)?,
         what,
         ends,
     ))

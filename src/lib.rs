@@ -25,6 +25,7 @@ pub mod model;
 pub mod output;
 pub mod plan;
 pub mod planners;
+pub mod read_guard;
 pub mod report;
 pub mod sim;
 pub mod study;

@@ -69,6 +69,82 @@ fn an_output_that_is_the_input_is_refused_and_the_input_kept() {
     assert_eq!(std::fs::read(&t).unwrap(), before);
 }
 
+/// Regression (bug hunt): only the trace was guarded. `fcp plan --hardware my.toml -o
+/// my.toml` replaced the hardware profile (so did `--model`, and an output over the kernel
+/// table the profile names), and `fcp sweep -o DIR` and `fcp dpcp -o DIR` a trace their
+/// config kept in `DIR` under the name of a results file. Every file a command reads is now
+/// kept from its outputs.
+#[test]
+fn no_output_replaces_any_file_the_command_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let t = trace(d);
+    let hw = d.join("my.toml");
+    std::fs::write(
+        &hw,
+        "name = \"lab-gpu\"\npeak_tflops = 989.4\nsm_count = 132\ngpus_per_node = 4\nnvlink_gbs = 200.0\nnvlink_latency_us = 2.0\nnic_gbs = 25.0\nnic_latency_us = 6.0\nlaunch_overhead_us = 4.0\nkernel_profile = \"h100-fa3\"\n",
+    )
+    .unwrap();
+    let model = d.join("m.toml");
+    std::fs::write(
+        &model,
+        "name = \"m\"\nq_heads = 8\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\n",
+    )
+    .unwrap();
+    for (flag, file) in [("--hardware", &hw), ("--model", &model)] {
+        let before = std::fs::read(file).unwrap();
+        for cmd in [
+            vec!["plan", "--scheme", "zigzag", "--ranks", "2"],
+            vec!["ilp", "--scheme", "fcp", "--ranks", "2"],
+        ] {
+            fcp()
+                .args(&cmd)
+                .arg("--trace")
+                .arg(&t)
+                .arg(flag)
+                .arg(file)
+                .arg("-o")
+                .arg(file)
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("would destroy the input"));
+            assert_eq!(std::fs::read(file).unwrap(), before, "{cmd:?} {flag}");
+        }
+    }
+    // A sweep and a dpcp study whose trace sits where their results go.
+    let out = d.join("out");
+    std::fs::create_dir(&out).unwrap();
+    for (name, cmd, config) in [
+        (
+            "results.csv",
+            "sweep",
+            "batches = 1\n[grid]\ntraces = [\"out/results.csv\"]\nschemes = [\"zigzag\"]\nranks = [2]\n",
+        ),
+        (
+            "dpcp.csv",
+            "dpcp",
+            "name = \"d\"\ngpus = 4\ncp = [2]\ntokens_per_gpu = 64\nsteps = 1\ntrace = \"out/dpcp.csv\"\n",
+        ),
+    ] {
+        let kept = out.join(name);
+        std::fs::copy(&t, &kept).unwrap();
+        let before = std::fs::read(&kept).unwrap();
+        let cfg = d.join(format!("{cmd}.toml"));
+        std::fs::write(&cfg, config).unwrap();
+        fcp()
+            .current_dir(d)
+            .arg(cmd)
+            .arg(&cfg)
+            .arg("-o")
+            .arg(&out)
+            .args(if cmd == "sweep" { &["-q"][..] } else { &[] })
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("would destroy the input"));
+        assert_eq!(std::fs::read(&kept).unwrap(), before, "{cmd}");
+    }
+}
+
 /// `fcp plan --all-batches -o pd` over a trace named `pd/batch-00000.json` replaced the
 /// trace with its own plan (the single-file `-o` refused it already).
 #[test]

@@ -227,3 +227,28 @@ fn plan_all_batches_writes_every_plan_or_none() {
     run("new/plans").success();
     assert_eq!(std::fs::read_dir(d.join("new/plans")).unwrap().count(), 3);
 }
+
+/// Regression (bug hunt): a sweep that could not write `results.json` (a folder by that name)
+/// had already replaced `results.csv`; the two are written all or nothing, as `dpcp` writes
+/// its pair.
+#[test]
+fn a_sweep_writes_both_results_or_neither() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("t.csv"), "doc_len\n100\n300\n").unwrap();
+    std::fs::write(
+        d.join("s.toml"),
+        "batches = 1\n[grid]\ntraces = [\"t.csv\"]\nschemes = [\"zigzag\"]\nranks = [2]\n",
+    )
+    .unwrap();
+    let out = d.join("o");
+    std::fs::create_dir_all(out.join("results.json")).unwrap();
+    std::fs::write(out.join("results.csv"), SENTINEL).unwrap();
+    fcp()
+        .current_dir(d)
+        .args(["sweep", "s.toml", "-o", "o", "-q"])
+        .assert()
+        .code(2);
+    assert_eq!(std::fs::read(out.join("results.csv")).unwrap(), SENTINEL);
+    assert!(temps(&out).is_empty(), "{:?}", temps(&out));
+}

@@ -97,6 +97,8 @@ impl std::error::Error for Exit {}
 
 /// Parse arguments, run, and map the outcome to an exit code.
 pub fn main() -> ExitCode {
+    // No output of this command may replace a file it read (`fcp::read_guard`).
+    fcp::read_guard::guard_outputs();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

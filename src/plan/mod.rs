@@ -2,6 +2,7 @@
 //! the GPU executor need nothing else. See `docs/plan-format.md`.
 
 mod builder;
+mod forwarding;
 mod ir;
 mod mask;
 mod numeric;
@@ -10,6 +11,7 @@ mod summary;
 mod verify;
 
 pub use builder::PlanBuilder;
+pub(crate) use forwarding::forwarding;
 pub(crate) use ir::is_zero;
 pub use ir::{
     Delivery, Document, HeadRange, Plan, PlanError, RankPlan, SchemeInfo, Step, Task, TokenRange,

@@ -24,8 +24,6 @@ pub struct PlanIndex {
     q: Vec<FastMap<u32, Runs>>,
     kv: Vec<FastMap<u32, Runs>>,
     owned: Vec<FastMap<u32, Runs>>,
-    /// What each rank holds before any transfer: its input layout, or `owned` without one.
-    initial: Option<Vec<FastMap<u32, Runs>>>,
     /// [`PlanIndex::use_steps`] of each delivery.
     uses: Vec<Option<(u32, u32)>>,
 }
@@ -52,20 +50,10 @@ impl PlanIndex {
                 owned[r].entry(o.doc).or_default().push((o.start, o.end, 0));
             }
         }
-        let initial = plan.input_layout.as_ref().map(|layout| {
-            let mut m = empty();
-            for (r, ranges) in layout.iter().enumerate().take(n) {
-                for o in ranges {
-                    m[r].entry(o.doc).or_default().push((o.start, o.end, 0));
-                }
-            }
-            index(m)
-        });
         let mut idx = PlanIndex {
             q: index(q),
             kv: index(kv),
             owned: index(owned),
-            initial,
             uses: Vec::new(),
         };
         idx.uses = idx.transfer_use_steps(plan);
@@ -137,16 +125,6 @@ impl PlanIndex {
     /// Whether `rank` owns every token of `ranges` (in the planned layout).
     pub fn owns_all(&self, rank: u32, ranges: &[TokenRange]) -> bool {
         covers_all(&self.owned[rank as usize], ranges)
-    }
-
-    /// Whether `rank` holds every token of `ranges` before any transfer (its input layout, or
-    /// what it owns when the plan has none): a message of such data leaves as soon as the rank
-    /// is ready, anything else waits for the data to arrive.
-    pub fn holds_initially(&self, rank: u32, ranges: &[TokenRange]) -> bool {
-        match &self.initial {
-            Some(m) => covers_all(&m[rank as usize], ranges),
-            None => self.owns_all(rank, ranges),
-        }
     }
 }
 

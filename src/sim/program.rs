@@ -152,13 +152,8 @@ fn grad_bytes_of(bytes: u64, model: &Model, gb: u64) -> u64 {
 /// Per transfer of `plan`: its bytes, and whether its source sends Q or K/V it does not hold
 /// from the start (so the send waits for it to arrive). Worked out once per transfer, not once
 /// per receiver: an all-gather's shard reaches N − 1 ranks.
-fn per_transfer(plan: &Plan, idx: &PlanIndex, model: &Model) -> (Vec<u64>, Vec<bool>) {
-    let forwards = plan
-        .transfers
-        .iter()
-        .map(|t| t.tensor != TransferTensor::Out && !idx.holds_initially(t.src, &t.ranges))
-        .collect();
-    (bytes_each(plan, model), forwards)
+fn per_transfer(plan: &Plan, model: &Model) -> (Vec<u64>, Vec<bool>) {
+    (bytes_each(plan, model), crate::plan::forwarding(plan))
 }
 
 /// [`bytes_of`] each transfer of `plan`, in order.
@@ -283,12 +278,11 @@ impl Program {
     /// The forward pass exactly as planned.
     pub fn forward(
         plan: &Plan,
-        idx: &PlanIndex,
         model: &Model,
         cm: &mut ComputeModel<'_>,
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Fwd)?;
-        let (bytes, forwards) = per_transfer(plan, idx, model);
+        let (bytes, forwards) = per_transfer(plan, model);
         let pieces = plan.deliveries().map(|d| {
             let t = d.transfer;
             Piece {
@@ -329,7 +323,7 @@ impl Program {
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Bwd)?;
         let gb = grad_bytes(plan, model);
-        let (bytes, forwards) = per_transfer(plan, idx, model);
+        let (bytes, forwards) = per_transfer(plan, model);
         // Per delivery, in plan order: the input again and its gradient back, or dO.
         let pieces = plan.deliveries().enumerate().flat_map(|(d, dl)| {
             let (t, i) = (dl.transfer, dl.index);

@@ -610,14 +610,18 @@ fn remove_stale_temps(dir: &Path) {
     }
 }
 
+/// Both merged files, all or nothing (bug hunt: a `results.json` that could not be written
+/// left a new `results.csv` beside the old `results.json`).
 fn write_results(dir: &Path, rows: &[CellResult]) -> Result<(), StudyError> {
-    let csv_path: PathBuf = dir.join("results.csv");
-    write_atomic(&csv_path, results_csv(rows).as_bytes())
-        .map_err(|e| StudyError::io(&csv_path, e))?;
-    let json_path = dir.join("results.json");
-    write_atomic(&json_path, results_json(rows).as_bytes())
-        .map_err(|e| StudyError::io(&json_path, e))?;
-    Ok(())
+    crate::output::write_all_atomic(
+        dir,
+        [
+            ("results.csv", results_csv(rows)),
+            ("results.json", results_json(rows)),
+        ]
+        .map(|(name, text)| (dir.join(name), text.into_bytes())),
+    )
+    .map_err(|e| StudyError::io(dir, e))
 }
 
 /// Rows as pretty JSON (a list), with a final newline.

@@ -159,7 +159,7 @@ impl DocReader<Box<dyn BufRead>> {
                 format,
             )
         } else {
-            let f = std::fs::File::open(path).map_err(io_err)?;
+            let f = crate::read_guard::open(path).map_err(io_err)?;
             let format = Format::from_path(path);
             (
                 Box::new(std::io::BufReader::with_capacity(

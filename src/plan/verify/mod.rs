@@ -19,6 +19,7 @@ use super::{
 
 mod availability;
 mod coverage;
+mod progress;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +56,9 @@ pub enum ViolationKind {
     Congestion,
     /// Ranks have different numbers of steps (the format pads every rank to the same count).
     StepCount,
+    /// Some rank can never start a step: its inputs wait, directly or through others, on
+    /// itself (a collective whose members join after its receiver needs it).
+    Deadlock,
 }
 
 /// One broken invariant, with a message that points at the offending item.
@@ -110,6 +114,7 @@ pub fn verify(plan: &Plan) -> Vec<Violation> {
     coverage::check_coverage(plan, &mut out);
     availability::check_availability(plan, &mut out);
     check_congestion(plan, &mut out);
+    progress::check_progress(plan, &mut out);
     out
 }
 

@@ -459,3 +459,81 @@ fn a_multicast_delivers_to_every_receiver_and_sends_only_what_it_holds() {
     // Coverage may now complain (the task duplicates pairs), but the read itself is served.
     assert!(!kinds(&p).contains(&K::NotAvailable), "{:?}", verify(&p));
 }
+
+mod progress {
+    use super::*;
+    use crate::plan::TransferKind;
+    use crate::planners::planner_for;
+    use crate::sim::{PassSel, SimError, Simulator};
+    use proptest::prelude::*;
+
+    /// Regression (bug hunt): an FCP reshuffle plan with one `q` piece of its first all-to-all
+    /// moved into the output all-to-all, which runs only after the last step, verified, and
+    /// `fcp simulate` then found it deadlocked.
+    #[test]
+    fn a_piece_moved_into_a_later_collective_deadlocks() {
+        let batch = Batch::new(0, vec![12, 3, 3]);
+        let mut p = with_ctx(3, Mask::Causal, |ctx| {
+            planner_for("fcp:reshuffle=true,block=2")
+                .unwrap()
+                .plan(&batch, ctx)
+        })
+        .unwrap();
+        assert_eq!(verify(&p), vec![]);
+        let early = p
+            .transfers
+            .iter()
+            .position(|t| t.collective == Some(0) && t.tensor == TransferTensor::Q)
+            .expect("a q piece of the reshuffle");
+        p.transfers[early].collective = Some(1);
+        assert!(kinds(&p).contains(&K::Deadlock), "{:?}", verify(&p));
+    }
+
+    fn engine_deadlocks(p: &Plan) -> bool {
+        let sim = Simulator::new(
+            crate::hardware::Hardware::load("h100").unwrap(),
+            crate::Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        matches!(sim.simulate(p, PassSel::Fwd), Err(SimError::Deadlock(_)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The verifier says a plan deadlocks exactly when the simulator's engine runs into
+        /// it, on plans of several schemes whose transfers are rescheduled or regrouped at
+        /// random (the engine is the oracle).
+        #[test]
+        fn the_verifier_finds_the_deadlocks_the_engine_does(
+            scheme in prop::sample::select(vec!["zigzag", "fcp:reshuffle=true,block=64", "llama3", "hybrid", "ulysses", "ring"]),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), 0u32..4, 0u32..6, 0u32..6), 1..12),
+        ) {
+            let batch = Batch::new(0, vec![300, 40, 120, 17, 35]);
+            let mut p = with_ctx(4, Mask::Causal, |ctx| {
+                planner_for(scheme).unwrap().plan(&batch, ctx)
+            })
+            .unwrap();
+            let last = p.ranks[0].steps.len() as u32;
+            for (i, what, a, b) in edits {
+                let k = i.index(p.transfers.len());
+                let t = &mut p.transfers[k];
+                match what {
+                    0 => t.issue_at = a.min(last + 1),
+                    1 => t.arrive_by = a.min(last + 1),
+                    2 => {
+                        t.collective = Some(b % 3);
+                        if t.kind == TransferKind::P2p {
+                            t.kind = TransferKind::AllToAll;
+                        }
+                    }
+                    _ => {
+                        t.issue_at = a.min(b).min(last + 1);
+                        t.arrive_by = a.max(b).min(last + 1);
+                    }
+                }
+            }
+            let said = kinds(&p).contains(&K::Deadlock);
+            prop_assert_eq!(said, engine_deadlocks(&p), "{:?}", verify(&p));
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Progress: the plan can run to its end. Every step waits for its inputs, a message leaves
+//! when its sender reaches its issue step (one that forwards received data, once the sender has
+//! that step's inputs: [`crate::plan::forwarding`]), and a collective call runs only once every
+//! member has joined it, at the earliest issue step of a piece it sends or receives. Each check
+//! of availability holds transfer by transfer, yet the waits can close a cycle: a piece moved
+//! into a collective whose other members join later than its receiver needs it stalls the
+//! receiver, and a member that waits on the receiver never joins (bug hunt: `fcp verify` passed
+//! such a plan, and `fcp simulate` then refused it as deadlocked).
+//!
+//! The check runs the plan in logical time, as the simulator's engine does without durations:
+//! a rank advances past a step once each of that step's inputs can have been sent, until
+//! nothing moves. Every rank must get past its last step.
+
+use std::collections::BTreeMap;
+
+use super::{v, Violation, ViolationKind};
+use crate::hashing::FastMap;
+use crate::plan::{Plan, TransferKind, TransferTensor};
+
+/// What a step waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Need {
+    /// Rank `src` has got past this many steps (a message it sends then).
+    Rank { src: u32, past: u32 },
+    /// Collective call number `c` has run.
+    Call(usize),
+}
+
+/// A collective call: (member, the step at whose start it joins).
+type Call = Vec<(u32, u32)>;
+
+/// A call's members as its pieces are read: per rank, its join step and the earliest step
+/// that waits for the call.
+type Joining = FastMap<u32, (u32, Option<u32>)>;
+
+pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
+    let steps: Vec<u32> = plan.ranks.iter().map(|r| r.steps.len() as u32).collect();
+    let n = steps.len();
+    // The step `s` of `r` that waits, if any (past the last step, only the end waits).
+    let waits = |r: u32, s: u32| (s < steps[r as usize]).then_some(s);
+    let forwards = crate::plan::forwarding(plan);
+    let mut needs: Vec<BTreeMap<u32, Vec<Need>>> = vec![BTreeMap::new(); n];
+    // Per call (id, kind), per member: its join step and the earliest step that waits for it.
+    let mut calls: BTreeMap<(u32, TransferKind), Joining> = BTreeMap::new();
+    for (i, t) in plan.transfers.iter().enumerate() {
+        let need_by = (t.tensor != TransferTensor::Out).then_some(t.arrive_by);
+        match (t.kind, t.collective) {
+            (TransferKind::P2p, _) | (_, None) => {
+                let last = steps[t.src as usize];
+                let issue = t.issue_at.min(last);
+                // A forward leaves once its sender can start the step, so once past it.
+                let past = if forwards[i] && issue < last {
+                    issue + 1
+                } else {
+                    issue
+                };
+                for dst in t.receivers() {
+                    if let Some(s) = need_by.and_then(|a| waits(dst, a)) {
+                        needs[dst as usize]
+                            .entry(s)
+                            .or_default()
+                            .push(Need::Rank { src: t.src, past });
+                    }
+                }
+            }
+            (kind, Some(id)) => {
+                // A member joins at the earliest piece it sends or receives, and waits from
+                // the earliest it receives (the simulator's reading, `sim::program`).
+                let call = calls.entry((id, kind)).or_default();
+                let src = call.entry(t.src).or_insert((u32::MAX, None));
+                src.0 = src.0.min(t.issue_at);
+                for dst in t.receivers() {
+                    let d = call.entry(dst).or_insert((u32::MAX, None));
+                    d.0 = d.0.min(t.issue_at);
+                    if let Some(a) = need_by {
+                        d.1 = Some(d.1.map_or(a, |x| x.min(a)));
+                    }
+                }
+            }
+        }
+    }
+    let mut members: Vec<Call> = Vec::with_capacity(calls.len());
+    let mut names: Vec<u32> = Vec::with_capacity(calls.len());
+    for ((id, _), call) in calls {
+        let c = members.len();
+        let mut call: Vec<(u32, (u32, Option<u32>))> = call.into_iter().collect();
+        call.sort_unstable();
+        for &(r, (_, need)) in &call {
+            if let Some(s) = need.and_then(|a| waits(r, a)) {
+                needs[r as usize].entry(s).or_default().push(Need::Call(c));
+            }
+        }
+        members.push(
+            call.into_iter()
+                .map(|(r, (join, _))| (r, join.min(steps[r as usize])))
+                .collect(),
+        );
+        names.push(id);
+    }
+    for m in &mut needs {
+        for list in m.values_mut() {
+            list.sort_unstable();
+            list.dedup();
+        }
+    }
+    // Logical time: `past[r]` steps of rank r can run. Monotone, so sweep until still.
+    let mut past = vec![0u32; n];
+    let mut ran = vec![false; members.len()];
+    let met = |need: &Need, past: &[u32], ran: &mut [bool]| match *need {
+        Need::Rank { src, past: p } => past[src as usize] >= p,
+        Need::Call(c) => {
+            ran[c] = ran[c] || members[c].iter().all(|&(m, j)| past[m as usize] >= j);
+            ran[c]
+        }
+    };
+    loop {
+        let mut moved = false;
+        for r in 0..n {
+            while past[r] < steps[r] {
+                let ok = needs[r]
+                    .get(&past[r])
+                    .is_none_or(|list| list.iter().all(|x| met(x, &past, &mut ran)));
+                if !ok {
+                    break;
+                }
+                past[r] += 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    for r in (0..n).filter(|&r| past[r] < steps[r]) {
+        let s = past[r];
+        let why = needs[r]
+            .get(&s)
+            .and_then(|list| list.iter().find(|x| !met(x, &past, &mut ran)))
+            .map_or(String::new(), |x| match *x {
+                Need::Rank { src, .. } => format!(
+                    ": it waits for a transfer from rank {src}, which never gets past its step {}",
+                    past[src as usize]
+                ),
+                Need::Call(c) => {
+                    let late: Vec<String> = members[c]
+                        .iter()
+                        .filter(|&&(m, j)| past[m as usize] < j)
+                        .take(4)
+                        .map(|&(m, j)| {
+                            format!(
+                                "rank {m} (joins at step {j}, stuck before step {})",
+                                past[m as usize]
+                            )
+                        })
+                        .collect();
+                    format!(
+                        ": it waits for collective {} to run, which waits for {}",
+                        names[c],
+                        late.join(", ")
+                    )
+                }
+            });
+        out.push(v(
+            ViolationKind::Deadlock,
+            format!("rank {r} never starts step {s}{why}"),
+        ));
+    }
+}
