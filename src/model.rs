@@ -9,6 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::hardware::{bundled, HardwareError};
 
+/// The most query or key/value heads, and the largest head dimension, a model may have.
+pub const MAX_HEADS: u32 = 1 << 16;
+/// The widest `hidden` or `ffn_hidden` a model may have.
+pub const MAX_WIDTH: u32 = 1 << 24;
+/// The most parameters a model may have (about 10¹⁵): bytes of weights, gradients and
+/// optimizer state stay within a u64.
+pub const MAX_PARAMS: f64 = (1u64 << 50) as f64;
+
 /// Attention shape of one transformer layer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Model {
@@ -536,6 +544,37 @@ impl Model {
         if self.dtype_bytes == 0 {
             return Err(bad("dtype_bytes", "must be >= 1".into()));
         }
+        // Bug hunt: sizes no model has overflowed the integer counts (a parameter count of
+        // 2⁶⁴ printed as 0.05 B, an MFU of 119.8 %). Bounds far above any model's keep every
+        // count in range.
+        for (field, v, max) in [
+            ("q_heads", self.q_heads, MAX_HEADS),
+            ("kv_heads", self.kv_heads, MAX_HEADS),
+            ("head_dim", self.head_dim, MAX_HEADS),
+            ("dtype_bytes", self.dtype_bytes, 8),
+        ] {
+            if v > max {
+                return Err(bad(field, format!("{v} is more than {max}")));
+            }
+        }
+        if let Some(l) = self.linear {
+            for (field, v) in [("hidden", l.hidden), ("ffn_hidden", l.ffn_hidden)] {
+                if v > MAX_WIDTH {
+                    return Err(bad(field, format!("{v} is more than {MAX_WIDTH}")));
+                }
+            }
+        }
+        if let (Some(parts), Some(s), Some(l)) = (self.linear_parts(), self.stack, self.linear) {
+            let per_layer = (parts.qkv + parts.out + parts.mlp) / 2.0;
+            let total =
+                per_layer * f64::from(s.layers) + 2.0 * f64::from(s.vocab) * f64::from(l.hidden);
+            if total > MAX_PARAMS {
+                return Err(bad(
+                    "layers",
+                    format!("the model would have {total:.3e} parameters, more than the {MAX_PARAMS:.0e} fcp counts"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -560,6 +599,27 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (bug hunt): a model of 2⁶⁴ parameters read as 0.05 B (the count wrapped),
+    /// and 2³² − 1 heads gave an MFU above 100 %; sizes past any model's are refused.
+    #[test]
+    fn sizes_past_any_model_are_refused() {
+        let base = "name = \"m\"\nq_heads = 8\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\n";
+        assert!(Model::from_toml_str(base, "m").is_ok());
+        for (from, to, field) in [
+            ("q_heads = 8", "q_heads = 4294967295", "q_heads"),
+            ("head_dim = 128", "head_dim = 70000", "head_dim"),
+            ("dtype_bytes = 2", "dtype_bytes = 16", "dtype_bytes"),
+        ] {
+            let e = Model::from_toml_str(&base.replace(from, to), "m")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        let wide = format!("{base}hidden = 16777216\nffn_hidden = 16776702\nffn_matrices = 1\nlayers = 65536\nvocab = 1\n");
+        let e = Model::from_toml_str(&wide, "m").unwrap_err().to_string();
+        assert!(e.contains("parameters, more than"), "{e}");
+    }
 
     /// Llama-3-70B's attention outweighs its projections and MLP past 104,448 tokens (its
     /// linear work is 2 × 855.6M weights = 1.711 GFLOPs a token, a causal pair 4 · 64 · 128

@@ -541,8 +541,9 @@ fn tpcp_packs_wlb_as_compare_does() {
     assert!(err.contains("they are not WLB's steps"), "{err}");
     for (extra, says) in [
         (
+            // Regression (bug hunt): `--help` listed budget and carry, refused only later.
             &["--pack", "budget"][..],
-            "--pack window or wlb, not budget",
+            "[possible values: window, wlb]",
         ),
         (
             &["--wlb-group", "4"][..],

@@ -492,3 +492,44 @@ fn gen_to_file_equals_gen_to_stdout() {
         .clone();
     assert_eq!(std::fs::read(&out).unwrap(), stdout);
 }
+
+/// Regression (bug hunt): `trace pack --model nosuch` passed without a word unless the
+/// packing used the model, and under `--pack wlb` a model without its widths weighed
+/// documents by attention alone, unsaid.
+#[test]
+fn trace_pack_reads_its_model_and_says_how_wlb_weighs() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.csv");
+    std::fs::write(&t, "doc_len\n100\n300\n").unwrap();
+    fcp()
+        .args(["trace", "pack"])
+        .arg(&t)
+        .args(["--ranks", "2", "--model", "nosuch"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains("unknown model `nosuch`"));
+    fcp()
+        .args(["trace", "pack"])
+        .arg(&t)
+        .args(["--ranks", "2", "--model", "llama3-8b"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "--model weighs documents in WLB packing only",
+        ));
+    let m = dir.path().join("m.toml");
+    std::fs::write(
+        &m,
+        "name = \"m\"\nq_heads = 8\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\n",
+    )
+    .unwrap();
+    fcp()
+        .args(["trace", "pack"])
+        .arg(&t)
+        .args(["--ranks", "2", "--pack", "wlb", "--model"])
+        .arg(&m)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("by its attention alone"));
+}

@@ -929,6 +929,7 @@ impl BatchArgs {
     pub fn load(&self, keep: usize, hints: WlbHints) -> Result<Batches> {
         self.pack.check_context()?;
         self.pack.check_wlb()?;
+        self.pack.wlb_weight_note(hints);
         if self.ranks == 0 {
             bail!("--ranks must be at least 1");
         }

@@ -179,12 +179,13 @@ pub fn run(a: CompareArgs) -> Result<()> {
                 ("batch", "batches"),
                 &advice,
             );
-        } else if (batches.len() as u64) > needed {
-            eprintln!(
-                "note: the step trains the first {needed} of the {} batches (--micro-batches {} × --dp {}); the table's other columns cover them all",
+        } else {
+            super::steps::first_windows_note(
+                needed,
                 batches.len(),
                 o.micro_batches,
-                t.dp
+                t.dp,
+                "batches",
             );
         }
         a.levers.notes(t);

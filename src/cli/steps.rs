@@ -73,6 +73,17 @@ pub fn whole_steps<T>(
     whole
 }
 
+/// The note when a step of `needed` windows (`per` micro-batches on each of `dp` replicas)
+/// trains only the first of the `simulated` ones (`unit`: what they are called): the other
+/// columns cover them all.
+pub fn first_windows_note(needed: u64, simulated: usize, per: u32, dp: u32, unit: &str) {
+    if simulated as u64 > needed {
+        eprintln!(
+            "note: the step trains the first {needed} of the {simulated} {unit} (--micro-batches {per} × --dp {dp}); the table's other columns cover them all"
+        );
+    }
+}
+
 /// ` from batch K` after a count of batches, when the comparison starts past the first.
 pub fn from_words(from: usize) -> String {
     if from > 0 {

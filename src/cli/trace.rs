@@ -87,9 +87,9 @@ struct PackCmdArgs {
     #[command(flatten)]
     pack: PackArgs,
     /// Model whose FLOPs weigh attention against the linear layers in WLB packing
-    /// (--wlb-breakpoint's default): a preset or a TOML file.
-    #[arg(long, default_value = "llama3-70b")]
-    model: String,
+    /// (--wlb-breakpoint's default): a preset or a TOML file (default llama3-70b).
+    #[arg(long)]
+    model: Option<String>,
     /// Print JSON: {"batches": [{"index", "tokens", "doc_lens"}], "truncated"}.
     #[arg(long)]
     json: bool,
@@ -266,6 +266,19 @@ impl PackArgs {
         self.wlb.check(self.pack == PackModeArg::Wlb, "--pack wlb")
     }
 
+    /// Under `--pack wlb` with no breakpoint from the flag or the model (one without
+    /// `hidden` and `ffn_hidden`), say that documents are weighed by attention alone (bug
+    /// hunt: it happened without a word). Said once a process.
+    pub fn wlb_weight_note(&self, hints: WlbHints) {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        if self.pack == PackModeArg::Wlb
+            && self.wlb.settings().breakpoint.is_none()
+            && hints.breakpoint.is_none()
+        {
+            SAID.call_once(|| eprintln!("note: the model gives no `hidden` and `ffn_hidden`: WLB packing weighs each document by its attention alone (len²); --wlb-breakpoint weighs the linear layers in"));
+        }
+    }
+
     /// The library's packing mode, WLB's settings filled in from `hints` where not given.
     pub fn mode(&self, hints: WlbHints) -> PackMode {
         match self.pack {
@@ -404,9 +417,16 @@ fn pack(a: PackCmdArgs) -> anyhow::Result<()> {
         eprintln!("note: {e}; ignored by --pack {}", mode.unwrap_or_default());
     }
     a.pack.check_wlb()?;
+    // Bug hunt: a bad --model passed without a word unless it was used.
+    let model = fcp::model::Model::load(a.model.as_deref().unwrap_or("llama3-70b"))?;
     let hints = if a.pack.pack == PackModeArg::Wlb {
-        WlbHints::new(&fcp::model::Model::load(&a.model)?, None)
+        let hints = WlbHints::new(&model, None);
+        a.pack.wlb_weight_note(hints);
+        hints
     } else {
+        if a.model.is_some() {
+            eprintln!("note: --model weighs documents in WLB packing only; ignored by this --pack");
+        }
         WlbHints::default()
     };
     let opts = a.pack.options(

@@ -59,6 +59,7 @@ pub fn run(a: VerifyArgs) -> Result<()> {
             "numeric": numeric.as_ref().map(|r| json!({
                 "max_abs_error": r.max_abs_error,
                 "rows_checked": r.rows_checked,
+                "rows_distinct": r.rows_distinct,
                 "rows_total": r.rows_total,
                 "rows_uncovered": r.rows_uncovered,
                 "tolerance": a.tolerance,
@@ -71,10 +72,15 @@ pub fn run(a: VerifyArgs) -> Result<()> {
         }
         if let Some(r) = &numeric {
             outln!(
-                "numeric: max abs error {:.3e} over {} of {} query rows (tolerance {:.0e}){}",
+                "numeric: max abs error {:.3e} over {} of {} query rows{} (tolerance {:.0e}){}",
                 r.max_abs_error,
-                r.rows_checked,
+                r.rows_distinct,
                 r.rows_total,
+                if r.rows_checked > r.rows_distinct {
+                    format!(", {} checks of a row and a head segment", r.rows_checked)
+                } else {
+                    String::new()
+                },
                 a.tolerance,
                 if r.rows_uncovered > 0 {
                     format!(", {} rows got no output", r.rows_uncovered)

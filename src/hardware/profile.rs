@@ -139,6 +139,23 @@ impl Hardware {
             field: field.to_string(),
             message,
         };
+        // Bug hunt: a typo here (`peak_tflop`) passed, and the field it meant showed "(no
+        // source given)"; unknown keys are refused everywhere else in the file.
+        let cited = ["kernel_profile", "nccl_table"];
+        if let Some(k) = self
+            .sources
+            .keys()
+            .find(|k| !NUMERIC_FIELDS.contains(&k.as_str()) && !cited.contains(&k.as_str()))
+        {
+            return Err(bad(
+                &format!("sources.{k}"),
+                format!(
+                    "cites a source for `{k}`, which is no field of a hardware profile (fields: {}, {})",
+                    NUMERIC_FIELDS.join(", "),
+                    cited.join(", ")
+                ),
+            ));
+        }
         let positive = [
             ("peak_tflops", self.peak_tflops),
             ("nvlink_gbs", self.nvlink_gbs),
@@ -470,6 +487,13 @@ kernel_profile = "h100-fa3"
             .unwrap_err()
             .to_string();
         assert!(e.contains("nic_gbs"), "{e}");
+        // Regression (bug hunt): a typo among the sources passed without a word.
+        let e = Hardware::from_toml_str(&format!("{MINIMAL}[sources]\npeak_tflop = \"x\"\n"), "x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sources.peak_tflop"), "{e}");
+        let ok = format!("{MINIMAL}[sources]\npeak_tflops = \"x\"\nkernel_profile = \"y\"\n");
+        assert!(Hardware::from_toml_str(&ok, "x").is_ok());
     }
 
     /// Regression: `nvlink_gbs = 1e-20` made `fcp simulate` run for ever, and a latency of

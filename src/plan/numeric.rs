@@ -45,6 +45,9 @@ pub struct NumericReport {
     /// Query rows checked, once per head segment whose covering tasks differ from the
     /// document's other segments.
     pub rows_checked: u64,
+    /// Distinct query rows checked (each counted once, however many head segments): what
+    /// compares with `rows_total`.
+    pub rows_distinct: u64,
     /// Query rows in the batch.
     pub rows_total: u64,
     /// Rows that got no partial output from any task.
@@ -286,12 +289,14 @@ pub fn check_numeric(plan: &Plan, opts: &NumericOptions) -> Result<NumericReport
     let mut report = NumericReport {
         max_abs_error: 0.0,
         rows_checked: 0,
+        rows_distinct: 0,
         rows_total: plan.total_tokens().saturating_add(plan.pad_tokens()),
         rows_uncovered: 0,
     };
     for r in parts {
         report.max_abs_error = report.max_abs_error.max(r.max_abs_error);
         report.rows_checked += r.rows_checked;
+        report.rows_distinct += r.rows_distinct;
         report.rows_uncovered += r.rows_uncovered;
     }
     Ok(report)
@@ -366,6 +371,7 @@ fn check_document(
     NumericReport {
         max_abs_error: per_row.iter().map(|r| r.0).fold(0.0, f64::max),
         rows_checked: (rows.len() * sets.len()) as u64,
+        rows_distinct: rows.len() as u64,
         rows_total: 0,
         rows_uncovered: per_row.iter().map(|r| r.1).sum(),
     }
@@ -505,6 +511,8 @@ mod tests {
         assert!(r.max_abs_error < 1e-12, "{r:?}");
         // Document 0 (40 rows) twice, documents 1 and 2 (3 + 77 rows) once.
         assert_eq!(r.rows_checked, 2 * 40 + 3 + 77);
+        // Regression (bug hunt): "checked 160 of 120 query rows"; the rows themselves once.
+        assert_eq!((r.rows_distinct, r.rows_total), (120, 120));
         p.ranks[2].steps[0].tasks.pop();
         let r = check_numeric(&p, &NumericOptions::default()).unwrap();
         assert!(r.max_abs_error > 1e-6, "lost head half: {r:?}");

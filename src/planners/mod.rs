@@ -131,6 +131,13 @@ pub enum SchemeError {
         /// What is wrong.
         message: String,
     },
+    /// An entry listed twice (`ring,ring`, or a name beside `all`): it would plan and print
+    /// the same row twice (bug hunt; a sweep refuses an axis value listed twice alike).
+    #[error("scheme list: `{scheme}` is listed twice; name each scheme once")]
+    Duplicate {
+        /// The entry, with its parameters.
+        scheme: String,
+    },
     /// An empty entry in a comma-separated list of schemes (`ring,,zigzag`): a scheme left
     /// out by mistake, which used to be skipped without a word.
     #[error(

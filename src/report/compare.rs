@@ -229,8 +229,11 @@ pub fn parse_scheme_list(lists: &[String]) -> Result<Vec<String>, SchemeError> {
         }
     }
     // Resolve every entry up front so a typo fails fast with the list of known schemes.
-    for s in &out {
+    for (i, s) in out.iter().enumerate() {
         planner_for(s)?;
+        if out[..i].contains(s) {
+            return Err(SchemeError::Duplicate { scheme: s.clone() });
+        }
     }
     Ok(out)
 }
@@ -498,6 +501,21 @@ mod tests {
                 "{e}"
             );
         }
+        // Regression (bug hunt): `ring,ring` printed the same row twice.
+        for list in [
+            "ring,ring",
+            "all,zigzag",
+            "fcp:block=2048,ring,fcp:block=2048",
+        ] {
+            assert!(
+                matches!(
+                    parse_scheme_list(&[list.into()]),
+                    Err(SchemeError::Duplicate { .. })
+                ),
+                "{list}"
+            );
+        }
+        assert!(parse_scheme_list(&["fcp:block=2048,fcp:block=4096".into()]).is_ok());
         // A list with no entry at all is left to the caller ("lists no scheme").
         assert_eq!(
             parse_scheme_list(&[",".into(), "".into()]).unwrap(),

@@ -248,7 +248,14 @@ pub fn compare_table(rows: &[CompareRow], baseline: &str) -> String {
             if steps > 1 {
                 format!("{note}; step_ms the mean of {steps} consecutive training steps, each with its share of the batches as its micro-batches, {how} {what}, max_step the slowest of them, tok/s/GPU the real tokens they train per GPU-second")
             } else {
-                format!("{note}; step_ms a training step with the batches as its micro-batches, {how} {what}, tok/s/GPU the real tokens it trains per GPU-second")
+                // Bug hunt: `--steps` that priced one step (a short trace) showed `max_step`
+                // with no word about it.
+                let max = if rows.iter().any(|r| r.priced.over_steps.is_some()) {
+                    ", max_step the slowest of the steps priced (one here)"
+                } else {
+                    ""
+                };
+                format!("{note}; step_ms a training step with the batches as its micro-batches, {how} {what}{max}, tok/s/GPU the real tokens it trains per GPU-second")
             }
         }
         None => note,

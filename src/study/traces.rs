@@ -72,10 +72,17 @@ impl TraceSpec {
             Source::from_name(source).map_err(|e| bad(format!("{e}, or exponential")))?;
         }
         let (mut seed, mut docs, mut mean, mut sigma, mut max) = (1, None, None, None, None);
+        let mut given: Vec<&str> = Vec::new();
         for kv in params.split(',').filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{kv}` is not key=value")))?;
+            // Bug hunt: `docs=10,docs=20` took the last without a word; keys are given once,
+            // as everywhere else.
+            if given.contains(&k) {
+                return Err(bad(format!("`{k}` is given twice")));
+            }
+            given.push(k);
             let int = || {
                 v.parse::<u64>()
                     .ok()
@@ -244,6 +251,17 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// Regression (bug hunt): `gen:wlb-llm:docs=10,docs=20` generated 20 documents without a
+    /// word about the 10.
+    #[test]
+    fn a_key_given_twice_is_refused() {
+        let e = TraceSpec::parse("gen:wlb-llm:docs=10,docs=20")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`docs` is given twice"), "{e}");
+        assert!(TraceSpec::parse("gen:wlb-llm:docs=10,seed=2").is_ok());
     }
 
     /// Regression (bug hunt): `docs=100000000000` had no bound and generated in memory until
