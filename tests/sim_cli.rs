@@ -835,3 +835,39 @@ fn commands_say_how_many_documents_of_their_batches_packing_cut() {
         .code(2)
         .stderr(predicate::str::contains("packs into 2 batches"));
 }
+
+/// Regression (bug hunt): `mfu` counted the attention of padding as model FLOPs, so schemes
+/// that pad a document (Ulysses and Llama3 CP to a multiple of 2N, per-doc CP) read up to
+/// 3.45× the MFU of the same work unpadded. The model's FLOPs are the batch's, whatever the
+/// scheme: MFU × attention time is the same for every scheme, padded or not.
+#[test]
+fn mfu_counts_the_model_s_flops_not_the_padding_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.csv");
+    std::fs::write(&t, "doc_len\n17\n45\n").unwrap();
+    let out = fcp()
+        .args(["compare", "--trace"])
+        .arg(&t)
+        .args(["--ranks", "16", "--tokens-per-rank", "4", "--batches", "1"])
+        .args(["--schemes", "zigzag,ulysses,llama3,per-doc", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let work: Vec<(String, f64, f64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["scheme"].as_str().unwrap().to_string(),
+                r["mfu"].as_f64().unwrap() * r["attention_time_ms"].as_f64().unwrap(),
+                r["pad_tokens"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(work.iter().any(|w| w.2 > 0.0), "some scheme pads: {work:?}");
+    for w in &work {
+        assert!((w.1 - work[0].1).abs() <= 1e-9 * work[0].1, "{work:?}");
+    }
+}

@@ -575,3 +575,48 @@ fn regress_fails_a_baseline_whose_settings_were_edited_without_update() {
         .code(1)
         .stderr(predicate::str::contains("recorded under other settings"));
 }
+
+/// Regression (bug hunt): a sweep cell on a generated trace (`gen:...`) could not be rerun
+/// with `compare`, which read only files. `--trace gen:...` generates it as the sweep does,
+/// so the cell's batches and figures are the comparison's.
+#[test]
+fn compare_reruns_a_sweep_cell_on_a_generated_trace() {
+    let spec = "gen:exponential:mean=2048,max=16384,seed=3";
+    let results = support::sweep_results(&format!(
+        "batches = 3\n[grid]\ntraces = [\"{spec}\"]\nschemes = [\"fcp\"]\nranks = [4]\ntokens_per_rank = [8192]\n"
+    ));
+    let cell = &results[0];
+    assert!(cell["error"].is_null(), "{cell}");
+    let out = fcp()
+        .args([
+            "compare",
+            "--schemes",
+            "fcp",
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+        ])
+        .args(["--batches", "3", "--json", "--trace", spec])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = rows[0]["attention_time_ms"].as_f64().unwrap();
+    let s = cell["metrics"]["attention_time_ms"]["mean"]
+        .as_f64()
+        .unwrap();
+    assert!((c - s).abs() <= 1e-9 * c, "compare {c} vs sweep {s}");
+    // A bad spec is a clear error, not a missing file.
+    fcp()
+        .args([
+            "compare",
+            "--ranks",
+            "4",
+            "--trace",
+            "gen:exponential:docs=5",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("exponential needs mean="));
+}

@@ -15,8 +15,9 @@ use super::trace::{PackArgs, WlbHints};
 /// Where the batches come from and how the CP group is shaped.
 #[derive(Debug, Clone, Args)]
 pub struct BatchArgs {
-    /// Trace file (CSV with a `doc_len` column, or JSONL with `doc_lens`; `-` for stdin).
-    /// Defaults to the bundled trace.
+    /// Trace file (CSV with a `doc_len` column, or JSONL with `doc_lens`; `-` for stdin), or
+    /// a generated trace as a sweep names one (`gen:exponential:mean=1024,seed=1`,
+    /// docs/studies.md). Defaults to the bundled trace.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// CP group size N.
@@ -943,16 +944,19 @@ impl BatchArgs {
         if self.tokens_per_rank == Some(0) {
             bail!("--tokens-per-rank must be at least 1");
         }
+        let opts = self.pack.options(self.ranks, self.tokens_per_rank(), hints);
         let trace = match &self.trace {
+            // A sweep's generated trace, grown as the sweep grows it (every size a prefix of
+            // the same stream), so a cell's batches are these (bug hunt: a sweep cell on a
+            // `gen:` trace could not be rerun with `compare`). A file of that name wins.
+            Some(p) if !p.exists() && p.to_str().is_some_and(|s| s.starts_with("gen:")) => {
+                let spec = fcp::study::traces::TraceSpec::parse(p.to_str().unwrap_or_default())?;
+                spec.load(opts.tokens_to_fill(keep)?)?
+            }
             Some(p) => Trace::load(p)?,
             None => fcp::trace::default_trace(),
         };
-        let packed = pack_first(
-            &trace,
-            &self.pack.options(self.ranks, self.tokens_per_rank(), hints),
-            keep,
-        )
-        .context("packing the trace")?;
+        let packed = pack_first(&trace, &opts, keep).context("packing the trace")?;
         if packed.batches.is_empty() {
             bail!("the trace packs into no batch");
         }
