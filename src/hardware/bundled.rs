@@ -70,7 +70,13 @@ pub struct Source {
 /// Whether `s` names a user file rather than a bundled profile: anything with a path separator
 /// or ending in `ext` (e.g. `.toml`).
 pub fn is_path(s: &str, ext: &str) -> bool {
-    s.contains('/') || s.contains('\\') || s.ends_with(ext)
+    // Any case of the extension (bug hunt: `--hardware MY.TOML` was looked up as a bundled
+    // name).
+    s.contains('/')
+        || s.contains('\\')
+        || s.len() >= ext.len()
+            && s.is_char_boundary(s.len() - ext.len())
+            && s[s.len() - ext.len()..].eq_ignore_ascii_case(ext)
 }
 
 /// What a file of `kind` should be, for the refusal of one that is not text, and what ends
@@ -163,6 +169,8 @@ mod tests {
         assert!(!is_path("h100", ".toml"));
         assert!(is_path("./h100", ".toml"));
         assert!(is_path("my.toml", ".toml"));
+        assert!(is_path("MY.TOML", ".toml") && is_path("k.Csv", ".csv"));
+        assert!(!is_path("é", ".toml"));
         assert!(is_path("dir/x", ".csv"));
     }
 

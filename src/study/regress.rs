@@ -182,7 +182,11 @@ impl Baseline {
                 ),
             });
         }
-        b.grid.validate()?;
+        // Named with the file, as a sweep's and dpcp's config errors are (bug hunt).
+        b.grid.validate().map_err(|e| StudyError::Parse {
+            path: path.display().to_string(),
+            message: format!("its grid: {e}"),
+        })?;
         // A cell recorded twice was checked twice, against two sets of numbers: one copy could
         // pass while the other failed, and the count of cells compared was off.
         for (i, cell) in b.cells.iter().enumerate() {
