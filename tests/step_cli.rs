@@ -26,12 +26,18 @@ fn tpcp_16_json(batches: &str) -> assert_cmd::Command {
 /// `fcp tpcp` as [`tpcp_16`] runs it refuses each of `cases` (extra arguments, what the
 /// error says), printing nothing.
 fn tpcp_refuses(cases: &[(&[&str], &str)]) {
+    refused(&tpcp_16("hybrid:quick=true"), cases);
+}
+
+/// The command `base` refuses each of `cases` (extra arguments, what the error says) with
+/// exit 2, printing nothing.
+fn refused(base: &[&str], cases: &[(&[&str], &str)]) {
     for (args, says) in cases {
         fcp()
-            .args(tpcp_16("hybrid:quick=true"))
+            .args(base)
             .args(*args)
             .assert()
-            .failure()
+            .code(2)
             .stdout("")
             .stderr(predicate::str::contains(*says));
     }
@@ -908,13 +914,7 @@ fn compare_steps_refusals_and_a_short_trace() {
             "--batches must be 4, or left out",
         ),
     ] {
-        fcp()
-            .args(base)
-            .args(extra)
-            .assert()
-            .code(2)
-            .stdout("")
-            .stderr(predicate::str::contains(says));
+        refused(&base, &[(extra, says)]);
     }
     // A thousand steps of 50 windows are more than the bundled trace holds: the whole steps
     // it does hold are priced, the rest said.
@@ -1246,13 +1246,7 @@ fn tpcp_steps_refusals_and_a_short_trace() {
             "--batches must be 4, or left out",
         ),
     ] {
-        fcp()
-            .args(base)
-            .args(extra)
-            .assert()
-            .code(2)
-            .stdout("")
-            .stderr(predicate::str::contains(says));
+        refused(&base, &[(extra, says)]);
     }
     let out = fcp()
         .args(base)
