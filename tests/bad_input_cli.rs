@@ -131,17 +131,21 @@ fn no_output_replaces_any_file_the_command_read() {
         let before = std::fs::read(&kept).unwrap();
         let cfg = d.join(format!("{cmd}.toml"));
         std::fs::write(&cfg, config).unwrap();
-        fcp()
-            .current_dir(d)
-            .arg(cmd)
-            .arg(&cfg)
-            .arg("-o")
-            .arg(&out)
-            .args(if cmd == "sweep" { &["-q"][..] } else { &[] })
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains("would destroy the input"));
-        assert_eq!(std::fs::read(&kept).unwrap(), before, "{cmd}");
+        // Twice: a sweep's rerun finds every cell cached and reads its trace only to hash it
+        // (bug hunt: the rerun then replaced it).
+        for _ in 0..2 {
+            fcp()
+                .current_dir(d)
+                .arg(cmd)
+                .arg(&cfg)
+                .arg("-o")
+                .arg(&out)
+                .args(if cmd == "sweep" { &["-q"][..] } else { &[] })
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains("would destroy the input"));
+            assert_eq!(std::fs::read(&kept).unwrap(), before, "{cmd}");
+        }
     }
 }
 

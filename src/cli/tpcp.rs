@@ -489,8 +489,11 @@ fn fit_words(r: &TpCpRow) -> String {
             plural(s.micro_batches, "micro-batch", "micro-batches"),
             if f.steps > 1 {
                 format!(
-                    " (the mean of {} steps; the slowest, step {}, {:.1} ms)",
-                    f.steps, f.slowest_step, f.max_step_ms
+                    " (the mean of {} steps; the slowest, step {} of {}, {:.1} ms)",
+                    f.steps,
+                    f.slowest_step + 1,
+                    f.steps,
+                    f.max_step_ms
                 )
             } else {
                 String::new()

@@ -229,11 +229,17 @@ pub fn parse_scheme_list(lists: &[String]) -> Result<Vec<String>, SchemeError> {
         }
     }
     // Resolve every entry up front so a typo fails fast with the list of known schemes.
-    for (i, s) in out.iter().enumerate() {
-        planner_for(s)?;
-        if out[..i].contains(s) {
+    // Two entries are one scheme when they plan alike: the same name and parameters once
+    // read (bug hunt: `fcp:block=2048,coalesce=8` beside `fcp:coalesce=8,block=2048`, or
+    // `fcp:block=02048`, passed).
+    let mut seen = Vec::with_capacity(out.len());
+    for s in &out {
+        let p = planner_for(s)?;
+        let id = (p.name(), p.params());
+        if seen.contains(&id) {
             return Err(SchemeError::Duplicate { scheme: s.clone() });
         }
+        seen.push(id);
     }
     Ok(out)
 }
@@ -516,6 +522,19 @@ mod tests {
             );
         }
         assert!(parse_scheme_list(&["fcp:block=2048,fcp:block=4096".into()]).is_ok());
+        // The same scheme however spelled.
+        for list in [
+            "fcp:block=2048,coalesce=8,fcp:coalesce=8,block=2048",
+            "fcp:block=02048,fcp:block=2048",
+        ] {
+            assert!(
+                matches!(
+                    parse_scheme_list(&[list.into()]),
+                    Err(SchemeError::Duplicate { .. })
+                ),
+                "{list}"
+            );
+        }
         // A list with no entry at all is left to the caller ("lists no scheme").
         assert_eq!(
             parse_scheme_list(&[",".into(), "".into()]).unwrap(),

@@ -167,7 +167,9 @@ pub(super) fn bytes_each(plan: &Plan, model: &Model) -> Vec<u64> {
 /// A flow or collective piece in a pass, before grouping.
 struct Piece {
     kind: TransferKind,
-    collective: Option<u32>,
+    /// The call it belongs to: the plan's id, or for a gradient's call the plan's id with
+    /// bit 32 set (bug hunt: `id + 2³⁰` ran into the plan's own ids from 2³⁰ on).
+    collective: Option<u64>,
     src: u32,
     dst: u32,
     bytes: u64,
@@ -176,12 +178,18 @@ struct Piece {
     forwards: bool,
 }
 
+/// The call a gradient of collective `c` goes back in: ids of their own, apart from every
+/// id a plan can give (`u32`).
+fn grad_call(c: u32) -> u64 {
+    u64::from(c) | 1 << 32
+}
+
 /// Flows, and collective calls summed per member as their pieces stream by: an all-gather at
 /// 2,048 ranks has 4 million pieces (8 million with its gradient), and holding them all to
 /// sum them afterwards was most of a 2,048-rank Llama3 CP simulation's memory.
 fn group(pieces: impl IntoIterator<Item = Piece>) -> (Vec<Flow>, Vec<CollectiveOp>) {
     let mut flows = Vec::new();
-    let mut calls: BTreeMap<(u32, TransferKind), Call> = BTreeMap::new();
+    let mut calls: BTreeMap<(u64, TransferKind), Call> = BTreeMap::new();
     for p in pieces {
         match (p.kind, p.collective) {
             (TransferKind::P2p, _) | (_, None) => flows.push(Flow {
@@ -287,7 +295,7 @@ impl Program {
             let t = d.transfer;
             Piece {
                 kind: t.kind,
-                collective: t.collective,
+                collective: t.collective.map(u64::from),
                 src: t.src,
                 dst: d.dst,
                 bytes: bytes[d.index],
@@ -331,7 +339,7 @@ impl Program {
                 TransferTensor::Kv | TransferTensor::Q => {
                     let again = Piece {
                         kind: t.kind,
-                        collective: t.collective,
+                        collective: t.collective.map(u64::from),
                         src: t.src,
                         dst: dl.dst,
                         bytes: bytes[i],
@@ -347,7 +355,7 @@ impl Program {
                     let grad = Piece {
                         kind,
                         // Gradient collectives get ids of their own.
-                        collective: t.collective.map(|c| c + (1 << 30)),
+                        collective: t.collective.map(grad_call),
                         src: dl.dst,
                         dst: t.src,
                         bytes: grad_bytes_of(bytes[i], model, gb),
@@ -361,7 +369,7 @@ impl Program {
                     let first = idx.use_steps(d).map_or(0, |(first, _)| first);
                     let d_out = Piece {
                         kind: t.kind,
-                        collective: t.collective.map(|c| c + (1 << 30)),
+                        collective: t.collective.map(grad_call),
                         src: dl.dst,
                         dst: t.src,
                         bytes: bytes[i],

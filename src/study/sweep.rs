@@ -229,10 +229,19 @@ fn cell_settings(settings: &str, key: &CellKey, hashes: &mut HashMap<PathBuf, u6
         // Each file is read once per sweep, however many cells share it.
         let content = *hashes
             .entry(f.clone())
-            .or_insert_with(|| std::fs::read(&f).map_or(0, |bytes| stable_hash(&bytes)));
+            .or_insert_with(|| read_input(&f).map_or(0, |bytes| stable_hash(&bytes)));
         text.push_str(&format!("{}={content:016x};", f.display()));
     }
     format!("{settings};inputs={:016x}", stable_hash(text.as_bytes()))
+}
+
+/// The bytes of an input the sweep hashes, noted as an input ([`crate::read_guard`]): a rerun
+/// whose cells are all cached reads the trace only here, and must not write its results over
+/// it (bug hunt).
+fn read_input(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut crate::read_guard::open(path)?, &mut bytes)?;
+    Ok(bytes)
 }
 
 /// A simulator with the profiles it was built from.

@@ -7,6 +7,11 @@
 //! receiver, and a member that waits on the receiver never joins (bug hunt: `fcp verify` passed
 //! such a plan, and `fcp simulate` then refused it as deadlocked).
 //!
+//! The backward pass, which the simulator derives from the plan, repeats the forward pass's
+//! Q and K/V deliveries and adds gradients that no step waits for and output gradients
+//! sent at step 0; it runs to its end when the forward pass does, given that no call mixes
+//! outputs with Q or K/V (checked here too).
+//!
 //! The check runs the plan in logical time, as the simulator's engine does without durations:
 //! a rank advances past a step once each of that step's inputs can have been sent, until
 //! nothing moves. Every rank must get past its last step.
@@ -42,6 +47,8 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
     let mut needs: Vec<BTreeMap<u32, Vec<Need>>> = vec![BTreeMap::new(); n];
     // Per call (id, kind), per member: its join step and the earliest step that waits for it.
     let mut calls: BTreeMap<(u32, TransferKind), Joining> = BTreeMap::new();
+    // Per collective id (any kind): whether it carries Q or K/V out, and outputs back.
+    let mut ways: BTreeMap<u32, [bool; 2]> = BTreeMap::new();
     for (i, t) in plan.transfers.iter().enumerate() {
         let need_by = (t.tensor != TransferTensor::Out).then_some(t.arrive_by);
         match (t.kind, t.collective) {
@@ -66,6 +73,7 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
             (kind, Some(id)) => {
                 // A member joins at the earliest piece it sends or receives, and waits from
                 // the earliest it receives (the simulator's reading, `sim::program`).
+                ways.entry(id).or_default()[usize::from(t.tensor == TransferTensor::Out)] = true;
                 let call = calls.entry((id, kind)).or_default();
                 let src = call.entry(t.src).or_insert((u32::MAX, None));
                 src.0 = src.0.min(t.issue_at);
@@ -78,6 +86,15 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
                 }
             }
         }
+    }
+    // One collective id moves one way. The backward pass returns Q and K/V gradients and
+    // sends the outputs' gradients in calls whose ids derive from the plan's: an id carrying
+    // both would merge the two there, and could deadlock the backward pass alone.
+    for (id, _) in ways.iter().filter(|(_, w)| w[0] && w[1]) {
+        out.push(v(
+            ViolationKind::BadTransfer,
+            format!("collective {id} carries both `out` pieces and `q`/`kv` pieces: one collective moves one way; give the outputs' returns a collective id of their own"),
+        ));
     }
     let mut members: Vec<Call> = Vec::with_capacity(calls.len());
     let mut names: Vec<u32> = Vec::with_capacity(calls.len());
@@ -103,39 +120,92 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
             list.dedup();
         }
     }
-    // Logical time: `past[r]` steps of rank r can run. Monotone, so sweep until still.
-    let mut past = vec![0u32; n];
-    let mut ran = vec![false; members.len()];
-    let met = |need: &Need, past: &[u32], ran: &mut [bool]| match *need {
-        Need::Rank { src, past: p } => past[src as usize] >= p,
-        Need::Call(c) => {
-            ran[c] = ran[c] || members[c].iter().all(|&(m, j)| past[m as usize] >= j);
-            ran[c]
-        }
-    };
-    loop {
-        let mut moved = false;
-        for r in 0..n {
-            while past[r] < steps[r] {
-                let ok = needs[r]
-                    .get(&past[r])
-                    .is_none_or(|list| list.iter().all(|x| met(x, &past, &mut ran)));
-                if !ok {
-                    break;
-                }
-                past[r] += 1;
-                moved = true;
+    // Who to look at again when a rank moves: the ranks waiting on its sends, and through
+    // the calls it joins, the ranks waiting on those calls.
+    let mut waiters: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut call_waiters: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
+    for (r, m) in needs.iter().enumerate() {
+        for need in m.values().flatten() {
+            match *need {
+                Need::Rank { src, .. } => waiters[src as usize].push(r as u32),
+                Need::Call(c) => call_waiters[c].push(r as u32),
             }
         }
-        if !moved {
-            break;
+    }
+    for w in waiters.iter_mut().chain(call_waiters.iter_mut()) {
+        w.sort_unstable();
+        w.dedup();
+    }
+    // Per rank, the calls it joins and at which step; per call, the members yet to join.
+    let mut joins: Vec<Vec<(usize, u32)>> = vec![Vec::new(); n];
+    let mut missing: Vec<usize> = vec![0; members.len()];
+    for (c, call) in members.iter().enumerate() {
+        for &(m, j) in call {
+            joins[m as usize].push((c, j));
+            missing[c] += 1;
         }
     }
+    // Logical time: `past[r]` steps of rank r can run. Monotone; a worklist looks at a rank
+    // again only when something it waits on moved (bug hunt: sweeping every rank until
+    // still was quadratic on a chain of forwards, 18 s at 65,536 ranks).
+    let mut past = vec![0u32; n];
+    let mut ran = vec![false; members.len()];
+    let mut queue: Vec<u32> = (0..n as u32).rev().collect();
+    let mut queued = vec![true; n];
+    let wake = |rs: &[u32], queue: &mut Vec<u32>, queued: &mut [bool]| {
+        for &w in rs {
+            if !queued[w as usize] {
+                queued[w as usize] = true;
+                queue.push(w);
+            }
+        }
+    };
+    // A member joins a call when it gets past the steps before its join step.
+    let mut joined =
+        |r: usize, at: u32, ran: &mut [bool], queue: &mut Vec<u32>, queued: &mut [bool]| {
+            for &(c, j) in &joins[r] {
+                if j == at {
+                    missing[c] -= 1;
+                    if missing[c] == 0 {
+                        ran[c] = true;
+                        wake(&call_waiters[c], queue, queued);
+                    }
+                }
+            }
+        };
+    for r in 0..n {
+        joined(r, 0, &mut ran, &mut queue, &mut queued);
+    }
+    while let Some(r) = queue.pop() {
+        let r = r as usize;
+        queued[r] = false;
+        let before = past[r];
+        while past[r] < steps[r] {
+            let ok = needs[r].get(&past[r]).is_none_or(|list| {
+                list.iter().all(|x| match *x {
+                    Need::Rank { src, past: p } => past[src as usize] >= p,
+                    Need::Call(c) => ran[c],
+                })
+            });
+            if !ok {
+                break;
+            }
+            past[r] += 1;
+            joined(r, past[r], &mut ran, &mut queue, &mut queued);
+        }
+        if past[r] > before {
+            wake(&waiters[r], &mut queue, &mut queued);
+        }
+    }
+    let met = |need: &Need| match *need {
+        Need::Rank { src, past: p } => past[src as usize] >= p,
+        Need::Call(c) => ran[c],
+    };
     for r in (0..n).filter(|&r| past[r] < steps[r]) {
         let s = past[r];
         let why = needs[r]
             .get(&s)
-            .and_then(|list| list.iter().find(|x| !met(x, &past, &mut ran)))
+            .and_then(|list| list.iter().find(|x| !met(x)))
             .map_or(String::new(), |x| match *x {
                 Need::Rank { src, .. } => format!(
                     ": it waits for a transfer from rank {src}, which never gets past its step {}",

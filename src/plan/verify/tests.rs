@@ -489,13 +489,41 @@ mod progress {
         assert!(kinds(&p).contains(&K::Deadlock), "{:?}", verify(&p));
     }
 
+    /// Regression (bug hunt): a gradient's collective call took the id `id + 2³⁰`, so a plan
+    /// collective numbered 2³⁰ merged with another call's gradients and changed the time.
+    /// An id is only a name.
+    #[test]
+    fn a_collective_id_is_only_a_name() {
+        let batch = Batch::new(0, vec![100, 37, 60, 20]);
+        let base = with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap();
+        let sim = Simulator::new(
+            crate::hardware::Hardware::load("h100").unwrap(),
+            crate::Model::load("llama3-70b").unwrap(),
+        )
+        .unwrap();
+        let timed = |x: u32| {
+            let mut p = base.clone();
+            p.transfers[1].kind = TransferKind::AllToAll;
+            p.transfers[1].collective = Some(0);
+            p.transfers[4].kind = TransferKind::AllToAll;
+            p.transfers[4].collective = Some(x);
+            assert_eq!(verify(&p), vec![], "{x}");
+            sim.simulate(&p, PassSel::Both)
+                .unwrap()
+                .metrics
+                .attention_time_ms
+        };
+        assert_eq!(timed(5), timed(1 << 30));
+        assert_eq!(timed(5), timed(u32::MAX));
+    }
+
     fn engine_deadlocks(p: &Plan) -> bool {
         let sim = Simulator::new(
             crate::hardware::Hardware::load("h100").unwrap(),
             crate::Model::load("llama3-70b").unwrap(),
         )
         .unwrap();
-        matches!(sim.simulate(p, PassSel::Fwd), Err(SimError::Deadlock(_)))
+        matches!(sim.simulate(p, PassSel::Both), Err(SimError::Deadlock(_)))
     }
 
     proptest! {
@@ -506,7 +534,7 @@ mod progress {
         #[test]
         fn the_verifier_finds_the_deadlocks_the_engine_does(
             scheme in prop::sample::select(vec!["zigzag", "fcp:reshuffle=true,block=64", "llama3", "hybrid", "ulysses", "ring"]),
-            edits in prop::collection::vec((any::<prop::sample::Index>(), 0u32..4, 0u32..6, 0u32..6), 1..12),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), 0u32..4, 0u32..6, 0u32..10), 1..12),
         ) {
             let batch = Batch::new(0, vec![300, 40, 120, 17, 35]);
             let mut p = with_ctx(4, Mask::Causal, |ctx| {
@@ -521,7 +549,9 @@ mod progress {
                     0 => t.issue_at = a.min(last + 1),
                     1 => t.arrive_by = a.min(last + 1),
                     2 => {
-                        t.collective = Some(b % 3);
+                        // Ids the backward pass's own could collide with, too (bug hunt:
+                        // a gradient's call was `id + 2³⁰`).
+                        t.collective = Some([0, 1, 2, 1 << 30, u32::MAX][b as usize % 5]);
                         if t.kind == TransferKind::P2p {
                             t.kind = TransferKind::AllToAll;
                         }
@@ -532,8 +562,12 @@ mod progress {
                     }
                 }
             }
-            let said = kinds(&p).contains(&K::Deadlock);
-            prop_assert_eq!(said, engine_deadlocks(&p), "{:?}", verify(&p));
+            let found = verify(&p);
+            // A collective carrying outputs and Q or K/V is refused as such; what the engine
+            // makes of its backward pass is not the question.
+            prop_assume!(!found.iter().any(|v| v.message.contains("one collective moves one way")));
+            let said = found.iter().any(|v| v.kind == K::Deadlock);
+            prop_assert_eq!(said, engine_deadlocks(&p), "{:?}", found);
         }
     }
 }
