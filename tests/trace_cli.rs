@@ -533,3 +533,44 @@ fn trace_pack_reads_its_model_and_says_how_wlb_weighs() {
         .success()
         .stderr(predicate::str::contains("by its attention alone"));
 }
+
+/// Regression (bug hunt): `fcp trace gen` had no `exponential`, so a sweep's
+/// `gen:exponential:...` trace (the bundled dpcp study's) could not be written out. The file
+/// it writes is the spec's trace: the same batches, the same figures.
+#[test]
+fn trace_gen_writes_a_sweep_s_exponential_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("e.csv");
+    fcp()
+        .args(["trace", "gen", "--source", "exponential", "--mean", "1024"])
+        .args(["--max", "8192", "--seed", "1", "--docs", "300", "-o"])
+        .arg(&t)
+        .assert()
+        .success();
+    let compare = |trace: &std::ffi::OsStr| {
+        fcp()
+            .args(["compare", "--ranks", "4", "--tokens-per-rank", "4096"])
+            .args([
+                "--batches",
+                "2",
+                "--schemes",
+                "zigzag,fcp",
+                "--json",
+                "--trace",
+            ])
+            .arg(trace)
+            .output()
+            .unwrap()
+    };
+    let from_file = compare(t.as_os_str());
+    let from_spec = compare("gen:exponential:mean=1024,max=8192,seed=1,docs=300".as_ref());
+    assert!(from_file.status.success(), "{from_file:?}");
+    assert_eq!(from_file.stdout, from_spec.stdout);
+    fcp()
+        .args(["trace", "gen", "--source", "exponential", "--sigma", "2"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "exponential takes --mean and --max",
+        ));
+}

@@ -35,7 +35,8 @@ enum TraceCommand {
 
 #[derive(Debug, Args)]
 struct GenArgs {
-    /// Source: lognormal, magi, wlb-llm, prolong, pile, redpajama (see docs/traces.md).
+    /// Source: lognormal, magi, wlb-llm, prolong, pile, redpajama, exponential (see
+    /// docs/traces.md).
     #[arg(long)]
     source: String,
     /// Number of documents.
@@ -47,7 +48,8 @@ struct GenArgs {
     /// Output file (`-` for stdout).
     #[arg(short = 'o', long = "output", default_value = "-")]
     output: PathBuf,
-    /// lognormal: arithmetic mean before clipping (default 1024, Megatron DCP).
+    /// lognormal: arithmetic mean before clipping (default 1024, Megatron DCP); exponential:
+    /// its mean (default 1024).
     #[arg(long, conflicts_with = "median")]
     mean: Option<f64>,
     /// lognormal: median (instead of --mean).
@@ -59,7 +61,7 @@ struct GenArgs {
     /// lognormal: clip floor (default 128).
     #[arg(long)]
     min: Option<u64>,
-    /// lognormal: clip ceiling (default 8192).
+    /// lognormal: clip ceiling (default 8192); exponential: cap (default 2³² tokens).
     #[arg(long)]
     max: Option<u64>,
 }
@@ -346,7 +348,24 @@ fn gen(a: GenArgs) -> anyhow::Result<()> {
         || a.sigma.is_some()
         || a.min.is_some()
         || a.max.is_some();
-    if let Source::Lognormal(_) = source {
+    if let Source::Exponential { .. } = source {
+        // Bug hunt: a sweep's `gen:exponential:...` could not be written out as a file.
+        if a.median.is_some() || a.sigma.is_some() || a.min.is_some() {
+            anyhow::bail!("--median/--sigma/--min apply only to --source lognormal; exponential takes --mean and --max");
+        }
+        let mean = a.mean.unwrap_or(1024.0);
+        if !(mean.is_finite() && mean > 0.0) {
+            anyhow::bail!("--mean must be a positive number, not {mean}");
+        }
+        let max = a.max.unwrap_or(trace::MAX_DOC_LEN);
+        if max == 0 || max > trace::MAX_DOC_LEN {
+            anyhow::bail!(
+                "--max must be from 1 to {} tokens, not {max}",
+                trace::MAX_DOC_LEN
+            );
+        }
+        source = Source::Exponential { mean, max };
+    } else if let Source::Lognormal(_) = source {
         let sigma = a.sigma.unwrap_or(1.5);
         let (min, max) = (a.min.unwrap_or(128), a.max.unwrap_or(8192));
         source = Source::Lognormal(match a.median {
@@ -355,7 +374,7 @@ fn gen(a: GenArgs) -> anyhow::Result<()> {
         });
     } else if tuned {
         anyhow::bail!(
-            "--mean/--median/--sigma/--min/--max apply only to --source lognormal, not {}",
+            "--mean/--median/--sigma/--min/--max apply only to --source lognormal (and --mean/--max to exponential), not {}",
             source.name()
         );
     }

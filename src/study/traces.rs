@@ -15,10 +15,6 @@
 
 use std::path::Path;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Exp};
-
 use crate::trace::{default_trace, generate, Lognormal, Source, Trace, MAX_DOC_LEN};
 
 use super::StudyError;
@@ -68,9 +64,7 @@ impl TraceSpec {
             Some((s, p)) => (s, p),
             None => (rest, ""),
         };
-        if source != "exponential" {
-            Source::from_name(source).map_err(|e| bad(format!("{e}, or exponential")))?;
-        }
+        Source::from_name(source).map_err(|e| bad(e.to_string()))?;
         let (mut seed, mut docs, mut mean, mut sigma, mut max) = (1, None, None, None, None);
         let mut given: Vec<&str> = Vec::new();
         for kv in params.split(',').filter(|s| !s.is_empty()) {
@@ -178,19 +172,14 @@ impl TraceSpec {
             return Err(StudyError::Config("not a generated trace".into()));
         };
         match source.as_str() {
-            "exponential" => {
-                let mean = mean.unwrap_or(1024.0);
-                // Every trace holds documents of at most MAX_DOC_LEN tokens; u64::MAX here
-                // made `mean=1e30` lengths whose sum wrapped around.
-                let cap = max.unwrap_or(MAX_DOC_LEN);
-                let exp = Exp::new(1.0 / mean)
-                    .map_err(|e| StudyError::Config(format!("exponential: {e}")))?;
-                let mut rng = ChaCha8Rng::seed_from_u64(*seed);
-                let lens: Vec<u64> = (0..docs)
-                    .map(|_| (exp.sample(&mut rng).floor() as u64).clamp(1, cap))
-                    .collect();
-                Ok(Trace::from_lens(&lens))
-            }
+            "exponential" => Ok(generate(
+                &Source::Exponential {
+                    mean: mean.unwrap_or(1024.0),
+                    max: max.unwrap_or(MAX_DOC_LEN),
+                },
+                docs,
+                *seed,
+            )?),
             "lognormal" if mean.is_some() || sigma.is_some() || max.is_some() => {
                 let d = Lognormal::megatron_default();
                 let sigma = sigma.unwrap_or(d.sigma);

@@ -6,7 +6,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, LogNormal};
+use rand_distr::{Distribution, Exp, LogNormal};
 
 use super::tables::{self, Component, HistBin, QuantileTable};
 use super::{Trace, TraceDoc, TraceError};
@@ -109,17 +109,26 @@ pub enum Source {
     Pile,
     /// RedPajama-1T as a mixture of its 7 subsets.
     RedPajama,
+    /// `min(floor(Exp(mean)), max)`, at least 1 token: the balancing-compute note's model
+    /// (seeds/003), which `fcp dpcp`'s bundled study uses.
+    Exponential {
+        /// Mean of the exponential before flooring and capping.
+        mean: f64,
+        /// Cap on a document's length.
+        max: u64,
+    },
 }
 
 impl Source {
     /// Names accepted by [`Source::from_name`] and `fcp trace gen --source`.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "lognormal",
         "magi",
         "wlb-llm",
         "prolong",
         "pile",
         "redpajama",
+        "exponential",
     ];
 
     /// Look a source up by name (`lognormal` gets Megatron's default parameters).
@@ -131,6 +140,10 @@ impl Source {
             "prolong" => Source::Prolong,
             "pile" => Source::Pile,
             "redpajama" => Source::RedPajama,
+            "exponential" => Source::Exponential {
+                mean: 1024.0,
+                max: super::MAX_DOC_LEN,
+            },
             _ => {
                 return Err(TraceError::UnknownSource {
                     name: name.to_string(),
@@ -149,6 +162,7 @@ impl Source {
             Source::Prolong => "prolong",
             Source::Pile => "pile",
             Source::RedPajama => "redpajama",
+            Source::Exponential { .. } => "exponential",
         }
     }
 }
@@ -176,6 +190,7 @@ enum Sampler {
     Histogram(Vec<HistBin>),
     Quantiles(QuantileTable),
     Mixture(Mixture),
+    Exponential(Exp<f64>, u64),
 }
 
 impl Generator {
@@ -203,6 +218,13 @@ impl Generator {
                 let comps: Vec<Component> = tables::read_table(name, text)?;
                 Sampler::Mixture(Mixture::new(&comps)?)
             }
+            Source::Exponential { mean, max } => Sampler::Exponential(
+                Exp::new(1.0 / mean)
+                    .map_err(|e| TraceError::BadParameter(format!("exponential: {e}")))?,
+                // Every trace holds documents of at most MAX_DOC_LEN tokens (a larger cap
+                // made `mean=1e30` lengths whose sum wrapped around).
+                (*max).min(super::MAX_DOC_LEN),
+            ),
         };
         Ok(Generator {
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -221,6 +243,7 @@ impl Iterator for Generator {
             Sampler::Histogram(bins) => sample_histogram(bins, rng),
             Sampler::Quantiles(q) => q.at(rng.gen::<f64>()),
             Sampler::Mixture(mix) => mix.sample(rng),
+            Sampler::Exponential(exp, max) => (exp.sample(rng).floor() as u64).clamp(1, *max),
         })
     }
 }
