@@ -871,3 +871,41 @@ fn mfu_counts_the_model_s_flops_not_the_padding_s() {
         assert!((w.1 - work[0].1).abs() <= 1e-9 * work[0].1, "{work:?}");
     }
 }
+
+/// Regression (bug hunt): a plan made with one hardware file, simulated with another file of
+/// the same `name`, got no note that the profile differs from the plan's.
+#[test]
+fn another_file_of_the_same_name_is_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let profile = "name = \"lab-gpu\"\npeak_tflops = 989.4\nsm_count = 132\ngpus_per_node = 4\nnvlink_gbs = 200.0\nnvlink_latency_us = 2.0\nnic_gbs = 25.0\nnic_latency_us = 6.0\nlaunch_overhead_us = 4.0\nkernel_profile = \"h100-fa3\"\n";
+    std::fs::write(d.join("a.toml"), profile).unwrap();
+    std::fs::write(
+        d.join("b.toml"),
+        profile.replace("nic_gbs = 25.0", "nic_gbs = 50.0"),
+    )
+    .unwrap();
+    std::fs::write(d.join("t.csv"), "doc_len\n1000\n3000\n").unwrap();
+    fcp()
+        .current_dir(d)
+        .args([
+            "plan", "--scheme", "zigzag", "--trace", "t.csv", "--ranks", "4",
+        ])
+        .args(["--hardware", "a.toml", "-o", "p.json"])
+        .assert()
+        .success();
+    fcp()
+        .current_dir(d)
+        .args(["simulate", "p.json", "--hardware", "b.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "using b.toml, which has the same name",
+        ));
+    fcp()
+        .current_dir(d)
+        .args(["simulate", "p.json", "--hardware", "./a.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("same name").not());
+}

@@ -145,8 +145,24 @@ impl Recorded<'_> {
             eprintln!(
                 "note: the plan was made for {kind} `{r}` read from {file}; using the bundled `{used}` as asked"
             );
+        } else if arg_is_file && self.file.is_some_and(|f| !same_path(f, arg)) {
+            // Bug hunt: two files of one `name` were taken for each other without a word.
+            eprintln!(
+                "note: the plan was made for {kind} `{r}` read from {}; using {arg}, which has the same name, as asked",
+                self.file.unwrap_or_default()
+            );
         }
     }
+}
+
+/// Whether two paths name the same file (the same text, or the same file through links and
+/// relative parts); a path that does not resolve is compared as written.
+fn same_path(a: &str, b: &str) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 /// Refuse an output path that names one of the inputs (the same file, through any path or
