@@ -75,16 +75,7 @@ impl AtomicFile {
         }
         let target = resolve_link(path);
         // Bug hunt: `fcp plan --hardware my.toml -o my.toml` replaced the profile it read.
-        if let Some(input) = crate::read_guard::input_at(&target) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "the output {} is the input {}: writing it would destroy the input; choose another output",
-                    path.display(),
-                    input.display()
-                ),
-            ));
-        }
+        crate::read_guard::refuse_over_input(path, &target)?;
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),

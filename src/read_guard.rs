@@ -95,6 +95,23 @@ pub fn input_at(path: &Path) -> Option<PathBuf> {
     find(&seen(), path)
 }
 
+/// Refuse to write `path` (whose file, links followed, is `target`) when it is an input:
+/// what every output checks before it is written, and a command can check up front before
+/// the work whose result would go there.
+pub fn refuse_over_input(path: &Path, target: &Path) -> std::io::Result<()> {
+    match input_at(target) {
+        Some(input) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the output {} is the input {}: writing it would destroy the input; choose another output",
+                path.display(),
+                input.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn note(seen: &mut Vec<Seen>, path: &Path, f: &File) {
     if let Some(id) = f.metadata().ok().and_then(|m| FileId::of(path, &m)) {
         if !seen.iter().any(|s| s.id == id) {

@@ -145,6 +145,8 @@ fn no_output_replaces_any_file_the_command_read() {
                 .code(2)
                 .stderr(predicate::str::contains("would destroy the input"));
             assert_eq!(std::fs::read(&kept).unwrap(), before, "{cmd}");
+            // Refused before any work: no cell was computed for results that cannot land.
+            assert!(!out.join("cells").exists(), "{cmd}");
         }
     }
 }

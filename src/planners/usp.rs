@@ -143,6 +143,11 @@ impl Planner for Usp {
         if self.inner != Inner::default() {
             p.insert("inner".into(), self.inner.name().into());
         }
+        // A degree given is a parameter like any other (bug hunt: without it, `usp:ulysses=2`
+        // and `usp:ulysses=4` read as one scheme); the plan records the degree it resolved.
+        if let Some(u) = self.ulysses {
+            p.insert("ulysses".into(), u.into());
+        }
         p
     }
 

@@ -521,7 +521,14 @@ mod tests {
                 "{list}"
             );
         }
-        assert!(parse_scheme_list(&["fcp:block=2048,fcp:block=4096".into()]).is_ok());
+        for list in [
+            "fcp:block=2048,fcp:block=4096",
+            "usp:ulysses=2,usp:ulysses=4",
+            "usp,usp:ulysses=4",
+            "usp,usp:inner=ring",
+        ] {
+            assert!(parse_scheme_list(&[list.into()]).is_ok(), "{list}");
+        }
         // The same scheme however spelled.
         for list in [
             "fcp:block=2048,coalesce=8,fcp:coalesce=8,block=2048",

@@ -562,6 +562,14 @@ pub fn run_sweep(
     let todo: Vec<usize> = (0..cells.len()).filter(|i| !done.contains_key(i)).collect();
     let todo_keys: Vec<CellKey> = todo.iter().map(|&i| cells[i].clone()).collect();
     let inputs = load_inputs(cfg, &todo_keys, &cells)?;
+    // Refused before any cell runs, not once they all have (bug hunt): the results would go
+    // over an input.
+    if let Some(d) = dir {
+        for name in ["results.csv", "results.json"] {
+            let p = d.join(name);
+            crate::read_guard::refuse_over_input(&p, &p).map_err(|e| StudyError::io(&p, e))?;
+        }
+    }
     // Created once the inputs load. Regression: a sweep whose trace or hardware did not
     // load left an empty `cells/` behind.
     if let Some(cd) = &cells_dir {
