@@ -274,8 +274,6 @@ fn a_sweep_under_tp_tags_its_cells() {
     }
 }
 
-/// `fcp tpcp` tries every TP that divides the GPUs and fits a node, on the same windows, and
-/// names the fastest split; its numbers are `compare --tp`'s.
 /// `fcp tpcp` on 8 GPUs of one 16K window: the small study these tests run.
 const TPCP_8: [&str; 7] = [
     "tpcp",
@@ -287,6 +285,8 @@ const TPCP_8: [&str; 7] = [
     "1",
 ];
 
+/// `fcp tpcp` tries every TP that divides the GPUs and fits a node, on the same windows, and
+/// names the fastest split; its numbers are `compare --tp`'s.
 #[test]
 fn tpcp_splits_the_gpus_and_matches_compare() {
     let args: Vec<&str> = TPCP_8

@@ -26,6 +26,9 @@ pub struct PlanIndex {
     owned: Vec<FastMap<u32, Runs>>,
     /// [`PlanIndex::use_steps`] of each delivery.
     uses: Vec<Option<(u32, u32)>>,
+    /// Per transfer: whether it forwards received data ([`crate::plan::forwarding`]), worked
+    /// out once per plan for both passes.
+    forwards: Vec<bool>,
 }
 
 impl PlanIndex {
@@ -55,6 +58,7 @@ impl PlanIndex {
             kv: index(kv),
             owned: index(owned),
             uses: Vec::new(),
+            forwards: crate::plan::forwarding(plan),
         };
         idx.uses = idx.transfer_use_steps(plan);
         idx
@@ -120,6 +124,11 @@ impl PlanIndex {
         } else {
             &self.kv[rank as usize]
         }
+    }
+
+    /// Per transfer of the plan, in order: whether it forwards data its source received.
+    pub fn forwards(&self) -> &[bool] {
+        &self.forwards
     }
 
     /// Whether `rank` owns every token of `ranges` (in the planned layout).

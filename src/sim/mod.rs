@@ -448,7 +448,7 @@ impl PlanRun<'_> {
     fn program(&mut self, pass: Pass) -> Result<Program, SimError> {
         let model = &self.sim.model;
         Ok(match pass {
-            Pass::Fwd => Program::forward(self.plan, model, &mut self.cm)?,
+            Pass::Fwd => Program::forward(self.plan, &self.idx, model, &mut self.cm)?,
             Pass::Bwd => Program::backward(self.plan, &self.idx, model, &mut self.cm)?,
         })
     }

@@ -149,13 +149,6 @@ fn grad_bytes_of(bytes: u64, model: &Model, gb: u64) -> u64 {
     bytes / model.dtype_bytes.max(1) as u64 * gb
 }
 
-/// Per transfer of `plan`: its bytes, and whether its source sends Q or K/V it does not hold
-/// from the start (so the send waits for it to arrive). Worked out once per transfer, not once
-/// per receiver: an all-gather's shard reaches N − 1 ranks.
-fn per_transfer(plan: &Plan, model: &Model) -> (Vec<u64>, Vec<bool>) {
-    (bytes_each(plan, model), crate::plan::forwarding(plan))
-}
-
 /// [`bytes_of`] each transfer of `plan`, in order.
 pub(super) fn bytes_each(plan: &Plan, model: &Model) -> Vec<u64> {
     plan.transfers
@@ -286,11 +279,14 @@ impl Program {
     /// The forward pass exactly as planned.
     pub fn forward(
         plan: &Plan,
+        idx: &PlanIndex,
         model: &Model,
         cm: &mut ComputeModel<'_>,
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Fwd)?;
-        let (bytes, forwards) = per_transfer(plan, model);
+        // Whether the source sends Q or K/V it does not hold from the start (so the send waits
+        // for it to arrive); worked out once per transfer, not per receiver.
+        let (bytes, forwards) = (bytes_each(plan, model), idx.forwards());
         let pieces = plan.deliveries().map(|d| {
             let t = d.transfer;
             Piece {
@@ -331,7 +327,9 @@ impl Program {
     ) -> Result<Program, HardwareError> {
         let steps = step_costs(plan, cm, Pass::Bwd)?;
         let gb = grad_bytes(plan, model);
-        let (bytes, forwards) = per_transfer(plan, model);
+        // Whether the source sends Q or K/V it does not hold from the start (so the send waits
+        // for it to arrive); worked out once per transfer, not per receiver.
+        let (bytes, forwards) = (bytes_each(plan, model), idx.forwards());
         // Per delivery, in plan order: the input again and its gradient back, or dO.
         let pieces = plan.deliveries().enumerate().flat_map(|(d, dl)| {
             let (t, i) = (dl.transfer, dl.index);
