@@ -420,6 +420,17 @@ impl SweepConfig {
                 return bad(format!("grid.{name} lists `{v}` twice"));
             }
         }
+        if let Some((a, b)) = schemes_planning_alike(&g.schemes, &g.block) {
+            return bad(format!(
+                "grid.schemes `{a}` and `{b}` plan alike (the same scheme and parameters{}); \
+                 list it once",
+                if g.block.is_empty() {
+                    ""
+                } else {
+                    " at a grid.block size"
+                }
+            ));
+        }
         for (name, list) in [
             ("tokens_per_rank", &g.tokens_per_rank),
             ("block", &g.block),
@@ -680,6 +691,33 @@ impl SweepConfig {
         }
         out
     }
+}
+
+/// Two scheme entries whose cells would plan alike: the same scheme and parameters once read,
+/// after the block axis is applied, as `compare` tells schemes apart. Their cells were run twice
+/// under two names (`fcp:block=2048,coalesce=8` beside `fcp:coalesce=8,block=2048`, or `fcp`
+/// with `block = [4096]` beside `fcp:block=4096`). Entries that do not parse are left to their
+/// error rows.
+fn schemes_planning_alike<'a>(schemes: &'a [String], block: &[u64]) -> Option<(&'a str, &'a str)> {
+    let mut seen: Vec<(&str, _)> = Vec::new();
+    for scheme in schemes {
+        let blocks: Vec<Option<u64>> = if block.is_empty() || !takes_block(scheme) {
+            vec![None]
+        } else {
+            block.iter().map(|&b| Some(b)).collect()
+        };
+        for b in blocks {
+            let Ok(p) = planner_for(&with_block(scheme, b)) else {
+                continue;
+            };
+            let id = (p.name(), p.params());
+            if let Some((first, _)) = seen.iter().find(|(e, i)| *i == id && *e != scheme) {
+                return Some((first, scheme));
+            }
+            seen.push((scheme, id));
+        }
+    }
+    None
 }
 
 /// Whether the scheme entry accepts a `block` parameter it does not already set.
@@ -1003,6 +1041,14 @@ mod tests {
             (
                 "schemes=[\"ring\", \"fcp\", \"ring\"]",
                 "grid.schemes lists `ring` twice",
+            ),
+            (
+                "schemes=[\"fcp:block=2048,coalesce=8\", \"fcp:coalesce=8,block=2048\"]",
+                "grid.schemes `fcp:block=2048,coalesce=8` and `fcp:coalesce=8,block=2048` plan alike (the same scheme and parameters); list it once",
+            ),
+            (
+                "schemes=[\"fcp\", \"fcp:block=4096\"]\nblock=[4096, 8192]",
+                "grid.schemes `fcp` and `fcp:block=4096` plan alike (the same scheme and parameters at a grid.block size); list it once",
             ),
             (
                 "traces=[\"default\", \"default\"]",
