@@ -185,6 +185,12 @@ def main(argv=None):
     lens, dims = ints(a.lens, "--lens"), ints(a.head_dims, "--head-dims")
     if not lens or not dims:
         raise SystemExit("error: --lens and --head-dims need at least one positive value")
+    # A value given twice made two rows of one series and length: a profile fcp refuses ("same
+    # series and length"), found only after the whole grid had run (bug hunt).
+    for flag, vals in (("--lens", lens), ("--head-dims", dims), ("--passes", passes), ("--masks", masks)):
+        twice = sorted({v for v in vals if vals.count(v) > 1})
+        if twice:
+            raise SystemExit(f"error: {flag} lists {', '.join(map(str, twice))} more than once")
     vdocs = ints(a.varlen_docs, "--varlen-docs") if a.varlen_docs else []
     if len(vdocs) > 1:
         # Two counts give two rows of one (pass, mask, head_dim, varlen, length): a profile fcp
@@ -197,6 +203,7 @@ def main(argv=None):
             for mask in masks:
                 series = [(False, None)] + [(True, n) for n in vdocs]
                 for varlen, n in series:
+                    seen = set()
                     for L in lens:
                         if a.max_seconds and time.monotonic() - start > a.max_seconds:
                             print(f"calibrate: --max-seconds reached; {len(rows)} rows", file=sys.stderr)
@@ -206,6 +213,12 @@ def main(argv=None):
                                 continue
                             docs = [(L // n, L // n)] * n
                             q_len = kv_len = (L // n) * n
+                            # n documents of L // n tokens: two lengths can round to one.
+                            if q_len in seen:
+                                print(f"calibrate: --lens {L} with {n} documents rounds to {q_len}, "
+                                      f"already measured; skipped", file=sys.stderr)
+                                continue
+                            seen.add(q_len)
                         else:
                             q_len, kv_len = L, max(1, round(L * a.kv_ratio))
                             docs = [(q_len, kv_len)]

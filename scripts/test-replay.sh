@@ -118,6 +118,34 @@ fi
 
 # fcp validate reads a real measured.json (CPU vs an H100 profile: the numbers only prove the
 # plumbing; the accuracy aim is for GPU runs, scripts/gpu-session.sh).
+# Hand-made plans that `fcp verify --numeric` accepts and the replay once failed
+# (tests/replay/make-handmade.py): a send forwarding rows a collective brought at the same
+# step (it found them missing), and a rank sending back rows its receiver owns (both ranks
+# waited on each other until the gloo timeout).
+for h in collective-forward echo; do
+    "$FCP" verify --numeric "tests/replay/$h.json" >/dev/null || bad "fcp verify tests/replay/$h.json"
+done
+if replay tests/replay/collective-forward.json tests/replay/echo.json "$work/handmade" --pass both --timeout 60; then
+    rc=0
+else
+    rc=$?
+fi
+for h in collective-forward echo; do
+    if [[ $rc -eq 0 ]] && grep -q "^$h: .*PASS" "$work/handmade.log"; then
+        ok "replay hand-made $h (fwd+bwd): $(grep "^$h: " "$work/handmade.log" | sed 's/; wrote.*//')"
+    else
+        bad "replay hand-made $h (exit $rc)"; tail -n 20 "$work/handmade.log"
+    fi
+done
+# A byte-order mark before the JSON is skipped, as fcp's readers skip it (docs/plan-format.md).
+{ printf '\xef\xbb\xbf'; cat "$work/ring.json"; } >"$work/bom.json"
+if "$PY" scripts/replay.py "$work/bom.json" --single-device --head-dim 8 -o "$work/bom-m.json" \
+    >"$work/bom.log" 2>&1; then
+    ok "replay reads a plan that starts with a byte-order mark"
+else
+    bad "replay of a plan with a byte-order mark"; cat "$work/bom.log"
+fi
+
 if "$FCP" validate --plan "$work/zigzag.json" --measured "$work/measured/zigzag.measured.json" \
     --model "$MODEL" --json >"$work/validate.json"; then
     ok "fcp validate on a replayed measured.json"
@@ -296,7 +324,7 @@ fi
 # Bad calibration inputs are refused before the grid runs, not with a traceback after it (a
 # missing output folder once cost a whole GPU calibration).
 tiny="--device cpu --dtype float32 --q-heads 2 --kv-heads 1 --head-dims 16 --lens 64 --passes fwd --masks full --warmup 0 --iters 1"
-for args in "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv" \
+for args in "--lens 64,128,64 -o $work/k.csv" "--masks full,full -o $work/k.csv" "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv" \
     "--passes fwd,bogus -o $work/k.csv" "--masks full,causal --kv-ratio 2 -o $work/k.csv" "--kv-ratio nan -o $work/k.csv"; do
     # shellcheck disable=SC2086
     if "$PY" scripts/calibrate.py $tiny $args >"$work/calibrate-bad.log" 2>&1 ||
@@ -306,6 +334,17 @@ for args in "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varle
         ok "calibrate.py refuses $args up front: $(grep -m1 '^error: ' "$work/calibrate-bad.log")"
     fi
 done
+
+# Lengths that round to one varlen length (64 and 65 over 2 documents) are measured once: two
+# rows of one series and length made a profile fcp refuses.
+if "$PY" scripts/calibrate.py $tiny --lens 64,65 --varlen-docs 2 -o "$work/k-varlen.csv" \
+    >"$work/calibrate-varlen.log" 2>&1 &&
+    "$FCP" hw kernel --hardware h100 --profile "$work/k-varlen.csv" --head-dim 16 --pass fwd --mask full \
+        --q-len 64 --kv-len 64 >/dev/null 2>>"$work/calibrate-varlen.log"; then
+    ok "calibrate.py --varlen-docs 2 --lens 64,65 writes a profile fcp reads"
+else
+    bad "calibrate.py --varlen-docs 2 --lens 64,65"; cat "$work/calibrate-varlen.log"
+fi
 
 t2=$(date +%s)
 echo "replay tests: install/check $((t1 - t0)) s, tests $((t2 - t1)) s"

@@ -172,7 +172,7 @@ class Plan:
     @staticmethod
     def load(path):
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8-sig") as f:
                 obj = json.load(f)
         except OSError as e:
             raise PlanError(f"{path}: {e.strerror}") from None
@@ -206,12 +206,42 @@ def _heads_overlap(a, b):
     return a is None or b is None or (a[0] < b[1] and b[0] < a[1])
 
 
+def _holds(runs, r):
+    """Whether `runs` (sorted (start, end) of one document) cover the range `r`."""
+    at = r[1]
+    for (s, e) in runs:
+        if s > at:
+            break
+        at = max(at, e)
+        if at >= r[2]:
+            return True
+    return at >= r[2]
+
+
+def forwards(plan):
+    """Per transfer, whether it forwards data its source received rather than held from the
+    start (its input layout, else what it owns), as `src/plan/forwarding.rs` decides for the
+    simulator and `fcp verify`. An output return never forwards: its sender computed it.
+    Before, any overlapping delivery into the source counted, so a rank sending back rows it
+    owned and had also been sent waited on a send that waited on it (bug hunt: a plan that
+    `fcp verify` and `fcp simulate` accept deadlocked the replay)."""
+    held = []
+    for ranges in plan.initial:
+        by_doc = {}
+        for (d, s, e) in ranges:
+            by_doc.setdefault(d, []).append((s, e))
+        held.append({d: sorted(rs) for d, rs in by_doc.items()})
+    return [t.tensor != "out" and not all(_holds(held[t.src].get(r[0], []), r) for r in t.ranges)
+            for t in plan.transfers]
+
+
 def depths(plan, tensors):
     """Forwarding depth of each transfer of `tensors`: 0 when its source had the data without
     a transfer of the same tensor, else 1 + the depth of the transfers that delivered it.
     Reverse passes (dO delivery, gradient returns) run in decreasing depth, so a rank passes
     a gradient back only after everything it forwarded has sent its gradient back to it."""
     ts = [t for t in plan.transfers if t.tensor in tensors]
+    fw = forwards(plan)
     into = {}
     for t in ts:
         into.setdefault((t.dst, t.tensor), []).append(t)
@@ -224,7 +254,9 @@ def depths(plan, tensors):
             raise PlanError(f"transfer {t.index}: its data is forwarded in a cycle")
         visiting.add(t.index)
         d = 0
-        for u in into.get((t.src, t.tensor), []):
+        # Data its source held from the start goes back first: nothing it forwarded feeds it
+        # (outputs as `forwarded` reads them).
+        for u in (into.get((t.src, t.tensor), []) if fw[t.index] or t.tensor == "out" else []):
             if u.arrive_by <= t.issue_at and _heads_overlap(u.heads, t.heads) and any(
                 _overlaps(a, b) for a in u.ranges for b in t.ranges
             ):
@@ -240,7 +272,11 @@ def forwarded(plan):
     """Indices of transfers whose source sends data it received (it must wait for that data,
     as the simulator's `forwards` flag says), with the transfers it must wait for."""
     deps = {}
+    fw = forwards(plan)
     for t in plan.transfers:
+        # Outputs: a rank merges what it was sent before passing its rows on.
+        if t.tensor != "out" and not fw[t.index]:
+            continue
         need = [
             u.index
             for u in plan.transfers

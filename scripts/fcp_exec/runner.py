@@ -369,6 +369,9 @@ class Exchange:
         self.my_calls.sort()
         self.pending = {}  # index -> (work, buf, msg, issued_ms) for receives
         self.call_pending = {}
+        self.joined = set()
+        self.step_start = {}
+        self.call_of = {m.t.index: k for k, ms in whole.items() for m in ms}
         self.sends = []
         self.done = set()
 
@@ -383,17 +386,31 @@ class Exchange:
             return
         if index in self.pending:
             work, buf, m = self.pending.pop(index)
-            t0 = clock.now()
+            # From the start of this rank's step at which the message was issued: the time
+            # it could have been in flight (before, from when the wait began, which hid a
+            # message that had arrived during compute).
+            t0 = self.step_start.get(m.issue, clock.now())
             work.wait()
             t1 = clock.now()
             timing.spans.append((t0, t1))
             unpack(store, m, buf)
             self.done.add(index)
         else:
-            for key, (work, outbuf, plan_in, t0) in list(self.call_pending.items()):
-                if any(m.t.index == index for m in self.calls[key]):
-                    self._finish_call(store, key, timing, clock)
-                    return
+            key = self.call_of.get(index)
+            if key is None:
+                return
+            # A piece of a call this rank has not joined yet: a send forwarding what the
+            # call brings, at the call's own step (sends go first). Join every call up to it
+            # in the order all ranks meet them, then wait. Before, the wait did nothing and
+            # the send found its rows missing (bug hunt).
+            if key not in self.joined:
+                for _, k in self.my_calls:
+                    if k not in self.joined:
+                        self._join(store, k, timing, clock)
+                    if k == key:
+                        break
+            if key in self.call_pending:
+                self._finish_call(store, key, timing, clock)
 
     def _finish_call(self, store, key, timing, clock):
         work, outbuf, recv_list, t0 = self.call_pending.pop(key)
@@ -418,6 +435,8 @@ class Exchange:
         """Sends and collective joins at `step` (owned data first, then forwarded)."""
         import torch.distributed as dist
         rank = self.ctx.rank
+        self.step_start.setdefault(step, clock.now())
+        self.poll_sends(timing, clock)
         mine = sorted((m for m in self.p2p_send if m.issue == step), key=lambda m: (m.t.index in self.deps, m.t.index))
         for m in mine:
             self._wait_deps(store, m, timing, clock)
@@ -425,30 +444,48 @@ class Exchange:
             t0 = clock.now()
             self.sends.append((dist.isend(buf, dst=m.dst, tag=m.tag), buf, t0))
         for join, key in self.my_calls:
-            if join != step or key in self.call_pending:
-                continue
-            ms = sorted(self.calls[key], key=lambda m: m.t.index)
-            for m in ms:
-                if m.src == rank:
-                    self._wait_deps(store, m, timing, clock)
-            ins, outs, parts, recv_list = [], [], [], []
-            for peer in range(self.ctx.world):
-                out_peer = [m for m in ms if m.src == rank and m.dst == peer]
-                in_peer = [m for m in ms if m.dst == rank and m.src == peer]
-                bufs = [pack(store, m, rank) for m in out_peer]
-                parts += bufs
-                ins.append(sum(b.numel() for b in bufs))
-                outs.append(sum(msg_numel(store.plan, m, store.d) for m in in_peer))
-                recv_list += in_peer
-            dt = msg_dtype(store, ms[0].payload)
-            inbuf = torch.cat(parts) if parts else torch.empty(0, dtype=dt, device=store.device)
-            outbuf = torch.empty(sum(outs), dtype=dt, device=store.device)
-            t0 = clock.now()
-            work = dist.all_to_all_single(outbuf, inbuf, output_split_sizes=outs, input_split_sizes=ins, async_op=True)
-            self.call_pending[key] = (work, outbuf, recv_list, t0)
+            if join == step and key not in self.joined:
+                self._join(store, key, timing, clock)
+
+    def _join(self, store, key, timing, clock):
+        """Join collective call `key`: pack this rank's pieces and start the exchange."""
+        import torch.distributed as dist
+        rank = self.ctx.rank
+        self.joined.add(key)
+        ms = sorted(self.calls[key], key=lambda m: m.t.index)
+        for m in ms:
+            if m.src == rank:
+                self._wait_deps(store, m, timing, clock)
+        ins, outs, parts, recv_list = [], [], [], []
+        for peer in range(self.ctx.world):
+            out_peer = [m for m in ms if m.src == rank and m.dst == peer]
+            in_peer = [m for m in ms if m.dst == rank and m.src == peer]
+            bufs = [pack(store, m, rank) for m in out_peer]
+            parts += bufs
+            ins.append(sum(b.numel() for b in bufs))
+            outs.append(sum(msg_numel(store.plan, m, store.d) for m in in_peer))
+            recv_list += in_peer
+        dt = msg_dtype(store, ms[0].payload)
+        inbuf = torch.cat(parts) if parts else torch.empty(0, dtype=dt, device=store.device)
+        outbuf = torch.empty(sum(outs), dtype=dt, device=store.device)
+        t0 = clock.now()
+        work = dist.all_to_all_single(outbuf, inbuf, output_split_sizes=outs, input_split_sizes=ins, async_op=True)
+        self.call_pending[key] = (work, outbuf, recv_list, t0)
+
+    def poll_sends(self, timing, clock):
+        """Close the spans of sends seen complete, at a step boundary (a send's span ran to
+        the end of the pass before, so every rank's comm_ms was about its end_ms)."""
+        left = []
+        for work, buf, t0 in self.sends:
+            if work.is_completed():
+                timing.spans.append((t0, clock.now()))
+            else:
+                left.append((work, buf, t0))
+        self.sends = left
 
     def arrivals(self, store, step, timing, clock):
         """Unpack everything due by `step`."""
+        self.poll_sends(timing, clock)
         for m in sorted(self.msgs, key=lambda m: m.t.index):
             if m.dst == self.ctx.rank and m.due <= step and m.t.index not in self.done:
                 self._wait_recv(store, m.t.index, timing, clock)
