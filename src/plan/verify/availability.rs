@@ -46,36 +46,36 @@ impl StepIndex {
         heads: Option<HeadRange>,
         ok: impl Fn(u32) -> bool,
     ) -> bool {
-        let mut groups = self
-            .groups
-            .iter()
-            .filter(|(held, _)| heads_contain(*held, heads))
-            .map(|(_, segs)| usable(segs, start, end, &ok));
-        // One head group serves (every plan without head splits): its segments are sorted and
-        // disjoint already, so they are walked in place.
-        if self.groups.len() == 1 {
-            return groups.next().is_some_and(|g| covers(g, start, end));
+        // The serving groups' segments are each sorted and disjoint, so their union covers
+        // `[start, end)` exactly when, from `start`, some group always has a usable segment
+        // holding the covered prefix's end: advance through every group in turn until none
+        // moves it. This allocates nothing; gathering and sorting the groups' segments for
+        // every question did.
+        let mut pos = start;
+        loop {
+            if pos >= end {
+                return true;
+            }
+            let before = pos;
+            for (_, segs) in self
+                .groups
+                .iter()
+                .filter(|(held, _)| heads_contain(*held, heads))
+            {
+                let mut i = segs.partition_point(|s| s.1 <= pos);
+                while let Some(&(s, e, step)) = segs.get(i) {
+                    if s > pos || !ok(step) {
+                        break;
+                    }
+                    pos = e;
+                    i += 1;
+                }
+            }
+            if pos == before {
+                return false;
+            }
         }
-        let mut all: Vec<(u64, u64)> = groups.flatten().collect();
-        all.sort_unstable();
-        covers(all, start, end)
     }
-}
-
-/// The segments of `segs` (sorted, disjoint) that overlap `[start, end)` and whose step passes
-/// `ok`, as intervals.
-fn usable<'a>(
-    segs: &'a [Segment],
-    start: u64,
-    end: u64,
-    ok: &'a impl Fn(u32) -> bool,
-) -> impl Iterator<Item = (u64, u64)> + 'a {
-    let first = segs.partition_point(|s| s.1 <= start);
-    segs[first..]
-        .iter()
-        .take_while(move |s| s.0 < end)
-        .filter(move |s| ok(s.2))
-        .map(|s| (s.0, s.1))
 }
 
 /// Disjoint sorted segments of `runs` (sorted by start) with the best step covering each.
@@ -634,6 +634,33 @@ mod tests {
             }
             for better in [u32::min as fn(u32, u32) -> u32, u32::max] {
                 prop_assert_eq!(disjoint_segments(&runs), swept_segments(&runs, better));
+            }
+        }
+
+        /// An index answers as the runs do token by token: `[start, end)` is covered when
+        /// every token of it lies in a run that serves the heads asked and whose step passes,
+        /// for earliest arrivals and latest returns, with nested and disjoint head groups.
+        #[test]
+        fn an_index_covers_what_its_runs_cover_token_by_token(
+            runs in prop::collection::vec((0u64..30, 1u64..12, 0u32..4, 0u8..4), 0..14),
+            start in 0u64..40,
+            len in 0u64..15,
+            step in 0u32..5,
+            asked in 0u8..4,
+        ) {
+            let runs: Vec<Run> = runs.iter().map(|&(s, l, st, h)| (s, s + l, st, heads(h))).collect();
+            let (end, wanted) = (start + len, heads(asked));
+            type Pass = fn(u32, u32) -> bool;
+            let arrived: Pass = |from, step| from <= step;
+            let returned: Pass = |issue, step| issue > step;
+            for (better, ok) in [(u32::min as fn(u32, u32) -> u32, arrived), (u32::max, returned)] {
+                let brute = (start..end).all(|t| {
+                    runs.iter().any(|r| {
+                        r.0 <= t && t < r.1 && heads_contain(r.3, wanted) && ok(r.2, step)
+                    })
+                });
+                let index = StepIndex::new(runs.clone(), better);
+                prop_assert_eq!(index.covers(start, end, wanted, |s| ok(s, step)), brute);
             }
         }
 
