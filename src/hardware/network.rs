@@ -106,8 +106,35 @@ impl NcclTable {
                 file: label.to_string(),
                 message,
             })?;
-        let mut rows = Vec::new();
+        let mut rows: Vec<NcclRow> = Vec::new();
+        // Where each (op, GPUs, size) was first given: two rows for one point made the bandwidth
+        // depend on their order (bug hunt: 6× apart at the table's end), so one is refused, as
+        // kernel tables refuse a repeated series and length.
+        let mut first_line: std::collections::BTreeMap<(String, u32, u64), u64> =
+            std::collections::BTreeMap::new();
         for (row, line) in parsed {
+            let invalid = |field: &str, message: String| HardwareError::Invalid {
+                file: label.to_string(),
+                field: field.into(),
+                message,
+            };
+            if row.source.trim().is_empty() {
+                return Err(invalid(
+                    "source",
+                    format!("line {line}: every row names where its number comes from"),
+                ));
+            }
+            if let Some(prev) =
+                first_line.insert((row.op.to_string(), row.ngpu, row.size_bytes), line)
+            {
+                return Err(invalid(
+                    "op/ngpu/size_bytes",
+                    format!(
+                        "line {line}: {} {} GPUs {} B was given already on line {prev}",
+                        row.op, row.ngpu, row.size_bytes
+                    ),
+                ));
+            }
             if row.size_bytes == 0
                 || row.ngpu < 2
                 || !(row.busbw_gbs.is_finite() && row.busbw_gbs > 0.0)
@@ -233,6 +260,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3: expected 5 fields, found 2"), "{e}");
+    }
+
+    /// Regression (bug hunt): two rows for one (op, GPUs, size) were both kept, and which one
+    /// priced a collective depended on their order in the file; a row without a source passed.
+    #[test]
+    fn nccl_table_refuses_a_point_given_twice_and_a_row_without_source() {
+        let head = "op,ngpu,size_bytes,busbw_gbs,source";
+        let text = format!(
+            "{head}\nall_gather,8,1048576,100,x\nall_gather,8,1073741824,100,x\n\
+             all_gather,8,1073741824,5,x\n"
+        );
+        let e = NcclTable::from_csv_str("t", "t.csv", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 4: all_gather 8 GPUs 1073741824 B was given already on line 3"),
+            "{e}"
+        );
+        // Another GPU count or op at the same size is another point.
+        let ok = format!("{head}\nall_gather,8,1024,100,x\nall_gather,16,1024,90,x\n");
+        assert!(NcclTable::from_csv_str("t", "t.csv", &ok).is_ok());
+        let e =
+            NcclTable::from_csv_str("t", "t.csv", &format!("{head}\nall_gather,8,1024,100, \n"))
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("line 2: every row names where"), "{e}");
     }
 
     const MIB: u64 = 1 << 20;
