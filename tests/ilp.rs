@@ -553,3 +553,26 @@ fn comm_saving_is_never_negative_when_ranks_do_not_divide_the_batch() {
         assert!(r.ilp.comm_saving >= 0.0, "{:?}", r.ilp);
     });
 }
+
+/// Regression (bug hunt): `--granularity` with `--scheme fcp` and `--block` with `--scheme
+/// flashcp` were silently ignored (`--granularity 0` even ran); each is refused, naming the
+/// scheme it applies to. The text header spells the mode as the flag does.
+#[test]
+fn an_option_of_the_other_scheme_is_refused_and_the_mode_is_spelt_as_its_flag() {
+    fcp()
+        .args(["ilp", "--scheme", "fcp", "--ranks", "2", "--granularity", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--granularity applies to --scheme flashcp"));
+    fcp()
+        .args(["ilp", "--scheme", "flashcp", "--ranks", "2", "--block", "7"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--block applies to --scheme fcp"));
+    fcp()
+        .args(["ilp", "--scheme", "flashcp", "--ranks", "2", "--tokens-per-rank", "2048"])
+        .args(["--mode", "min-comm", "--time-limit", "1"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("mode min-comm ·"));
+}

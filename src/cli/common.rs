@@ -47,7 +47,7 @@ pub struct ProfileArgs {
     pub model: String,
     /// Tensor-parallel degree: each CP rank is a group of this many GPUs in one node
     /// splitting the heads and the MLP (Megatron, with sequence parallelism). The plan is one
-    /// GPU's share; `--layer` adds the TP collectives.
+    /// GPU's share; where a command takes `--layer`, it adds the TP collectives.
     #[arg(long, default_value_t = 1)]
     pub tp: u32,
 }

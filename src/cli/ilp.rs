@@ -42,10 +42,11 @@ pub struct IlpArgs {
     /// Batch to solve (index into the packed trace).
     #[arg(long = "batch", default_value_t = 0)]
     batch_index: usize,
-    /// FlashCP: cut documents at multiples of this many tokens (plus the heuristic's cuts).
-    #[arg(long, default_value_t = 1024)]
-    granularity: u64,
-    /// Weight of the comm term (max exchanged K/V per rank over ⌊C/N⌋ tokens).
+    /// FlashCP: cut documents at multiples of this many tokens (plus the heuristic's cuts)
+    /// [default: 1024]. Refused with `--scheme fcp`, whose cuts are its blocks.
+    #[arg(long)]
+    granularity: Option<u64>,
+    /// Weight of the comm term (max exchanged K/V per rank over ⌈C/N⌉ tokens).
     #[arg(long, default_value_t = 0.1)]
     lambda: f64,
     /// `objective`: imbalance + λ·comm; `min-comm`: comm s.t. imbalance ≤ R.
@@ -58,9 +59,9 @@ pub struct IlpArgs {
     /// large to hold, means none; with either solver).
     #[arg(long, default_value_t = 10.0)]
     time_limit: f64,
-    /// FCP: block size in tokens.
-    #[arg(long, default_value_t = fcp::planners::fcp::DEFAULT_BLOCK)]
-    block: u64,
+    /// FCP: block size in tokens [default: 4096]. Refused with `--scheme flashcp`.
+    #[arg(long)]
+    block: Option<u64>,
     /// Solve with good_lp's microlp MILP instead of the branch and bound (measurement only:
     /// microlp reports no bound; a time-out keeps the better of its incumbent and the
     /// heuristic's plan).
@@ -77,6 +78,9 @@ pub struct IlpArgs {
 /// The largest `--lambda` accepted.
 const MAX_LAMBDA: f64 = 1e6;
 
+/// FlashCP's cut granularity when `--granularity` is not given.
+const DEFAULT_GRANULARITY: u64 = 1024;
+
 pub fn run(a: IlpArgs) -> Result<()> {
     if a.time_limit.is_nan() || a.time_limit < 0.0 || !a.lambda.is_finite() || a.lambda < 0.0 {
         bail!("--time-limit and --lambda must be numbers ≥ 0");
@@ -90,6 +94,17 @@ pub fn run(a: IlpArgs) -> Result<()> {
     if a.target_imbalance.is_nan() || a.target_imbalance < 1.0 {
         bail!("--target-imbalance must be ≥ 1");
     }
+    // An option of the other scheme was silently ignored (bug hunt: `--scheme fcp
+    // --granularity 0` ran).
+    match (a.scheme, a.granularity, a.block) {
+        (IlpScheme::Fcp, Some(_), _) => {
+            bail!("--granularity applies to --scheme flashcp; FCP cuts documents at its --block")
+        }
+        (IlpScheme::Flashcp, _, Some(_)) => {
+            bail!("--block applies to --scheme fcp; FlashCP cuts at --granularity")
+        }
+        _ => {}
+    }
     if let (Some(out), Some(t)) = (&a.output, &a.batch.trace) {
         super::common::refuse_overwriting_input(out, &[t])?;
     }
@@ -101,7 +116,7 @@ pub fn run(a: IlpArgs) -> Result<()> {
     packed.note_cuts([a.batch_index]);
     let ctx = a.batch.ctx(&hw, &model);
     let opts = Options {
-        granularity: a.granularity,
+        granularity: a.granularity.unwrap_or(DEFAULT_GRANULARITY),
         lambda: a.lambda,
         mode: match a.mode {
             ModeArg::Objective => Mode::Objective,
@@ -115,7 +130,8 @@ pub fn run(a: IlpArgs) -> Result<()> {
         IlpScheme::Flashcp => ilp::flashcp::solve(batch, &ctx, &opts)?,
         IlpScheme::Fcp => {
             // Through the scheme's own parser, so `--block` is checked as `plan` checks it.
-            let spec = fcp::planners::SchemeSpec::parse(&format!("fcp:block={}", a.block))?;
+            let block = a.block.unwrap_or(fcp::planners::fcp::DEFAULT_BLOCK);
+            let spec = fcp::planners::SchemeSpec::parse(&format!("fcp:block={block}"))?;
             let f = Fcp::from_spec(&spec).map_err(|e| anyhow::anyhow!("--block: {e}"))?;
             ilp::fcp::solve(&f, batch, &ctx, &opts)?
         }
@@ -131,11 +147,14 @@ pub fn run(a: IlpArgs) -> Result<()> {
     let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
     let (h, i) = (&r.heuristic, &r.ilp);
     outln!(
-        "batch {} · {} docs · {} items · mode {:?} · λ {} · R {}",
+        "batch {} · {} docs · {} items · mode {} · λ {} · R {}",
         a.batch_index,
         batch.doc_lens.len(),
         i.items,
-        r.mode,
+        match r.mode {
+            Mode::Objective => "objective",
+            Mode::MinComm => "min-comm",
+        },
         r.lambda,
         r.target_imbalance
     );

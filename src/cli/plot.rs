@@ -90,8 +90,9 @@ struct ResultsArgs {
     /// repeatable.
     #[arg(long)]
     filter: Vec<String>,
-    /// Plot speedup (this scheme's attention time / the row's) instead of the metric.
-    #[arg(long)]
+    /// Plot speedup (this scheme's attention time / the row's) instead of a metric (so not
+    /// with `--metric`, which it used to ignore).
+    #[arg(long, conflicts_with = "metric")]
     speedup_vs: Option<String>,
     /// Caption.
     #[arg(long)]
@@ -412,9 +413,14 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
     };
     if series.is_empty() {
         bail!(
-            "no row of {} has both a {:?} value and {metric}",
+            "no row of {} has both a `{}` value and {}",
             a.results.display(),
-            axis
+            axis.flag(),
+            if a.speedup_vs.is_some() {
+                "a speedup"
+            } else {
+                metric.as_str()
+            }
         );
     }
     let stat = match a.stat {

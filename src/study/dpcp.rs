@@ -232,9 +232,9 @@ impl DpcpConfig {
             return bad(format!("cost `{}`: expected ideal or sim", self.cost));
         }
         self.pass_sel()?;
-        if self.cost == "sim" {
-            planner_for(&self.scheme).map_err(|e| StudyError::Config(e.to_string()))?;
-        }
+        // Read under `ideal` too, which plans nothing: a misspelt scheme passed there and
+        // failed only once the study switched to `sim` (bug hunt).
+        planner_for(&self.scheme).map_err(|e| StudyError::Config(e.to_string()))?;
         TraceSpec::parse(&self.trace)?;
         Ok(())
     }
@@ -535,6 +535,19 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    /// Regression (bug hunt): `scheme` was read only under `cost = "sim"`, so a misspelt one
+    /// passed an `ideal` study.
+    #[test]
+    fn a_misspelt_scheme_is_refused_under_ideal_cost_too() {
+        let base = "gpus = 4\ncp = [1]\ntokens_per_gpu = 8192\nsteps = 1\ncost = \"ideal\"";
+        let e = exponential(&format!("{base}\nscheme = \"nope\""))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nope"), "{e}");
+        assert!(exponential(base).validate().is_ok());
     }
 
     fn exponential(settings: &str) -> DpcpConfig {

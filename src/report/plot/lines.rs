@@ -271,6 +271,16 @@ impl SweepAxis {
         }
     }
 
+    /// The axis as `plot lines --x` spells it (`tokens-per-rank`), for messages.
+    pub fn flag(self) -> &'static str {
+        match self {
+            SweepAxis::Ranks => "ranks",
+            SweepAxis::Block => "block",
+            SweepAxis::TokensPerRank => "tokens-per-rank",
+            SweepAxis::Context => "context",
+        }
+    }
+
     /// Axis description with its unit.
     pub fn label(self) -> &'static str {
         match self {
