@@ -277,26 +277,30 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
     }
     outln!("hardware {}: {}", hw.name, hw.description);
     let values = [
-        ("peak_tflops", format!("{} TFLOP/s", hw.peak_tflops)),
+        ("peak_tflops", format!("{} TFLOP/s", num(hw.peak_tflops))),
         ("sm_count", hw.sm_count.to_string()),
         ("gpus_per_node", hw.gpus_per_node.to_string()),
-        ("nvlink_gbs", format!("{} GB/s", hw.nvlink_gbs)),
-        ("nvlink_latency_us", format!("{} us", hw.nvlink_latency_us)),
-        ("nic_gbs", format!("{} GB/s", hw.nic_gbs)),
-        ("nic_latency_us", format!("{} us", hw.nic_latency_us)),
+        ("nvlink_gbs", format!("{} GB/s", num(hw.nvlink_gbs))),
+        (
+            "nvlink_latency_us",
+            format!("{} us", num(hw.nvlink_latency_us)),
+        ),
+        ("nic_gbs", format!("{} GB/s", num(hw.nic_gbs))),
+        ("nic_latency_us", format!("{} us", num(hw.nic_latency_us))),
         ("comm_sms", hw.comm_sms.to_string()),
         (
             "launch_overhead_us",
-            format!("{} us", hw.launch_overhead_us),
+            format!("{} us", num(hw.launch_overhead_us)),
         ),
         (
             "gemm_tflops",
             hw.gemm_tflops
-                .map_or("-".to_string(), |g| format!("{g} TFLOP/s")),
+                .map_or("-".to_string(), |g| format!("{} TFLOP/s", num(g))),
         ),
         (
             "hbm_gb",
-            hw.hbm_gb.map_or("-".to_string(), |g| format!("{g} GB")),
+            hw.hbm_gb
+                .map_or("-".to_string(), |g| format!("{} GB", num(g))),
         ),
     ];
     debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
@@ -483,4 +487,31 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A profile's number as written, readably: `-0` as `0`, and values too small or large for
+/// plain digits in exponent form (bug hunt: `gemm_tflops = 1e-300` printed 300 digits).
+fn num(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else if (1e-4..1e12).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::num;
+
+    /// Regression (bug hunt): `-0.0` printed `-0` and `1e-300` some 300 digits.
+    #[test]
+    fn profile_numbers_print_readably() {
+        assert_eq!(num(-0.0), "0");
+        assert_eq!(num(1e-300), "1e-300");
+        assert_eq!(num(3.35e15), "3.35e15");
+        assert_eq!(num(989.5), "989.5");
+        assert_eq!(num(0.5), "0.5");
+    }
 }
