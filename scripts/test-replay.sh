@@ -279,6 +279,18 @@ done
 # Rows left without any output read as an infinite error: the measurement is still JSON
 # (`null`, failed; it used to be `Infinity`, which fcp validate could not read) and validate
 # compares it with a warning.
+# A plan whose waits close a cycle (`fcp verify`: Deadlock) is refused before any rank runs;
+# it stalled every rank until the gloo timeout before.
+if "$FCP" verify tests/replay/collective-deadlock.json >/dev/null 2>&1; then
+    bad "fcp verify passed tests/replay/collective-deadlock.json"
+fi
+if "$PY" scripts/replay.py tests/replay/collective-deadlock.json --single-device --head-dim 8 \
+    -o "$work/deadlock-m.json" >"$work/deadlock.log" 2>&1; then rc=0; else rc=$?; fi
+if [[ $rc -eq 2 ]] && grep -q "cannot run to its end" "$work/deadlock.log" && [[ ! -e "$work/deadlock-m.json" ]]; then
+    ok "a plan that cannot run to its end is refused up front: $(head -n 1 "$work/deadlock.log")"
+else
+    bad "a deadlocking plan: exit $rc"; cat "$work/deadlock.log"
+fi
 corrupt "$work/ring.json" "$work/bad-ring-rows.json" drop-rows
 "$PY" scripts/replay.py "$work/bad-ring-rows.json" --single-device --head-dim 8 --pass fwd \
     -o "$work/bad-ring-rows-m.json" >"$work/bad-ring-rows.log" 2>&1 || true

@@ -168,6 +168,7 @@ class Plan:
             if not h0 < h1 <= self.q_heads:
                 raise PlanError(f"{origin}: heads {[h0, h1]} are not a range of the plan's {self.q_heads} query heads")
         self.nsteps = max((len(s) for s in self.steps), default=0)
+        check_progress(self, origin)
 
     @staticmethod
     def load(path):
@@ -287,3 +288,101 @@ def forwarded(plan):
         if need:
             deps[t.index] = need
     return deps
+
+
+def check_progress(plan, origin):
+    """Refuse a plan that cannot run to its end, as `fcp verify` does (invariant 12,
+    `src/plan/verify/progress.rs`): run it in logical time, where a rank gets past a step once
+    every input of that step can have been sent. A message leaves when its sender reaches its
+    issue step, or, forwarding received rows, once the sender can start that step; a collective
+    call runs once every member has joined it, at the earliest step of a piece it sends or
+    receives. Before, such a plan stalled every rank until the gloo timeout (bug hunt)."""
+    n = plan.num_ranks
+    steps = [len(s) for s in plan.steps]
+    fw = forwards(plan)
+    needs = [dict() for _ in range(n)]  # rank -> {step: [("rank", src, past) | ("call", c)]}
+
+    def need(r, s, what):
+        if s < steps[r]:
+            needs[r].setdefault(s, []).append(what)
+
+    calls = {}  # (collective, kind) -> {rank: [join step, earliest step waiting on it]}
+    for t in plan.transfers:
+        need_by = None if t.tensor == "out" else t.arrive_by
+        key = t.call_key()
+        if key is None:
+            last = steps[t.src]
+            issue = min(t.issue_at, last)
+            past = issue + 1 if fw[t.index] and issue < last else issue
+            if need_by is not None:
+                need(t.dst, need_by, ("rank", t.src, past))
+            continue
+        call = calls.setdefault(key, {})
+        for r, waits in ((t.src, None), (t.dst, need_by)):
+            m = call.setdefault(r, [None, None])
+            m[0] = t.issue_at if m[0] is None else min(m[0], t.issue_at)
+            if waits is not None:
+                m[1] = waits if m[1] is None else min(m[1], waits)
+    members, names = [], []
+    for c, (key, call) in enumerate(sorted(calls.items(), key=lambda kv: (kv[0][0], kv[0][1]))):
+        for r, (_, w) in call.items():
+            if w is not None:
+                need(r, w, ("call", c))
+        members.append([(r, min(j, steps[r])) for r, (j, _) in sorted(call.items())])
+        names.append(key[0])
+    waiters = [set() for _ in range(n)]
+    call_waiters = [set() for _ in members]
+    for r in range(n):
+        for lst in needs[r].values():
+            for x in lst:
+                (waiters[x[1]] if x[0] == "rank" else call_waiters[x[1]]).add(r)
+    joins = [[] for _ in range(n)]
+    missing = [len(m) for m in members]
+    for c, m in enumerate(members):
+        for r, j in m:
+            joins[r].append((c, j))
+    past = [0] * n
+    ran = [False] * len(members)
+    queue, queued = list(range(n)), [True] * n
+
+    def wake(rs):
+        for w in rs:
+            if not queued[w]:
+                queued[w] = True
+                queue.append(w)
+
+    def joined(r, at):
+        for c, j in joins[r]:
+            if j == at:
+                missing[c] -= 1
+                if missing[c] == 0:
+                    ran[c] = True
+                    wake(call_waiters[c])
+
+    def met(x):
+        return past[x[1]] >= x[2] if x[0] == "rank" else ran[x[1]]
+
+    for r in range(n):
+        joined(r, 0)
+    while queue:
+        r = queue.pop()
+        queued[r] = False
+        before = past[r]
+        while past[r] < steps[r] and all(met(x) for x in needs[r].get(past[r], [])):
+            past[r] += 1
+            joined(r, past[r])
+        if past[r] > before:
+            wake(waiters[r])
+    for r in range(n):
+        if past[r] < steps[r]:
+            s = past[r]
+            x = next((x for x in needs[r].get(s, []) if not met(x)), None)
+            if x is None:
+                why = ""
+            elif x[0] == "rank":
+                why = f": it waits for a transfer from rank {x[1]}, which never gets past its step {past[x[1]]}"
+            else:
+                late = [f"rank {m} (joins at step {j})" for m, j in members[x[1]] if past[m] < j][:4]
+                why = f": it waits for collective {names[x[1]]} to run, which waits for {', '.join(late)}"
+            raise PlanError(f"{origin}: the plan cannot run to its end: rank {r} never starts step {s}{why} "
+                            f"(`fcp verify` reports it as Deadlock)")
