@@ -54,6 +54,9 @@ pub struct MeasuredPass {
     /// Time at least one of the rank's messages or collectives was in flight.
     #[serde(default)]
     pub comm_ms: Option<f64>,
+    /// Waits plus the tail after the last step (read to be checked; not compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposed_comm_ms: Option<f64>,
     /// From the pass start until the rank's last compute or communication ended.
     #[serde(default)]
     pub end_ms: Option<f64>,
@@ -71,6 +74,9 @@ pub struct MeasuredRank {
     /// Communication time summed over the passes (null in single-device mode).
     #[serde(default)]
     pub comm_ms: Option<f64>,
+    /// Exposed communication summed over the passes (read to be checked; not compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposed_comm_ms: Option<f64>,
     /// End time summed over the passes (null in single-device mode).
     #[serde(default)]
     pub end_ms: Option<f64>,
@@ -196,14 +202,24 @@ impl Measured {
                 return Err(bad(format!("ranks[{i}] has rank {}", r.rank)));
             }
             check(format!("rank {i} compute_ms"), r.compute_ms)?;
-            for (k, v) in [("comm_ms", r.comm_ms), ("end_ms", r.end_ms)] {
+            // Every time the file gives is checked, compared or not (bug hunt: a negative
+            // `exposed_comm_ms` passed).
+            for (k, v) in [
+                ("comm_ms", r.comm_ms),
+                ("exposed_comm_ms", r.exposed_comm_ms),
+                ("end_ms", r.end_ms),
+            ] {
                 if let Some(v) = v {
                     check(format!("rank {i} {k}"), v)?;
                 }
             }
             for p in &r.passes {
                 check(format!("rank {i} {} compute_ms", p.pass), p.compute_ms)?;
-                for (k, v) in [("comm_ms", p.comm_ms), ("end_ms", p.end_ms)] {
+                for (k, v) in [
+                    ("comm_ms", p.comm_ms),
+                    ("exposed_comm_ms", p.exposed_comm_ms),
+                    ("end_ms", p.end_ms),
+                ] {
                     if let Some(v) = v {
                         check(format!("rank {i} {} {k}", p.pass), v)?;
                     }
@@ -551,6 +567,7 @@ mod tests {
                             pass: n.to_string(),
                             compute_ms: 0.0,
                             comm_ms: None,
+                            exposed_comm_ms: None,
                             end_ms: None,
                             steps: tl
                                 .compute
@@ -569,6 +586,7 @@ mod tests {
                     rank: r as u32,
                     compute_ms: k * rep.ranks[r].compute_ms,
                     comm_ms: Some(k * rep.ranks[r].comm_ms),
+                    exposed_comm_ms: None,
                     end_ms: None,
                     passes,
                 }
@@ -689,6 +707,17 @@ mod tests {
         m.ranks[0].passes[0].compute_ms = -5.0;
         let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
         assert!(e.to_string().contains("fwd compute_ms is -5"), "{e}");
+        // Regression (bug hunt): `exposed_comm_ms` was not read, so a negative one passed.
+        for rank_level in [false, true] {
+            let mut m = scaled(&plan, &sim, 1.0, "fwd");
+            if rank_level {
+                m.ranks[0].exposed_comm_ms = Some(-1.0);
+            } else {
+                m.ranks[0].passes[0].exposed_comm_ms = Some(-1.0);
+            }
+            let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
+            assert!(e.to_string().contains("exposed_comm_ms is -1"), "{e}");
+        }
         let mut m = scaled(&plan, &sim, 1.0, "fwd");
         m.mode = "bogus".into();
         let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
