@@ -168,6 +168,9 @@ class Plan:
             if not h0 < h1 <= self.q_heads:
                 raise PlanError(f"{origin}: heads {[h0, h1]} are not a range of the plan's {self.q_heads} query heads")
         self.nsteps = max((len(s) for s in self.steps), default=0)
+        # Per transfer, whether it forwards received rows: read by the progress check, by
+        # `forwarded` (each pass) and by `depths` (each reverse phase), so worked out once.
+        self.forwards = forwards(self)
         check_progress(self, origin)
 
     @staticmethod
@@ -242,7 +245,7 @@ def depths(plan, tensors):
     Reverse passes (dO delivery, gradient returns) run in decreasing depth, so a rank passes
     a gradient back only after everything it forwarded has sent its gradient back to it."""
     ts = [t for t in plan.transfers if t.tensor in tensors]
-    fw = forwards(plan)
+    fw = plan.forwards
     into = {}
     for t in ts:
         into.setdefault((t.dst, t.tensor), []).append(t)
@@ -273,7 +276,7 @@ def forwarded(plan):
     """Indices of transfers whose source sends data it received (it must wait for that data,
     as the simulator's `forwards` flag says), with the transfers it must wait for."""
     deps = {}
-    fw = forwards(plan)
+    fw = plan.forwards
     for t in plan.transfers:
         # Outputs: a rank merges what it was sent before passing its rows on.
         if t.tensor != "out" and not fw[t.index]:
@@ -299,7 +302,7 @@ def check_progress(plan, origin):
     receives. Before, such a plan stalled every rank until the gloo timeout (bug hunt)."""
     n = plan.num_ranks
     steps = [len(s) for s in plan.steps]
-    fw = forwards(plan)
+    fw = plan.forwards
     needs = [dict() for _ in range(n)]  # rank -> {step: [("rank", src, past) | ("call", c)]}
 
     def need(r, s, what):

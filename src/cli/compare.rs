@@ -148,7 +148,7 @@ pub fn run(a: CompareArgs) -> Result<()> {
             .filter(|c| {
                 schemes
                     .iter()
-                    .any(|s| s.split(':').next().map(str::trim) == Some(*c))
+                    .any(|s| fcp::planners::SchemeSpec::parse(s).is_ok_and(|spec| spec.name == *c))
             })
             .collect();
         if !choosers.is_empty() {

@@ -78,9 +78,6 @@ pub struct IlpArgs {
 /// The largest `--lambda` accepted.
 const MAX_LAMBDA: f64 = 1e6;
 
-/// FlashCP's cut granularity when `--granularity` is not given.
-const DEFAULT_GRANULARITY: u64 = 1024;
-
 pub fn run(a: IlpArgs) -> Result<()> {
     if a.time_limit.is_nan() || a.time_limit < 0.0 || !a.lambda.is_finite() || a.lambda < 0.0 {
         bail!("--time-limit and --lambda must be numbers ≥ 0");
@@ -116,7 +113,7 @@ pub fn run(a: IlpArgs) -> Result<()> {
     packed.note_cuts([a.batch_index]);
     let ctx = a.batch.ctx(&hw, &model);
     let opts = Options {
-        granularity: a.granularity.unwrap_or(DEFAULT_GRANULARITY),
+        granularity: a.granularity.unwrap_or(Options::default().granularity),
         lambda: a.lambda,
         mode: match a.mode {
             ModeArg::Objective => Mode::Objective,

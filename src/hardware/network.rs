@@ -110,23 +110,21 @@ impl NcclTable {
         // Where each (op, GPUs, size) was first given: two rows for one point made the bandwidth
         // depend on their order (bug hunt: 6× apart at the table's end), so one is refused, as
         // kernel tables refuse a repeated series and length.
-        let mut first_line: std::collections::BTreeMap<(String, u32, u64), u64> =
+        let mut first_line: std::collections::BTreeMap<(Collective, u32, u64), u64> =
             std::collections::BTreeMap::new();
+        let invalid = |field: &str, message: String| HardwareError::Invalid {
+            file: label.to_string(),
+            field: field.into(),
+            message,
+        };
         for (row, line) in parsed {
-            let invalid = |field: &str, message: String| HardwareError::Invalid {
-                file: label.to_string(),
-                field: field.into(),
-                message,
-            };
             if row.source.trim().is_empty() {
                 return Err(invalid(
                     "source",
                     format!("line {line}: every row names where its number comes from"),
                 ));
             }
-            if let Some(prev) =
-                first_line.insert((row.op.to_string(), row.ngpu, row.size_bytes), line)
-            {
+            if let Some(prev) = first_line.insert((row.op, row.ngpu, row.size_bytes), line) {
                 return Err(invalid(
                     "op/ngpu/size_bytes",
                     format!(
@@ -139,23 +137,18 @@ impl NcclTable {
                 || row.ngpu < 2
                 || !(row.busbw_gbs.is_finite() && row.busbw_gbs > 0.0)
             {
-                return Err(HardwareError::Invalid {
-                    file: label.to_string(),
-                    field: "size_bytes/ngpu/busbw_gbs".into(),
-                    message: format!(
+                return Err(invalid(
+                    "size_bytes/ngpu/busbw_gbs",
+                    format!(
                         "line {line}: {} {} GPUs {} B: need size >= 1, ngpu >= 2, busbw > 0",
                         row.op, row.ngpu, row.size_bytes
                     ),
-                });
+                ));
             }
             rows.push(row);
         }
         if rows.is_empty() {
-            return Err(HardwareError::Invalid {
-                file: label.to_string(),
-                field: "rows".into(),
-                message: "the table has no data rows".into(),
-            });
+            return Err(invalid("rows", "the table has no data rows".into()));
         }
         Ok(NcclTable {
             name: name.to_string(),

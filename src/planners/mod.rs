@@ -367,6 +367,17 @@ pub(crate) fn limit_json(f: f64) -> serde_json::Value {
 /// let plan = planner_for("zigzag").unwrap().plan(&Batch::new(0, vec![5000, 700, 3]), &ctx).unwrap();
 /// assert!(verify(&plan).is_empty());
 /// ```
+/// What tells two scheme entries apart: the planner's name and its parameters once read. Two
+/// entries with the same identity plan alike (`fcp:block=2048,coalesce=8` and
+/// `fcp:coalesce=8,block=2048`), so `compare` and `sweep` refuse the second.
+pub type PlanningIdentity = (&'static str, BTreeMap<String, serde_json::Value>);
+
+/// The [`PlanningIdentity`] of a scheme entry.
+pub fn planning_identity(spec: &str) -> Result<PlanningIdentity, SchemeError> {
+    let p = planner_for(spec)?;
+    Ok((p.name(), p.params()))
+}
+
 pub fn planner_for(spec: &str) -> Result<Box<dyn Planner>, SchemeError> {
     let spec = SchemeSpec::parse(spec)?;
     let no_params = |spec: &SchemeSpec| -> Result<(), SchemeError> {

@@ -234,8 +234,7 @@ pub fn parse_scheme_list(lists: &[String]) -> Result<Vec<String>, SchemeError> {
     // `fcp:block=02048`, passed).
     let mut seen = Vec::with_capacity(out.len());
     for s in &out {
-        let p = planner_for(s)?;
-        let id = (p.name(), p.params());
+        let id = crate::planners::planning_identity(s)?;
         if seen.contains(&id) {
             return Err(SchemeError::Duplicate { scheme: s.clone() });
         }

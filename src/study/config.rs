@@ -652,11 +652,7 @@ impl SweepConfig {
         let mut out = Vec::new();
         for trace in &g.traces {
             for scheme in &g.schemes {
-                let blocks: Vec<Option<u64>> = if g.block.is_empty() || !takes_block(scheme) {
-                    vec![None]
-                } else {
-                    g.block.iter().map(|&b| Some(b)).collect()
-                };
+                let blocks = blocks_of(scheme, &g.block);
                 for &ranks in &g.ranks {
                     for &context in &contexts {
                         let tprs: Vec<u64> = match (g.tokens_per_rank.is_empty(), context) {
@@ -699,18 +695,12 @@ impl SweepConfig {
 /// with `block = [4096]` beside `fcp:block=4096`). Entries that do not parse are left to their
 /// error rows.
 fn schemes_planning_alike<'a>(schemes: &'a [String], block: &[u64]) -> Option<(&'a str, &'a str)> {
-    let mut seen: Vec<(&str, _)> = Vec::new();
+    let mut seen: Vec<(&str, crate::planners::PlanningIdentity)> = Vec::new();
     for scheme in schemes {
-        let blocks: Vec<Option<u64>> = if block.is_empty() || !takes_block(scheme) {
-            vec![None]
-        } else {
-            block.iter().map(|&b| Some(b)).collect()
-        };
-        for b in blocks {
-            let Ok(p) = planner_for(&with_block(scheme, b)) else {
+        for b in blocks_of(scheme, block) {
+            let Ok(id) = crate::planners::planning_identity(&with_block(scheme, b)) else {
                 continue;
             };
-            let id = (p.name(), p.params());
             if let Some((first, _)) = seen.iter().find(|(e, i)| *i == id && *e != scheme) {
                 return Some((first, scheme));
             }
@@ -718,6 +708,16 @@ fn schemes_planning_alike<'a>(schemes: &'a [String], block: &[u64]) -> Option<(&
         }
     }
     None
+}
+
+/// The block sizes of the grid's block axis that `scheme` runs at (`None`: the axis does not
+/// apply to it, or is empty).
+fn blocks_of(scheme: &str, block: &[u64]) -> Vec<Option<u64>> {
+    if block.is_empty() || !takes_block(scheme) {
+        vec![None]
+    } else {
+        block.iter().map(|&b| Some(b)).collect()
+    }
 }
 
 /// Whether the scheme entry accepts a `block` parameter it does not already set.
