@@ -35,6 +35,7 @@ fn plan(scheme: &str, ranks: u32, tokens_per_rank: u64) -> Plan {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
+        pass: fcp::sim::PassSel::Both,
     };
     planner_for(scheme)
         .expect("scheme")

@@ -79,6 +79,7 @@ fn main() {
                             mask: Mask::Causal,
                             model: &model,
                             hardware: &hw,
+                            pass: fcp::sim::PassSel::Both,
                         };
                         let mut f = Fcp::from_spec(&SchemeSpec::parse(&spec).unwrap()).unwrap();
                         f.block = block;
@@ -134,6 +135,7 @@ fn main() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
+                        pass: fcp::sim::PassSel::Both,
                     };
                     let mut row = format!("| {n} |");
                     for s in &schemes {
@@ -175,6 +177,7 @@ fn main() {
                 mask: Mask::Causal,
                 model: &model,
                 hardware: &hw,
+                pass: fcp::sim::PassSel::Both,
             };
             let mut f = Fcp::from_spec(&SchemeSpec::parse(&spec).unwrap()).unwrap();
             f.block = block;
@@ -231,6 +234,7 @@ fn main() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
+                        pass: fcp::sim::PassSel::Both,
                     };
                     for spec in &specs {
                         let f = Fcp::from_spec(&SchemeSpec::parse(spec).unwrap()).unwrap();

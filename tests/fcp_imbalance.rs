@@ -68,6 +68,7 @@ fn fcp_imbalance_report() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
+                        pass: fcp::sim::PassSel::Both,
                     };
                     let f = Fcp {
                         block,

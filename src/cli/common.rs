@@ -930,6 +930,7 @@ impl BatchArgs {
             mask: self.mask.into(),
             model,
             hardware: hw,
+            pass: fcp::sim::PassSel::Both,
         }
     }
 

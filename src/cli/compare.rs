@@ -140,26 +140,6 @@ pub fn run(a: CompareArgs) -> Result<()> {
         super::common::wlb_alignment_note(p.group as usize, per, a.from_batch);
     }
     packed.note_all_cuts();
-    // Bug hunt: under `--pass fwd` auto trailed llama3 by 2.2 % on one long document, having
-    // kept its fastest *training* plan, as it always does; say so where it can matter.
-    if a.pass != PassArg::Both {
-        let choosers: Vec<&str> = ["auto", "hybrid"]
-            .into_iter()
-            .filter(|c| {
-                schemes
-                    .iter()
-                    .any(|s| fcp::planners::SchemeSpec::parse(s).is_ok_and(|spec| spec.name == *c))
-            })
-            .collect();
-        if !choosers.is_empty() {
-            eprintln!(
-                "note: {} choose{} among {} candidates by a simulated training step (forward and backward), whatever --pass says; another scheme can be faster in one pass alone",
-                choosers.join(" and "),
-                if choosers.len() == 1 { "s" } else { "" },
-                if choosers.len() == 1 { "its" } else { "their" },
-            );
-        }
-    }
     let batches = packed.batches;
     let sim = layer_sim(
         Simulator::new(hw.clone(), model.clone())?,
@@ -168,7 +148,11 @@ pub fn run(a: CompareArgs) -> Result<()> {
         a.tp_overlap,
     )?;
     let sim = memory_sim(sim, training, step)?;
-    let ctx = a.batch.ctx(&hw, &model);
+    // `auto` and `hybrid` choose by the passes simulated here.
+    let ctx = fcp::planners::PlanContext {
+        pass: a.pass.into(),
+        ..a.batch.ctx(&hw, &model)
+    };
     let opts = CompareOptions {
         schemes: schemes.clone(),
         baseline: a.baseline.clone(),

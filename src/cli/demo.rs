@@ -78,7 +78,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let packed = batch_args.load(a.batches, WlbHints::new(&model, None))?;
     packed.note_all_cuts();
     let batches = packed.batches;
-    let ctx = batch_args.ctx(&hw, &model);
+    let ctx = fcp::planners::PlanContext {
+        pass: a.pass.into(),
+        ..batch_args.ctx(&hw, &model)
+    };
     // The whole layer wherever the model and hardware give its cost: that is what a training
     // step pays, and what `hybrid` and `auto` minimise there.
     // Asking for recomputation or TP overlap asks for the layer: an error says what it lacks.

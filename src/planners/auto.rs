@@ -1,5 +1,5 @@
-//! `auto`: per batch, plan with every candidate scheme, simulate each plan (forward and
-//! backward) and keep the fastest — on the whole layer (attention plus the projections and
+//! `auto`: per batch, plan with every candidate scheme, simulate each plan (the passes of the
+//! planning context: forward and backward unless a command judges one pass) and keep the fastest — on the whole layer (attention plus the projections and
 //! MLP, [`crate::sim::LayerCost`]) wherever the model and hardware give its cost, as `hybrid`
 //! does, else on attention; the plan records its `objective`. The one planner that simulates — that is its purpose: the
 //! simulator is the most faithful cost model we have, and a scheme that is best on one batch
@@ -115,7 +115,7 @@ impl Auto {
 
 /// How `auto` compares candidates' attention time.
 enum Judge<'a> {
-    /// Forward and backward simulated (no budget).
+    /// The context's passes simulated (no budget).
     Simulate(Box<Simulator>),
     /// `hybrid`'s cost estimate (under a budget).
     Estimate(ComputeModel<'a>),
@@ -208,7 +208,7 @@ impl Planner for Auto {
                     Ok(seconds) => (seconds + hybrid::linear_s(&plan, layer.as_ref())) * 1e3,
                     Err(_) => continue,
                 },
-                Judge::Simulate(sim) => match hybrid::objective_of(sim, &plan) {
+                Judge::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.pass) {
                     Ok(ms) => ms,
                     Err(_) => continue,
                 },
@@ -232,6 +232,9 @@ impl Planner for Auto {
             "attention"
         };
         params.insert("objective".to_string(), objective.into());
+        if ctx.pass != crate::sim::PassSel::Both {
+            params.insert("objective_pass".to_string(), ctx.pass.name().into());
+        }
         params.insert("verified".to_string(), verified.into());
         let inner = std::mem::take(&mut plan.scheme.params);
         params.insert(
@@ -268,6 +271,49 @@ mod tests {
                     assert!(mine <= t(&other), "{chosen} slower than {name}");
                 }
             }
+        });
+    }
+
+    #[test]
+    fn auto_chooses_by_the_passes_of_its_context() {
+        // One 128K-token document cut to 2 × 32K: llama3 is fastest forward, another
+        // candidate in training. Judged on the forward pass alone, auto is no slower than
+        // llama3 there, and the plan says which pass it was judged on.
+        let batch = Batch::new(0, vec![65536]);
+        with_ctx(2, Mask::Causal, |ctx| {
+            let ctx = PlanContext {
+                tokens_per_rank: 32768,
+                pass: crate::sim::PassSel::Fwd,
+                ..ctx.clone()
+            };
+            let plan = Auto::default().plan(&batch, &ctx).unwrap();
+            assert_eq!(plan.scheme.params["objective_pass"], "fwd");
+            let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+                .unwrap()
+                .with_layer()
+                .unwrap();
+            let fwd = |p: &Plan| {
+                sim.layer_time_ms(p, crate::sim::PassSel::Fwd)
+                    .unwrap()
+                    .unwrap()
+            };
+            let llama3 = planner_for("llama3").unwrap().plan(&batch, &ctx).unwrap();
+            assert!(
+                fwd(&plan) <= fwd(&llama3),
+                "{} vs {}",
+                fwd(&plan),
+                fwd(&llama3)
+            );
+            let trained = Auto::default()
+                .plan(
+                    &batch,
+                    &PlanContext {
+                        pass: crate::sim::PassSel::Both,
+                        ..ctx.clone()
+                    },
+                )
+                .unwrap();
+            assert!(!trained.scheme.params.contains_key("objective_pass"));
         });
     }
 

@@ -665,13 +665,17 @@ pub fn objective_ms(m: &crate::sim::PlanMetrics) -> f64 {
         .map_or(m.attention_time_ms, |l| l.layer_time_ms)
 }
 
-/// [`objective_ms`] of `plan`, simulated: the whole layer alone when `sim` has it on (half
-/// the engine runs of a full report), else attention.
-pub fn objective_of(sim: &Simulator, plan: &Plan) -> Result<f64, crate::sim::SimError> {
-    match sim.layer_time_ms(plan, PassSel::Both)? {
+/// [`objective_ms`] of `plan` simulated over `pass` (the planning context's): the whole layer
+/// alone when `sim` has it on (half the engine runs of a full report), else attention.
+pub fn objective_of(
+    sim: &Simulator,
+    plan: &Plan,
+    pass: PassSel,
+) -> Result<f64, crate::sim::SimError> {
+    match sim.layer_time_ms(plan, pass)? {
         Some(ms) => Ok(ms),
         None => sim
-            .simulate(plan, PassSel::Both)
+            .simulate(plan, pass)
             .map(|r| r.metrics.attention_time_ms),
     }
 }
@@ -959,7 +963,7 @@ impl Planner for Hybrid {
             let times = chosen
                 .par_iter()
                 .map(|&i| {
-                    objective_of(&sim, &cands[i].1)
+                    objective_of(&sim, &cands[i].1, ctx.pass)
                         .map(|ms| (ms, i))
                         .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))
                 })
@@ -1003,6 +1007,9 @@ impl Planner for Hybrid {
             }
             .into(),
         );
+        if ctx.pass != PassSel::Both {
+            params.insert("objective_pass".to_string(), ctx.pass.name().into());
+        }
         params.insert(
             "max_rank_tokens".to_string(),
             plan.tokens_per_rank().into_iter().max().unwrap_or(0).into(),
@@ -1232,6 +1239,7 @@ mod tests {
             mask: Mask::Causal,
             model: &model,
             hardware: &hw,
+            pass: crate::sim::PassSel::Both,
         };
         let e = Hybrid {
             layer: Some(true),

@@ -65,6 +65,10 @@ pub struct PlanContext<'a> {
     pub model: &'a Model,
     /// Hardware profile, for planners that weigh work by its cost.
     pub hardware: &'a Hardware,
+    /// The passes the plan will be judged on: what `auto` and `hybrid`, which choose among
+    /// candidates by simulating them, simulate. Training (both) unless the caller simulates
+    /// one pass alone (`compare --pass fwd`: inference); every other planner ignores it.
+    pub pass: crate::sim::PassSel,
 }
 
 /// A CP scheme: turns one batch into one plan.
@@ -363,7 +367,7 @@ pub(crate) fn limit_json(f: f64) -> serde_json::Value {
 ///
 /// let hardware = Hardware::load("h100").unwrap();
 /// let model = Model::load("llama3-8b").unwrap();
-/// let ctx = PlanContext { ranks: 4, tokens_per_rank: 4096, mask: Mask::Causal, model: &model, hardware: &hardware };
+/// let ctx = PlanContext { ranks: 4, tokens_per_rank: 4096, mask: Mask::Causal, model: &model, hardware: &hardware, pass: fcp::sim::PassSel::Both };
 /// let plan = planner_for("zigzag").unwrap().plan(&Batch::new(0, vec![5000, 700, 3]), &ctx).unwrap();
 /// assert!(verify(&plan).is_empty());
 /// ```
@@ -555,6 +559,7 @@ pub(crate) mod testing {
             mask,
             model: &model,
             hardware: &hardware,
+            pass: crate::sim::PassSel::Both,
         };
         f(&ctx)
     }

@@ -167,6 +167,7 @@ mod tests {
             mask: Mask::Causal,
             model: &model,
             hardware: &hw,
+            pass: crate::sim::PassSel::Both,
         };
         let plan = Ulysses.plan(&Batch::new(0, vec![30, 7]), &ctx).unwrap();
         assert_valid(&plan);

@@ -461,6 +461,7 @@ fn group_ms(
         mask: crate::plan::Mask::Causal,
         model,
         hardware: hw,
+        pass: passes,
     };
     let plan = planner
         .plan(&Batch::new(g, docs.to_vec()), &ctx)

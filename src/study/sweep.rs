@@ -404,6 +404,7 @@ fn run_cell(
         mask,
         model,
         hardware: hw,
+        pass,
     };
     // Validated by `SweepConfig::validate`.
     let step = cfg.memory.and_then(|m| m.step().ok().flatten());

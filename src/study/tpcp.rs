@@ -237,6 +237,7 @@ pub fn run_tpcp(
             mask: opts.mask,
             model: &model_t,
             hardware: &hw_t,
+            pass: opts.pass,
         };
         let compared = compare(
             windows,

@@ -43,6 +43,11 @@ pub struct Unit {
     /// With the reshuffler: the rank holding most of the unit's tokens in the user's layout
     /// ([`set_homes`]), where placing it moves least.
     pub home: Option<u32>,
+    /// The unit [`make_units`] cut it from (its index there): the two halves of a broken
+    /// zig-zag pair, and the pieces of a split block, share their origin. Node-grouped
+    /// placement keeps them together, so each node receives whole pairs and its ranks can be
+    /// paired back to equal loads (`node_lpt`).
+    pub origin: u32,
 }
 
 impl Unit {
@@ -93,10 +98,13 @@ pub fn make_units_grouped(
             continue;
         }
         if len <= whole.max(block) {
-            units.push(unit(vec![Block {
-                chunks: vec![TokenRange::new(doc, 0, len)],
-                packed: true,
-            }]));
+            units.push(unit(
+                vec![Block {
+                    chunks: vec![TokenRange::new(doc, 0, len)],
+                    packed: true,
+                }],
+                units.len(),
+            ));
             continue;
         }
         let k = len.div_ceil(block);
@@ -107,13 +115,17 @@ pub fn make_units_grouped(
         match mask {
             Mask::Causal => {
                 for i in 0..k / 2 {
-                    units.push(unit(vec![blk(i), blk(k - 1 - i)]));
+                    units.push(unit(vec![blk(i), blk(k - 1 - i)], units.len()));
                 }
                 if k % 2 == 1 {
-                    units.push(unit(vec![blk(k / 2)]));
+                    units.push(unit(vec![blk(k / 2)], units.len()));
                 }
             }
-            Mask::Full => units.extend((0..k).map(|i| unit(vec![blk(i)]))),
+            Mask::Full => {
+                for i in 0..k {
+                    units.push(unit(vec![blk(i)], units.len()));
+                }
+            }
         }
     }
     // Best-fit decreasing over short documents, group by group.
@@ -142,12 +154,15 @@ pub fn make_units_grouped(
             by_free.insert((free - len, bin), ());
         }
     }
-    units.extend(bins.into_iter().map(|chunks| {
-        unit(vec![Block {
-            chunks,
-            packed: true,
-        }])
-    }));
+    for chunks in bins {
+        units.push(unit(
+            vec![Block {
+                chunks,
+                packed: true,
+            }],
+            units.len(),
+        ));
+    }
     units
 }
 
@@ -165,8 +180,8 @@ pub fn break_heavy_pairs(
     for u in units.drain(..) {
         if u.blocks.len() > 1 && heavy(&u) {
             broken += 1;
-            for b in u.blocks {
-                out.push(one_block_unit(b, u.home, weigher, doc_lens)?);
+            for b in &u.blocks {
+                out.push(one_block_unit(b.clone(), &u, weigher, doc_lens)?);
             }
         } else {
             out.push(u);
@@ -218,7 +233,7 @@ pub fn split_heavy_blocks(
                     chunks: vec![TokenRange::new(c.doc, start, end)],
                     packed: false,
                 };
-                todo.push(one_block_unit(b, u.home, weigher, doc_lens)?);
+                todo.push(one_block_unit(b, &u, weigher, doc_lens)?);
             }
         }
     }
@@ -226,11 +241,11 @@ pub fn split_heavy_blocks(
     Ok(splits)
 }
 
-/// A unit of one block, weighed (its `comm` left 0 for [`set_comm`]): what breaking a pair and
-/// splitting a heavy block both produce.
+/// A unit of one block of `from`, weighed (its `comm` left 0 for [`set_comm`]): what breaking
+/// a pair and splitting a heavy block both produce. It keeps `from`'s home and origin.
 fn one_block_unit(
     b: Block,
-    home: Option<u32>,
+    from: &Unit,
     weigher: &mut Weigher<'_>,
     doc_lens: &[u64],
 ) -> Result<Unit, PlanError> {
@@ -239,16 +254,19 @@ fn one_block_unit(
         blocks: vec![b],
         weight,
         comm: 0.0,
-        home,
+        home: from.home,
+        origin: from.origin,
     })
 }
 
-fn unit(blocks: Vec<Block>) -> Unit {
+/// A fresh unit of `blocks`, the `origin`-th that [`make_units`] cuts.
+fn unit(blocks: Vec<Block>, origin: usize) -> Unit {
     Unit {
         blocks,
         weight: 0.0,
         comm: 0.0,
         home: None,
+        origin: origin as u32,
     }
 }
 

@@ -477,6 +477,7 @@ mod tests {
             weight,
             comm: 0.0,
             home: None,
+            origin: doc,
         }
     }
 
