@@ -9,8 +9,8 @@ those figures without anything failing, so after such a change run
     python3 scripts/check-docs.py docs/results/tp-cp.md --update
 
 Each document's commands run in order (a later one may read a file an earlier one wrote) in a
-scratch directory that links the repository's top-level entries, so nothing is written into
-the checkout. Commands that cannot run as written (placeholders such as `T.csv`) are reported
+scratch mirror of the repository (its files linked, its directories real), so nothing is
+written into the checkout. Commands that cannot run as written (placeholders such as `T.csv`) are reported
 and skipped. `--update` rewrites the changed output blocks in place (through a temporary file
 and a rename). Exit status: 0 when every output matches (or was updated), 1 when one differs,
 2 on bad usage. Slow: some blocks simulate hundreds of ranks; not part of the test suite.
@@ -46,12 +46,18 @@ def pairs(text):
 
 
 def scratch():
-    """A directory linking the repository's top-level entries (not its build or output dirs)."""
+    """A mirror of the repository (not its build or output dirs): real directories, each file
+    a symbolic link. A command writing `docs/x.png` or `out/...` writes into the mirror (fcp
+    writes through a temporary file and a rename, which replaces the link, not its target)."""
     d = tempfile.mkdtemp(prefix="fcp-docs-")
-    for name in os.listdir(REPO):
-        if name in (".git", "target", "out"):
-            continue
-        os.symlink(os.path.join(REPO, name), os.path.join(d, name))
+    for root, dirs, files in os.walk(REPO):
+        rel = os.path.relpath(root, REPO)
+        if rel == ".":
+            dirs[:] = [x for x in dirs if x not in (".git", "target", "out")]
+        dirs[:] = [x for x in dirs if not x.startswith(".venv")]
+        os.makedirs(os.path.join(d, rel), exist_ok=True)
+        for f in files:
+            os.symlink(os.path.join(root, f), os.path.join(d, rel, f))
     return d
 
 
@@ -73,8 +79,29 @@ def run(body, cwd, env, timeout):
     return p, None
 
 
+def shown(p, want):
+    """What the block shows of a run: its standard output, or that and its standard error
+    when the block showed both (a summary line such as `fcp plan`'s goes to stderr) — the
+    closer of the two to what the block held — ending in a newline so the fence stays apart."""
+    both = p.stdout + p.stderr
+    if p.stderr and (
+        both == want
+        or difflib.SequenceMatcher(None, want, both).ratio()
+        > difflib.SequenceMatcher(None, want, p.stdout).ratio()
+    ):
+        got = both
+    else:
+        got = p.stdout
+    if got and not got.endswith("\n"):
+        got += "\n"
+    return got
+
+
 def check(path, fcp, update, timeout):
-    text = open(path, encoding="utf-8").read()
+    with open(path, encoding="utf-8", newline="") as f:
+        raw = f.read()
+    crlf = "\r\n" in raw
+    text = raw.replace("\r\n", "\n")
     cwd = scratch()
     bindir = tempfile.mkdtemp(prefix="fcp-bin-")
     os.symlink(fcp, os.path.join(bindir, "fcp"))
@@ -90,9 +117,7 @@ def check(path, fcp, update, timeout):
                 print(f"skip    {where}: {err}")
                 continue
             want = b.group(2)
-            got = p.stdout
-            if got != want and p.stdout + p.stderr == want:
-                got = want
+            got = shown(p, want)
             if got == want:
                 same += 1
                 continue
@@ -109,8 +134,10 @@ def check(path, fcp, update, timeout):
     if update and edits:
         for start, end, got in reversed(edits):
             text = text[:start] + got + text[end:]
+        if crlf:
+            text = text.replace("\n", "\r\n")
         tmp = path + ".check-docs.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(text)
         os.replace(tmp, path)
         print(f"updated {os.path.relpath(path, REPO)}: {len(edits)} block(s)")

@@ -254,3 +254,34 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
         ],
     );
 }
+
+/// Bug hunt: under `--pass fwd` the advice planned for a training step (`fcp plan` had no
+/// `--pass`), and `hybrid` then chose another candidate: 0.789 ms forward where the demo said
+/// 0.717. The advice now plans for the pass the demo judged.
+#[test]
+fn regression_the_next_line_under_pass_fwd_planned_for_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    fcp()
+        .args(["trace", "gen", "--source", "pile", "--seed", "1", "-o"])
+        .arg(&trace)
+        .assert()
+        .success();
+    let trace = trace.to_str().unwrap();
+    next_line_reproduces(
+        dir.path(),
+        &[
+            "--trace",
+            trace,
+            "--ranks",
+            "4",
+            "--tokens-per-rank",
+            "8192",
+            "--batches",
+            "1",
+            "--pass",
+            "fwd",
+        ],
+        &["--pass fwd -o plan.json", "simulate plan.json --pass fwd"],
+    );
+}

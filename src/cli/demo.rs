@@ -205,7 +205,10 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
         plan += " --mask full";
     }
     if a.pass != PassArg::Both {
-        simulate += &format!(" --pass {}", PassSel::from(a.pass).name());
+        // `auto` and `hybrid` choose by the passes judged: the plan must be made for them.
+        let pass = PassSel::from(a.pass).name();
+        plan += &format!(" --pass {pass}");
+        simulate += &format!(" --pass {pass}");
     }
     for (flag, value, default, ext) in [
         ("hardware", &a.profile.hardware, "h100", ".toml"),

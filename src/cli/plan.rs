@@ -9,7 +9,7 @@ use clap::Args;
 use fcp::plan::{summarize, Plan};
 use fcp::planners::{planner_for, SchemeError, SchemeSpec};
 
-use super::common::{bytes, receivers, BatchArgs, ProfileArgs};
+use super::common::{bytes, receivers, BatchArgs, PassArg, ProfileArgs};
 
 /// Arguments of `fcp plan`.
 #[derive(Debug, Args)]
@@ -35,6 +35,12 @@ pub struct PlanArgs {
     /// Output plan file (`-` for stdout), or directory with `--all-batches`.
     #[arg(short, long)]
     output: PathBuf,
+    /// Passes the plan is for: both (training, the default), fwd (inference) or bwd. Schemes
+    /// that choose among candidates by simulating them (`auto`, `hybrid`, and `fcp`'s
+    /// head-parallel nodes merging tiles) judge by these passes and record them as
+    /// `objective_pass`; every other scheme plans alike for all three.
+    #[arg(long, value_enum, default_value_t = PassArg::Both)]
+    pass: PassArg,
     #[command(flatten)]
     switches: FcpSwitches,
 }
@@ -150,7 +156,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
         a.batch_index.saturating_add(1)
     };
     let packed = a.batch.load(keep, WlbHints::new(&model, None))?;
-    let ctx = a.batch.ctx(&hw, &model);
+    let ctx = fcp::planners::PlanContext {
+        pass: a.pass.into(),
+        ..a.batch.ctx(&hw, &model)
+    };
     let chosen: Vec<_> = if a.all_batches {
         packed.batches.iter().collect()
     } else {

@@ -205,7 +205,9 @@ impl Planner for Auto {
             }
             let t = match &mut judge {
                 Judge::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
-                    Ok(seconds) => (seconds + hybrid::linear_s(&plan, layer.as_ref())) * 1e3,
+                    Ok(seconds) => {
+                        (seconds + hybrid::linear_s(&plan, layer.as_ref(), ctx.pass)) * 1e3
+                    }
                     Err(_) => continue,
                 },
                 Judge::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.pass) {

@@ -437,7 +437,8 @@ impl Hybrid {
                             };
                             let plan =
                                 fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                            let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer);
+                            let seconds =
+                                estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.pass);
                             let score = Score { seconds, fcp };
                             Ok((score, plan))
                         })
@@ -460,7 +461,7 @@ impl Hybrid {
             .map(|fcp| {
                 let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
                 let plan = fcp.plan(batch, ctx)?;
-                let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer);
+                let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.pass);
                 Ok((Score { seconds, fcp }, plan))
             })
             .collect();
@@ -680,13 +681,13 @@ pub fn objective_of(
     }
 }
 
-/// Seconds of token-linear work (forward and backward) on the rank with the most tokens: what
+/// Seconds of token-linear work (over `pass`) on the rank with the most tokens: what
 /// the whole-layer objective adds to a candidate's attention estimate (0 without one).
-pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>) -> f64 {
+pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>, pass: PassSel) -> f64 {
     let Some(cost) = layer else {
         return 0.0;
     };
-    let per_token = cost.flops_per_token(&[Pass::Fwd, Pass::Bwd]);
+    let per_token = cost.flops_per_token(pass.passes());
     let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
     cost.ns(most, per_token) as f64 * 1e-9
 }
@@ -711,7 +712,8 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
         .collect()
 }
 
-/// Estimated attention time (seconds, forward + backward) of a plan: a step-level timeline,
+/// Estimated attention time (seconds, over the context's passes: forward + backward for a
+/// training step) of a plan: a step-level timeline,
 /// far cheaper than the simulator's event-driven one but faithful to what decides between
 /// candidates — the slowest rank, the waiting between ranks, and contention on the links.
 ///
@@ -796,7 +798,7 @@ pub fn estimate(
         }
     }
     let mut total = 0.0;
-    for pass in [Pass::Fwd, Pass::Bwd] {
+    for &pass in ctx.pass.passes() {
         let mut compute = vec![vec![0.0f64; steps]; n];
         for rp in &plan.ranks {
             for (s, st) in rp.steps.iter().enumerate() {

@@ -33,7 +33,7 @@ use crate::plan::{
 };
 use crate::planners::shard::{head_group, kv_group};
 use crate::planners::{PlanContext, Planner};
-use crate::sim::ComputeModel;
+use crate::sim::{ComputeModel, PassSel};
 use crate::trace::Batch;
 
 use super::Fcp;
@@ -205,7 +205,7 @@ fn expand(
                 .filter(|t| !single[t.q.doc as usize])
                 .copied()
                 .collect();
-            for t in merge_tiles(&mut cm, nodes, &shared).map_err(cost_err)? {
+            for t in merge_tiles(&mut cm, nodes, &shared, ctx.pass).map_err(cost_err)? {
                 for j in 0..g {
                     b.task_heads(base + j, s as u32 + 1, t.q, t.kv, Some(heads(j)));
                 }
@@ -260,7 +260,8 @@ fn expand(
 
 /// A step's tasks, with each document's tiles merged into one tile where together they are
 /// exactly the mask's region of that tile — a run of query blocks against every key they see —
-/// and the cost model prices the one tile below the launch of them all. In order of each
+/// and the cost model prices the one tile below the launch of them all over `pass` (the
+/// planning context's: a training step unless one pass is judged). In order of each
 /// document's first task.
 ///
 /// Why: FCP cuts the node's rows into blocks sized for balance across *nodes*, but inside a
@@ -271,6 +272,7 @@ fn merge_tiles(
     cm: &mut ComputeModel<'_>,
     plan: &Plan,
     tasks: &[Task],
+    pass: PassSel,
 ) -> Result<Vec<Task>, crate::hardware::HardwareError> {
     let mut docs: Vec<u32> = Vec::new();
     let mut of_doc: std::collections::BTreeMap<u32, Vec<Task>> = Default::default();
@@ -284,7 +286,7 @@ fn merge_tiles(
     let mut out = Vec::with_capacity(tasks.len());
     for d in docs {
         let group = &of_doc[&d];
-        if let Some(one) = merged(cm, plan, group)? {
+        if let Some(one) = merged(cm, plan, group, pass)? {
             out.push(one);
         } else {
             out.extend_from_slice(group);
@@ -294,11 +296,12 @@ fn merge_tiles(
 }
 
 /// The one tile that `group` (tasks of one document, all heads, disjoint as a valid plan's
-/// are) covers exactly, if it exists and is cheaper forward plus backward.
+/// are) covers exactly, if it exists and is cheaper over `pass`.
 fn merged(
     cm: &mut ComputeModel<'_>,
     plan: &Plan,
     group: &[Task],
+    pass: PassSel,
 ) -> Result<Option<Task>, crate::hardware::HardwareError> {
     if group.len() < 2 || group.iter().any(|t| t.heads.is_some()) {
         return Ok(None);
@@ -317,7 +320,7 @@ fn merged(
         return Ok(None);
     }
     let (mut apart, mut one) = (0.0, 0.0);
-    for pass in [Pass::Fwd, Pass::Bwd] {
+    for &pass in pass.passes() {
         apart += cm.launch(plan, group, pass)?.seconds;
         one += cm.ranges(plan.mask, q, kv, 1.0, pass)?.seconds;
     }
@@ -625,10 +628,13 @@ mod tests {
             t(r(0, 32768), r(0, 32768)),
             t(r(32768, 65536), r(32768, 65536)),
         ];
-        assert_eq!(merge_tiles(&mut cm, &plan, &diagonals).unwrap(), diagonals);
+        assert_eq!(
+            merge_tiles(&mut cm, &plan, &diagonals, PassSel::Both).unwrap(),
+            diagonals
+        );
         let square = [t(r(32768, 65536), r(0, 32768)), diagonals[0], diagonals[1]];
         assert_eq!(
-            merge_tiles(&mut cm, &plan, &square).unwrap(),
+            merge_tiles(&mut cm, &plan, &square, PassSel::Both).unwrap(),
             vec![t(r(0, 65536), r(0, 65536))]
         );
     }

@@ -62,7 +62,8 @@ fn groups(units: &[Unit], limit: f64) -> Vec<Vec<usize>> {
     for members in by_doc.into_values() {
         let mut run: Vec<usize> = Vec::new();
         let mut weight = 0.0;
-        for twins in by_origin(units, &members) {
+        let twins = twin_slices(&members, |i| units[i].origin, |i| units[i].weight, limit);
+        for twins in twins {
             let w: f64 = twins.iter().map(|&i| units[i].weight).sum();
             if !run.is_empty() && weight + w > limit {
                 out.push(std::mem::take(&mut run));
@@ -78,10 +79,26 @@ fn groups(units: &[Unit], limit: f64) -> Vec<Vec<usize>> {
     out
 }
 
-/// `members` (unit indices) cut where the origin changes: consecutive units of one origin
-/// stay in one slice.
-fn by_origin<'a>(units: &'a [Unit], members: &'a [usize]) -> impl Iterator<Item = &'a [usize]> {
-    members.chunk_by(move |&a, &b| units[a].origin == units[b].origin)
+/// `members` (unit indices) cut where the origin changes, so that consecutive units of one
+/// origin stay in one slice — unless together they weigh more than `limit`, when each is its
+/// own slice: the pieces of a split block share the origin of its pair, and one slice as
+/// heavy as a whole document could not be spread over nodes (a 4K document in 2K blocks
+/// split down to 256 tokens was one group: 0 tokens on one node, compute imbalance 0.51).
+fn twin_slices(
+    members: &[usize],
+    origin: impl Fn(usize) -> u32,
+    weight: impl Fn(usize) -> f64,
+    limit: f64,
+) -> Vec<&[usize]> {
+    let mut out = Vec::new();
+    for twins in members.chunk_by(|&a, &b| origin(a) == origin(b)) {
+        if twins.len() > 1 && twins.iter().map(|&i| weight(i)).sum::<f64>() > limit {
+            out.extend(twins.chunks(1));
+        } else {
+            out.push(twins);
+        }
+    }
+    out
 }
 
 /// Place `units` on `ranks` ranks of `gpus_per_node` per node under `cap` tokens per rank:
@@ -288,7 +305,13 @@ fn place_on_nodes(
             }
             // Cut between origins only, as `groups` does.
             let (mut wp, mut tp, mut k) = (0.0, 0u64, 0);
-            for twins in g.chunk_by(|&a, &b| origin_of(&halves, a) == origin_of(&halves, b)) {
+            let twins = twin_slices(
+                &g,
+                |i| origin_of(&halves, i),
+                |i| unit_of(&halves, i).0,
+                limit,
+            );
+            for twins in twins {
                 let (wi, ti) = twins.iter().fold((0.0, 0u64), |(w, t), &i| {
                     let (wi, ti) = unit_of(&halves, i);
                     (w + wi, t + ti)
@@ -317,10 +340,15 @@ fn place_on_nodes(
         }
         if g.len() > 1 {
             // Broken into its pairs first, a pair into its units only when it fits no node.
-            let twins: Vec<Vec<usize>> = g
-                .chunk_by(|&a, &b| origin_of(&halves, a) == origin_of(&halves, b))
-                .map(<[usize]>::to_vec)
-                .collect();
+            let twins: Vec<Vec<usize>> = twin_slices(
+                &g,
+                |i| origin_of(&halves, i),
+                |i| unit_of(&halves, i).0,
+                limit,
+            )
+            .into_iter()
+            .map(<[usize]>::to_vec)
+            .collect();
             if twins.len() > 1 {
                 queue.extend(twins);
             } else {
