@@ -358,6 +358,23 @@ else
     bad "calibrate.py --varlen-docs 2 --lens 64,65"; cat "$work/calibrate-varlen.log"
 fi
 
+# scripts/check-docs.py: a stale output is named (exit 1), `--update` rewrites it keeping the
+# stderr a block shows and the CRLF endings, a second run finds nothing changed, and a
+# command's output file lands in its scratch mirror, not in the checkout.
+probe="docs/check-docs-probe-$$.csv"
+printf '# t\r\n\r\n```sh\r\nfcp plan --scheme zigzag --ranks 2 --trace %s -o z.json\r\n```\r\n\r\n```\r\nz.json: stale\r\n```\r\n\r\n```sh\r\nfcp trace gen --source pile --seed 1 --docs 5 -o %s\r\n```\r\n\r\n```\r\n```\r\n' \
+    "$PWD/$TRACE" "$probe" >"$work/cd.md"
+if "$PY" scripts/check-docs.py --fcp "$FCP" "$work/cd.md" >"$work/cd1.log" 2>&1; then rc=0; else rc=$?; fi
+if [[ $rc -eq 1 ]] && grep -q '^changed ' "$work/cd1.log" &&
+    "$PY" scripts/check-docs.py --fcp "$FCP" --update "$work/cd.md" >"$work/cd2.log" 2>&1 &&
+    "$PY" scripts/check-docs.py --fcp "$FCP" "$work/cd.md" >"$work/cd3.log" 2>&1 &&
+    grep -q ', 0 changed' "$work/cd3.log" && grep -q $'^z.json: batch 0 .*\r$' "$work/cd.md" &&
+    [[ ! -e "$probe" ]]; then
+    ok "check-docs.py names a stale output, --update rewrites it (stderr and CRLF kept), writes nothing into the checkout"
+else
+    bad "check-docs.py"; cat "$work"/cd[123].log "$work/cd.md"; rm -f "$probe"
+fi
+
 t2=$(date +%s)
 echo "replay tests: install/check $((t1 - t0)) s, tests $((t2 - t1)) s"
 echo "replay: $pass passed, $fail failed"

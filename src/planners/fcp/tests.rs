@@ -562,22 +562,15 @@ fn regression_split_pieces_of_one_pair_were_one_group_on_one_node() {
     // halves split down to 256 tokens) was then one group: all of it on one node of two,
     // tokens [2304, 1792, 0, 0]. A group of one origin heavier than a run is cut again.
     let batch = Batch::new(0, vec![4096]);
-    let hw = Hardware::load("tests/replay/two-per-node.toml").unwrap();
-    let model = Model::load("llama3-8b").unwrap();
-    let ctx = PlanContext {
-        ranks: 4,
-        tokens_per_rank: 4096,
-        mask: Mask::Causal,
-        model: &model,
-        hardware: &hw,
-        pass: crate::sim::PassSel::Both,
-    };
-    let d = fcp("fcp:nodes=true,block=2048,split_limit=0.3")
-        .distribute(&batch, &ctx)
-        .unwrap();
-    assert!(d.heavy_splits > 0);
-    let node = |n: usize| d.assignment.tokens[2 * n] + d.assignment.tokens[2 * n + 1];
-    assert!(node(0) > 0 && node(1) > 0, "{:?}", d.assignment.tokens);
+    let two_per_node = "tests/replay/two-per-node.toml";
+    with_on(two_per_node, 4, 4096, Mask::Causal, |ctx| {
+        let d = fcp("fcp:nodes=true,block=2048,split_limit=0.3")
+            .distribute(&batch, ctx)
+            .unwrap();
+        assert!(d.heavy_splits > 0);
+        let node = |n: usize| d.assignment.tokens[2 * n] + d.assignment.tokens[2 * n + 1];
+        assert!(node(0) > 0 && node(1) > 0, "{:?}", d.assignment.tokens);
+    });
 }
 
 /// Busiest node's f-load over the mean (8 ranks per node).
