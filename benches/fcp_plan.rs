@@ -36,7 +36,7 @@ fn bench(c: &mut Criterion) {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     for source in ["wlb-llm", "magi"] {
         for ranks in [256u32, 1024] {

@@ -45,7 +45,7 @@ fn ctx<'a>(ranks: u32, model: &'a Model, hw: &'a Hardware) -> PlanContext<'a> {
         mask: Mask::Causal,
         model,
         hardware: hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     }
 }
 

@@ -35,7 +35,7 @@ fn plan(scheme: &str, ranks: u32, tokens_per_rank: u64) -> Plan {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     planner_for(scheme)
         .expect("scheme")

@@ -79,7 +79,7 @@ fn main() {
                             mask: Mask::Causal,
                             model: &model,
                             hardware: &hw,
-                            pass: fcp::sim::PassSel::Both,
+                            judge: fcp::planners::Judge::default(),
                         };
                         let mut f = Fcp::from_spec(&SchemeSpec::parse(&spec).unwrap()).unwrap();
                         f.block = block;
@@ -135,7 +135,7 @@ fn main() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
-                        pass: fcp::sim::PassSel::Both,
+                        judge: fcp::planners::Judge::default(),
                     };
                     let mut row = format!("| {n} |");
                     for s in &schemes {
@@ -177,7 +177,7 @@ fn main() {
                 mask: Mask::Causal,
                 model: &model,
                 hardware: &hw,
-                pass: fcp::sim::PassSel::Both,
+                judge: fcp::planners::Judge::default(),
             };
             let mut f = Fcp::from_spec(&SchemeSpec::parse(&spec).unwrap()).unwrap();
             f.block = block;
@@ -234,7 +234,7 @@ fn main() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
-                        pass: fcp::sim::PassSel::Both,
+                        judge: fcp::planners::Judge::default(),
                     };
                     for spec in &specs {
                         let f = Fcp::from_spec(&SchemeSpec::parse(spec).unwrap()).unwrap();

@@ -249,7 +249,7 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
         dir.path(),
         &args,
         &[
-            "--tp 4 -o plan.json",
+            "--tp 4 --recompute full --tp-overlap -o plan.json",
             "--layer --recompute full --tp-overlap",
         ],
     );

@@ -68,7 +68,7 @@ fn fcp_imbalance_report() {
                         mask: Mask::Causal,
                         model: &model,
                         hardware: &hw,
-                        pass: fcp::sim::PassSel::Both,
+                        judge: fcp::planners::Judge::default(),
                     };
                     let f = Fcp {
                         block,

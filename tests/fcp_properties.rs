@@ -71,7 +71,7 @@ proptest! {
         // groups span several.
         let hw = Hardware::load(if relay || nodes { "tests/replay/two-per-node.toml" } else { "h100" }).unwrap();
         let model = Model::load("llama3-70b").unwrap();
-        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw, pass: fcp::sim::PassSel::Both };
+        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw, judge: fcp::planners::Judge::default() };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
         let spec = format!("fcp:block={block},coalesce={coalesce},pipeline={pipeline},reshuffle={reshuffle},repair={repair},relay={relay},split_limit={split_limit},rebalance={rebalance},rebalance_pairs={pairs},rebalance_in_node={in_node},nodes={nodes},node_fill={fill},lookahead={lookahead},fill={lpt_fill}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
@@ -126,7 +126,7 @@ proptest! {
         let tpr = batch.tokens().div_ceil(ranks as u64) + slack;
         let hw = Hardware::load("tests/replay/two-per-node.toml").unwrap();
         let model = Model::load("llama3-70b").unwrap();
-        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw, pass: fcp::sim::PassSel::Both };
+        let ctx = PlanContext { ranks, tokens_per_rank: tpr, mask, model: &model, hardware: &hw, judge: fcp::planners::Judge::default() };
         let split_limit = if split { 0.25 } else { f64::INFINITY };
         let spec = format!("fcp:node_heads=true,block={block},whole={whole},rebalance={rebalance},rebalance_pairs={pairs},split_limit={split_limit},lookahead={lookahead},fill={fill}");
         let plan = planner_for(&spec).unwrap().plan(&batch, &ctx).unwrap();
@@ -179,7 +179,7 @@ fn fcp_and_hybrid_verify_on_every_source_rank_count_and_block() {
                 mask: Mask::Causal,
                 model: &model,
                 hardware: &hw,
-                pass: fcp::sim::PassSel::Both,
+                judge: fcp::planners::Judge::default(),
             };
             let mut specs: Vec<String> = [512u64, 4096, 16384]
                 .iter()

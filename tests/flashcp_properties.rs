@@ -41,7 +41,7 @@ proptest! {
             mask,
             model: &model,
             hardware: &hw,
-            pass: fcp::sim::PassSel::Both,
+            judge: fcp::planners::Judge::default(),
         };
         let batch = Batch::new(0, lens);
         let spec = format!("flashcp:target_imbalance={target}");

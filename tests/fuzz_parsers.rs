@@ -104,7 +104,7 @@ fn base_plan_json() -> String {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     planner_for("zigzag")
         .unwrap()

@@ -107,7 +107,7 @@ fn with_ctx<R>(n: u32, tokens_per_rank: u64, f: impl FnOnce(&PlanContext<'_>) ->
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     f(&ctx)
 }

@@ -65,7 +65,7 @@ fn check(scheme: &str, c: &Case) {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     let what = c.what;
     let start = Instant::now();
@@ -127,7 +127,7 @@ fn schemes_refuse_plans_too_large_to_hold() {
         mask: Mask::Causal,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     let batch = Batch::new(0, vec![32768; 1024]);
     for (scheme, why) in [

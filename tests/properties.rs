@@ -30,7 +30,7 @@ fn with_ctx<R>(ranks: u32, mask: Mask, f: impl FnOnce(&PlanContext<'_>) -> R) ->
         mask,
         model: &model,
         hardware: &hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     };
     f(&ctx)
 }
@@ -449,7 +449,7 @@ proptest! {
             mask,
             model: &model,
             hardware: &hw,
-            pass: fcp::sim::PassSel::Both,
+            judge: fcp::planners::Judge::default(),
         };
         for scheme in SCHEMES.iter().chain(&["hybrid:quick=true"]) {
             let Some(plan) = plan_in(scheme, &batch, &ctx) else { continue };
@@ -496,7 +496,7 @@ fn causal_4096<'a>(ranks: u32, hw: &'a Hardware, model: &'a Model) -> PlanContex
         mask: Mask::Causal,
         model,
         hardware: hw,
-        pass: fcp::sim::PassSel::Both,
+        judge: fcp::planners::Judge::default(),
     }
 }
 

@@ -965,3 +965,63 @@ fn regression_auto_chose_by_training_under_pass_fwd() {
     assert_eq!(objective_pass(&[]), None);
     assert_eq!(objective_pass(&["--pass", "fwd"]), Some("fwd".into()));
 }
+
+/// Bug hunt: `auto` and `hybrid` judged the whole layer without the recomputation `compare`
+/// priced: under `--recompute full` (the backward pass reruns the forward, where llama3 is
+/// faster) auto kept Ulysses' plan, 536.917 ms a layer against llama3's 535.893.
+#[test]
+fn regression_auto_judged_the_layer_without_recompute() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("one.csv"), "doc_len\n65536\n").unwrap();
+    let out = fcp()
+        .current_dir(d.path())
+        .args([
+            "compare",
+            "--trace",
+            "one.csv",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+        ])
+        .args([
+            "32768",
+            "--batches",
+            "1",
+            "--layer",
+            "--recompute",
+            "full",
+            "--json",
+        ])
+        .args(["--schemes", "auto,llama3,ulysses"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let layer: Vec<f64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["layer_time_ms"].as_f64().unwrap())
+        .collect();
+    assert!(layer[0] <= layer[1] && layer[0] <= layer[2], "{layer:?}");
+    let plan = fcp()
+        .current_dir(d.path())
+        .args([
+            "plan",
+            "--trace",
+            "one.csv",
+            "--ranks",
+            "2",
+            "--tokens-per-rank",
+            "32768",
+        ])
+        .args(["--scheme", "auto", "--recompute", "full", "-o", "-"])
+        .output()
+        .unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(plan["scheme"]["params"]["objective_recompute"], "full");
+}

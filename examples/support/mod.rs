@@ -60,7 +60,7 @@ impl Cell {
             mask: Mask::Causal,
             model: &self.model,
             hardware: &self.hw,
-            pass: fcp::sim::PassSel::Both,
+            judge: fcp::planners::Judge::default(),
         }
     }
 }

@@ -798,6 +798,25 @@ pub fn recompute_words(recompute: Option<RecomputeArg>) -> String {
     }
 }
 
+/// How `auto` and `hybrid` judge plans under a command's flags: the passes, and — when the
+/// command prices the whole layer (`layer`) — what it recomputes and whether TP collectives
+/// overlap, so that they choose by what the command reports.
+pub fn judge(
+    pass: PassArg,
+    layer: bool,
+    recompute: Option<RecomputeArg>,
+    tp_overlap: bool,
+) -> fcp::planners::Judge {
+    fcp::planners::Judge {
+        pass: pass.into(),
+        recompute: match (layer, recompute) {
+            (true, Some(r)) => r.into(),
+            _ => fcp::model::Recompute::None,
+        },
+        tp_overlap: layer && tp_overlap,
+    }
+}
+
 /// `sim` with the whole layer on when `layer` says so, its backward pass recomputing as
 /// `recompute` says (nothing when not given), its TP collectives overlapping their GEMMs when
 /// `tp_overlap` says so.
@@ -930,7 +949,7 @@ impl BatchArgs {
             mask: self.mask.into(),
             model,
             hardware: hw,
-            pass: fcp::sim::PassSel::Both,
+            judge: fcp::planners::Judge::default(),
         }
     }
 

@@ -10,9 +10,9 @@ use fcp::report::{
 use fcp::sim::Simulator;
 
 use super::common::{
-    layer_sim, memory_sim, memory_words, overlap_words, plural, profile_words, recompute_words,
-    repeats_note, step_words, BatchArgs, LeverArgs, PassArg, ProfileArgs, RecomputeArg, StepArgs,
-    TrainingArgs,
+    judge, layer_sim, memory_sim, memory_words, overlap_words, plural, profile_words,
+    recompute_words, repeats_note, step_words, BatchArgs, LeverArgs, PassArg, ProfileArgs,
+    RecomputeArg, StepArgs, TrainingArgs,
 };
 use super::steps::{batches_wanted, from_words, whole_steps};
 
@@ -148,9 +148,9 @@ pub fn run(a: CompareArgs) -> Result<()> {
         a.tp_overlap,
     )?;
     let sim = memory_sim(sim, training, step)?;
-    // `auto` and `hybrid` choose by the passes simulated here.
+    // `auto` and `hybrid` judge plans as they are simulated here.
     let ctx = fcp::planners::PlanContext {
-        pass: a.pass.into(),
+        judge: judge(a.pass, a.layer, a.recompute, a.tp_overlap),
         ..a.batch.ctx(&hw, &model)
     };
     let opts = CompareOptions {

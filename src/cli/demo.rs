@@ -13,7 +13,7 @@ use fcp::report::{compare, compare_table, CompareOptions};
 use fcp::sim::{LayerCost, PassSel, Simulator};
 
 use super::common::{
-    layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, MaskArg, PassArg,
+    judge, layer_sim, overlap_words, profile_words, recompute_words, BatchArgs, MaskArg, PassArg,
     ProfileArgs, RecomputeArg,
 };
 use super::trace::{PackArgs, PackModeArg, WlbHints};
@@ -79,7 +79,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     packed.note_all_cuts();
     let batches = packed.batches;
     let ctx = fcp::planners::PlanContext {
-        pass: a.pass.into(),
+        judge: judge(a.pass, true, a.recompute, a.tp_overlap && a.profile.tp > 1),
         ..batch_args.ctx(&hw, &model)
     };
     // The whole layer wherever the model and hardware give its cost: that is what a training
@@ -224,6 +224,13 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     // The plan records its TP degree; `simulate` reads it from there.
     if a.profile.tp != 1 {
         plan += &format!(" --tp {}", a.profile.tp);
+    }
+    // `auto` and `hybrid` judge the layer as the demo priced it: the plan must be made so.
+    if let Some(r) = a.recompute {
+        plan += &format!(" --recompute {}", fcp::model::Recompute::from(r).name());
+    }
+    if a.tp_overlap && a.profile.tp > 1 {
+        plan += " --tp-overlap";
     }
     (plan, simulate)
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use fcp::plan::{summarize, Plan};
 use fcp::planners::{planner_for, SchemeError, SchemeSpec};
 
-use super::common::{bytes, receivers, BatchArgs, PassArg, ProfileArgs};
+use super::common::{bytes, judge, receivers, BatchArgs, PassArg, ProfileArgs, RecomputeArg};
 
 /// Arguments of `fcp plan`.
 #[derive(Debug, Args)]
@@ -41,6 +41,14 @@ pub struct PlanArgs {
     /// `objective_pass`; every other scheme plans alike for all three.
     #[arg(long, value_enum, default_value_t = PassArg::Both)]
     pass: PassArg,
+    /// What the backward pass recomputes (none, mlp, full), as `fcp simulate --recompute`: the
+    /// whole layer `auto` and `hybrid` judge recomputes so too. Other schemes ignore it.
+    #[arg(long, value_enum)]
+    recompute: Option<RecomputeArg>,
+    /// TP collectives overlap their GEMMs in the whole layer `auto` and `hybrid` judge, as
+    /// `fcp simulate --tp-overlap`. Other schemes ignore it.
+    #[arg(long)]
+    tp_overlap: bool,
     #[command(flatten)]
     switches: FcpSwitches,
 }
@@ -157,7 +165,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     };
     let packed = a.batch.load(keep, WlbHints::new(&model, None))?;
     let ctx = fcp::planners::PlanContext {
-        pass: a.pass.into(),
+        judge: judge(a.pass, true, a.recompute, a.tp_overlap),
         ..a.batch.ctx(&hw, &model)
     };
     let chosen: Vec<_> = if a.all_batches {

@@ -114,7 +114,7 @@ impl Auto {
 }
 
 /// How `auto` compares candidates' attention time.
-enum Judge<'a> {
+enum Scorer<'a> {
     /// The context's passes simulated (no budget).
     Simulate(Box<Simulator>),
     /// `hybrid`'s cost estimate (under a budget).
@@ -146,18 +146,12 @@ impl Planner for Auto {
         };
         // The objective is `hybrid`'s: the whole layer wherever its cost is known.
         let layer = LayerCost::new(ctx.hardware, ctx.model).ok();
-        let mut judge = match &profile {
-            Some(profile) => Judge::Estimate(ComputeModel::new(ctx.hardware, profile, ctx.model)),
+        let mut scorer = match &profile {
+            Some(profile) => Scorer::Estimate(ComputeModel::new(ctx.hardware, profile, ctx.model)),
             None => {
-                let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+                let sim = hybrid::judging_simulator(ctx, layer.is_some())
                     .map_err(|e| PlanError::Planning(format!("auto: {e}")))?;
-                let sim = match layer {
-                    Some(_) => sim
-                        .with_layer()
-                        .map_err(|e| PlanError::Planning(format!("auto: {e}")))?,
-                    None => sim,
-                };
-                Judge::Simulate(Box::new(sim))
+                Scorer::Simulate(Box::new(sim))
             }
         };
         // Under a budget the quick search first, the rest in their order.
@@ -203,14 +197,14 @@ impl Planner for Auto {
             if check && !verify(&plan).is_empty() {
                 continue;
             }
-            let t = match &mut judge {
-                Judge::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
+            let t = match &mut scorer {
+                Scorer::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
                     Ok(seconds) => {
-                        (seconds + hybrid::linear_s(&plan, layer.as_ref(), ctx.pass)) * 1e3
+                        (seconds + hybrid::linear_s(&plan, layer.as_ref(), ctx.judge.pass)) * 1e3
                     }
                     Err(_) => continue,
                 },
-                Judge::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.pass) {
+                Scorer::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.judge.pass) {
                     Ok(ms) => ms,
                     Err(_) => continue,
                 },
@@ -234,9 +228,7 @@ impl Planner for Auto {
             "attention"
         };
         params.insert("objective".to_string(), objective.into());
-        if ctx.pass != crate::sim::PassSel::Both {
-            params.insert("objective_pass".to_string(), ctx.pass.name().into());
-        }
+        hybrid::record_judge(&mut params, ctx);
         params.insert("verified".to_string(), verified.into());
         let inner = std::mem::take(&mut plan.scheme.params);
         params.insert(
@@ -285,7 +277,10 @@ mod tests {
         with_ctx(2, Mask::Causal, |ctx| {
             let ctx = PlanContext {
                 tokens_per_rank: 32768,
-                pass: crate::sim::PassSel::Fwd,
+                judge: crate::planners::Judge {
+                    pass: crate::sim::PassSel::Fwd,
+                    ..Default::default()
+                },
                 ..ctx.clone()
             };
             let plan = Auto::default().plan(&batch, &ctx).unwrap();
@@ -310,7 +305,7 @@ mod tests {
                 .plan(
                     &batch,
                     &PlanContext {
-                        pass: crate::sim::PassSel::Both,
+                        judge: crate::planners::Judge::default(),
                         ..ctx.clone()
                     },
                 )

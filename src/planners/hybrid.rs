@@ -437,8 +437,8 @@ impl Hybrid {
                             };
                             let plan =
                                 fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                            let seconds =
-                                estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.pass);
+                            let seconds = estimate(&plan, ctx, &mut cm)?
+                                + linear_s(&plan, layer, ctx.judge.pass);
                             let score = Score { seconds, fcp };
                             Ok((score, plan))
                         })
@@ -461,7 +461,8 @@ impl Hybrid {
             .map(|fcp| {
                 let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
                 let plan = fcp.plan(batch, ctx)?;
-                let seconds = estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.pass);
+                let seconds =
+                    estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.judge.pass);
                 Ok((Score { seconds, fcp }, plan))
             })
             .collect();
@@ -666,6 +667,38 @@ pub fn objective_ms(m: &crate::sim::PlanMetrics) -> f64 {
         .map_or(m.attention_time_ms, |l| l.layer_time_ms)
 }
 
+/// Record in a plan's parameters how it was judged where that is not the default: the pass
+/// (`objective_pass`), the recomputation (`objective_recompute`) and TP overlap
+/// (`objective_tp_overlap`).
+pub fn record_judge(params: &mut BTreeMap<String, serde_json::Value>, ctx: &PlanContext<'_>) {
+    let j = ctx.judge;
+    if j.pass != PassSel::Both {
+        params.insert("objective_pass".to_string(), j.pass.name().into());
+    }
+    if !j.recompute.is_off() {
+        params.insert("objective_recompute".to_string(), j.recompute.name().into());
+    }
+    if j.tp_overlap {
+        params.insert("objective_tp_overlap".to_string(), true.into());
+    }
+}
+
+/// The simulator that judges candidates in `ctx`: with the whole layer when `layer`, recomputing
+/// and overlapping TP collectives as the context's [`crate::planners::Judge`] says.
+pub fn judging_simulator(
+    ctx: &PlanContext<'_>,
+    layer: bool,
+) -> Result<Simulator, crate::sim::SimError> {
+    let sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())?;
+    if !layer {
+        return Ok(sim);
+    }
+    Ok(sim
+        .with_layer()?
+        .with_recompute(ctx.judge.recompute)?
+        .with_tp_overlap(ctx.judge.tp_overlap))
+}
+
 /// [`objective_ms`] of `plan` simulated over `pass` (the planning context's): the whole layer
 /// alone when `sim` has it on (half the engine runs of a full report), else attention.
 pub fn objective_of(
@@ -798,7 +831,7 @@ pub fn estimate(
         }
     }
     let mut total = 0.0;
-    for &pass in ctx.pass.passes() {
+    for &pass in ctx.judge.pass.passes() {
         let mut compute = vec![vec![0.0f64; steps]; n];
         for rp in &plan.ranks {
             for (s, st) in rp.steps.iter().enumerate() {
@@ -948,13 +981,8 @@ impl Planner for Hybrid {
         // step-level timeline, not the simulator's fair sharing of links (the quick search
         // keeps its first pick: at 256 ranks one simulation takes longer than it plans).
         let simulated = if simulate && cands.len() > 1 {
-            let mut sim = Simulator::new(ctx.hardware.clone(), ctx.model.clone())
+            let sim = judging_simulator(ctx, layer.is_some())
                 .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
-            if layer.is_some() {
-                sim = sim
-                    .with_layer()
-                    .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))?;
-            }
             // The leaders, and FCP's own default wherever it ranks (it contends up to
             // WIDE_SEARCH_MAX_RANKS: `hybrid` is then never slower than `fcp` there).
             // Simulated in parallel; the first fastest is kept.
@@ -965,7 +993,7 @@ impl Planner for Hybrid {
             let times = chosen
                 .par_iter()
                 .map(|&i| {
-                    objective_of(&sim, &cands[i].1, ctx.pass)
+                    objective_of(&sim, &cands[i].1, ctx.judge.pass)
                         .map(|ms| (ms, i))
                         .map_err(|e| PlanError::Planning(format!("hybrid: {e}")))
                 })
@@ -1009,9 +1037,7 @@ impl Planner for Hybrid {
             }
             .into(),
         );
-        if ctx.pass != PassSel::Both {
-            params.insert("objective_pass".to_string(), ctx.pass.name().into());
-        }
+        record_judge(&mut params, ctx);
         params.insert(
             "max_rank_tokens".to_string(),
             plan.tokens_per_rank().into_iter().max().unwrap_or(0).into(),
@@ -1241,7 +1267,7 @@ mod tests {
             mask: Mask::Causal,
             model: &model,
             hardware: &hw,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         let e = Hybrid {
             layer: Some(true),

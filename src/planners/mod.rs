@@ -65,10 +65,23 @@ pub struct PlanContext<'a> {
     pub model: &'a Model,
     /// Hardware profile, for planners that weigh work by its cost.
     pub hardware: &'a Hardware,
-    /// The passes the plan will be judged on: what `auto` and `hybrid`, which choose among
-    /// candidates by simulating them, simulate. Training (both) unless the caller simulates
-    /// one pass alone (`compare --pass fwd`: inference); every other planner ignores it.
+    /// How the plan will be judged: what `auto` and `hybrid`, which choose among candidates
+    /// by simulating them, simulate. Every other planner ignores it.
+    pub judge: Judge,
+}
+
+/// How a command judges plans, for the planners that choose by simulating (`auto`, `hybrid`,
+/// and `fcp:node_heads` merging tiles): the passes, and — where they price the whole layer —
+/// what the backward pass recomputes and whether TP collectives overlap their GEMMs. The
+/// default is a training step, nothing recomputed, collectives exposed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Judge {
+    /// Passes simulated: both (training) unless a command judges one alone (`--pass fwd`).
     pub pass: crate::sim::PassSel,
+    /// `--recompute`: what the backward pass reruns.
+    pub recompute: crate::model::Recompute,
+    /// `--tp-overlap`: TP collectives overlap the GEMMs they feed or drain.
+    pub tp_overlap: bool,
 }
 
 /// A CP scheme: turns one batch into one plan.
@@ -367,7 +380,7 @@ pub(crate) fn limit_json(f: f64) -> serde_json::Value {
 ///
 /// let hardware = Hardware::load("h100").unwrap();
 /// let model = Model::load("llama3-8b").unwrap();
-/// let ctx = PlanContext { ranks: 4, tokens_per_rank: 4096, mask: Mask::Causal, model: &model, hardware: &hardware, pass: fcp::sim::PassSel::Both };
+/// let ctx = PlanContext { ranks: 4, tokens_per_rank: 4096, mask: Mask::Causal, model: &model, hardware: &hardware, judge: fcp::planners::Judge::default() };
 /// let plan = planner_for("zigzag").unwrap().plan(&Batch::new(0, vec![5000, 700, 3]), &ctx).unwrap();
 /// assert!(verify(&plan).is_empty());
 /// ```
@@ -559,7 +572,7 @@ pub(crate) mod testing {
             mask,
             model: &model,
             hardware: &hardware,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         f(&ctx)
     }

@@ -167,7 +167,7 @@ mod tests {
             mask: Mask::Causal,
             model: &model,
             hardware: &hw,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         let plan = Ulysses.plan(&Batch::new(0, vec![30, 7]), &ctx).unwrap();
         assert_valid(&plan);

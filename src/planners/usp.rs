@@ -426,7 +426,7 @@ mod tests {
                 mask: Mask::Causal,
                 model: &model,
                 hardware: &hardware,
-                pass: crate::sim::PassSel::Both,
+                judge: crate::planners::Judge::default(),
             };
             assert_eq!(Usp::default_degree(&ctx), u, "{q_heads} heads, N={n}");
         }

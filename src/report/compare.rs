@@ -553,7 +553,7 @@ mod tests {
             mask: Mask::Causal,
             model: &model,
             hardware: &hw,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         let sim = Simulator::new(hw.clone(), model.clone()).unwrap();
         let batches: Vec<Batch> = (0..6)

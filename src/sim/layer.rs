@@ -743,7 +743,7 @@ mod tests {
             mask: Mask::Causal,
             model: &shard,
             hardware: &hw,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         let plan = Ring.plan(&batch, &ctx).unwrap();
         assert_eq!((plan.q_heads, plan.kv_heads, plan.tp), (8, 1, Some(8)));

@@ -461,7 +461,10 @@ fn group_ms(
         mask: crate::plan::Mask::Causal,
         model,
         hardware: hw,
-        pass: passes,
+        judge: crate::planners::Judge {
+            pass: passes,
+            ..Default::default()
+        },
     };
     let plan = planner
         .plan(&Batch::new(g, docs.to_vec()), &ctx)

@@ -404,7 +404,11 @@ fn run_cell(
         mask,
         model,
         hardware: hw,
-        pass,
+        judge: crate::planners::Judge {
+            pass,
+            recompute: cfg.recompute,
+            tp_overlap: cfg.tp_overlap,
+        },
     };
     // Validated by `SweepConfig::validate`.
     let step = cfg.memory.and_then(|m| m.step().ok().flatten());

@@ -237,7 +237,11 @@ pub fn run_tpcp(
             mask: opts.mask,
             model: &model_t,
             hardware: &hw_t,
-            pass: opts.pass,
+            judge: crate::planners::Judge {
+                pass: opts.pass,
+                recompute: opts.recompute,
+                tp_overlap: opts.tp_overlap,
+            },
         };
         let compared = compare(
             windows,

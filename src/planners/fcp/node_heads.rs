@@ -205,7 +205,7 @@ fn expand(
                 .filter(|t| !single[t.q.doc as usize])
                 .copied()
                 .collect();
-            for t in merge_tiles(&mut cm, nodes, &shared, ctx.pass).map_err(cost_err)? {
+            for t in merge_tiles(&mut cm, nodes, &shared, ctx.judge.pass).map_err(cost_err)? {
                 for j in 0..g {
                     b.task_heads(base + j, s as u32 + 1, t.q, t.kv, Some(heads(j)));
                 }
@@ -431,7 +431,7 @@ mod tests {
             mask: crate::plan::Mask::Causal,
             model: &model,
             hardware: &hardware,
-            pass: crate::sim::PassSel::Both,
+            judge: crate::planners::Judge::default(),
         };
         Fcp::from_spec(&SchemeSpec::parse(spec).unwrap())
             .unwrap()
@@ -604,7 +604,7 @@ mod tests {
                     mask: crate::plan::Mask::Causal,
                     model: &Model::load("llama3-70b").unwrap(),
                     hardware: &Hardware::load("b200").unwrap(),
-                    pass: crate::sim::PassSel::Both,
+                    judge: crate::planners::Judge::default(),
                 },
             )
             .unwrap();

@@ -32,7 +32,7 @@ fn with_on<R>(
         mask,
         model: &model,
         hardware: &hardware,
-        pass: crate::sim::PassSel::Both,
+        judge: crate::planners::Judge::default(),
     };
     f(&ctx)
 }
@@ -547,7 +547,7 @@ fn regression_node_grouping_with_the_reshuffler_indexed_a_home_outside_the_node(
         mask: Mask::Full,
         model: &model,
         hardware: &hw,
-        pass: crate::sim::PassSel::Both,
+        judge: crate::planners::Judge::default(),
     };
     let plan = fcp("fcp:block=4,reshuffle=true,nodes=true")
         .plan(&batch, &ctx)
@@ -745,7 +745,7 @@ fn fill_rule_lowers_the_busiest_node_when_whole_documents_fill_the_budget() {
         mask: Mask::Causal,
         model: &model,
         hardware: &node,
-        pass: crate::sim::PassSel::Both,
+        judge: crate::planners::Judge::default(),
     };
     let spread = |d: &Distribution| {
         let l = &d.assignment.loads;
