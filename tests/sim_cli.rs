@@ -910,89 +910,19 @@ fn another_file_of_the_same_name_is_noted() {
         .stderr(predicate::str::contains("same name").not());
 }
 
-/// Bug hunt: under `--pass fwd` auto kept its fastest *training* plan and trailed llama3 by
-/// 2.2 % on one long document (52.402 against 51.290 ms forward). `auto` and `hybrid` now
-/// choose by the passes `compare` simulates, and the plan records them.
-#[test]
-fn regression_auto_chose_by_training_under_pass_fwd() {
+/// A directory holding `one.csv`, one document of `len` tokens.
+fn one_document(len: u64) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("one.csv"), "doc_len\n131072\n").unwrap();
-    let fwd_ms = |schemes: &str| -> Vec<f64> {
-        let out = fcp()
-            .current_dir(d.path())
-            .args([
-                "compare",
-                "--trace",
-                "one.csv",
-                "--ranks",
-                "2",
-                "--batches",
-                "1",
-            ])
-            .args(["--pass", "fwd", "--json", "--schemes", schemes])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["attention_time_ms"].as_f64().unwrap())
-            .collect()
-    };
-    // Under a budget too (bug hunt: its estimate summed both passes): it compares by the
-    // estimate, which now covers the pass judged.
-    let t = fwd_ms("llama3,auto,auto:budget_ms=100000");
-    assert!(t[1] <= t[0], "auto {} vs llama3 {}", t[1], t[0]);
-    assert!(t[2] <= t[0], "budgeted auto {} vs llama3 {}", t[2], t[0]);
-    let objective_pass = |pass: &[&str]| {
-        let out = fcp()
-            .current_dir(d.path())
-            .args([
-                "plan", "--trace", "one.csv", "--ranks", "2", "--scheme", "auto",
-            ])
-            .args(["-o", "-"])
-            .args(pass)
-            .output()
-            .unwrap();
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        plan["scheme"]["params"].get("objective_pass").cloned()
-    };
-    assert_eq!(objective_pass(&[]), None);
-    assert_eq!(objective_pass(&["--pass", "fwd"]), Some("fwd".into()));
+    std::fs::write(d.path().join("one.csv"), format!("doc_len\n{len}\n")).unwrap();
+    d
 }
 
-/// Bug hunt: `auto` and `hybrid` judged the whole layer without the recomputation `compare`
-/// priced: under `--recompute full` (the backward pass reruns the forward, where llama3 is
-/// faster) auto kept Ulysses' plan, 536.917 ms a layer against llama3's 535.893.
-#[test]
-fn regression_auto_judged_the_layer_without_recompute() {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("one.csv"), "doc_len\n65536\n").unwrap();
+/// `metric` of every row of `fcp compare --trace one.csv --json ARGS`, run in `dir`.
+fn compare_metric(dir: &Path, args: &[&str], metric: &str) -> Vec<f64> {
     let out = fcp()
-        .current_dir(d.path())
-        .args([
-            "compare",
-            "--trace",
-            "one.csv",
-            "--ranks",
-            "2",
-            "--tokens-per-rank",
-        ])
-        .args([
-            "32768",
-            "--batches",
-            "1",
-            "--layer",
-            "--recompute",
-            "full",
-            "--json",
-        ])
-        .args(["--schemes", "auto,llama3,ulysses"])
+        .current_dir(dir)
+        .args(["compare", "--trace", "one.csv", "--batches", "1", "--json"])
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -1000,28 +930,76 @@ fn regression_auto_judged_the_layer_without_recompute() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let layer: Vec<f64> = v
-        .as_array()
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
         .unwrap()
         .iter()
-        .map(|r| r["layer_time_ms"].as_f64().unwrap())
-        .collect();
-    assert!(layer[0] <= layer[1] && layer[0] <= layer[2], "{layer:?}");
-    let plan = fcp()
-        .current_dir(d.path())
-        .args([
-            "plan",
-            "--trace",
-            "one.csv",
-            "--ranks",
-            "2",
-            "--tokens-per-rank",
-            "32768",
-        ])
-        .args(["--scheme", "auto", "--recompute", "full", "-o", "-"])
+        .map(|r| r[metric].as_f64().unwrap())
+        .collect()
+}
+
+/// The scheme parameters of `fcp plan --trace one.csv -o - ARGS`, run in `dir`.
+fn plan_params(dir: &Path, args: &[&str]) -> Value {
+    let out = fcp()
+        .current_dir(dir)
+        .args(["plan", "--trace", "one.csv", "-o", "-"])
+        .args(args)
         .output()
         .unwrap();
-    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
-    assert_eq!(plan["scheme"]["params"]["objective_recompute"], "full");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    plan["scheme"]["params"].clone()
+}
+
+/// Bug hunt: under `--pass fwd` auto kept its fastest *training* plan and trailed llama3 by
+/// 2.2 % on one long document (52.402 against 51.290 ms forward). `auto` and `hybrid` now
+/// choose by the passes `compare` simulates, and the plan records them.
+#[test]
+fn regression_auto_chose_by_training_under_pass_fwd() {
+    let d = one_document(131072);
+    // Under a budget too (bug hunt: its estimate summed both passes): it compares by the
+    // estimate, which now covers the pass judged.
+    let schemes = "llama3,auto,auto:budget_ms=100000";
+    let args = ["--ranks", "2", "--pass", "fwd", "--schemes", schemes];
+    let t = compare_metric(d.path(), &args, "attention_time_ms");
+    assert!(t[1] <= t[0], "auto {} vs llama3 {}", t[1], t[0]);
+    assert!(t[2] <= t[0], "budgeted auto {} vs llama3 {}", t[2], t[0]);
+    let auto = ["--ranks", "2", "--scheme", "auto"];
+    assert_eq!(plan_params(d.path(), &auto).get("objective_pass"), None);
+    let fwd = plan_params(d.path(), &[&auto[..], &["--pass", "fwd"]].concat());
+    assert_eq!(fwd["objective_pass"], "fwd");
+}
+
+/// Bug hunt: `auto` and `hybrid` judged the whole layer without the recomputation `compare`
+/// priced: under `--recompute full` (the backward pass reruns the forward, where llama3 is
+/// faster) auto kept Ulysses' plan, 536.917 ms a layer against llama3's 535.893.
+#[test]
+fn regression_auto_judged_the_layer_without_recompute() {
+    let d = one_document(65536);
+    let two = ["--ranks", "2", "--tokens-per-rank", "32768"];
+    let layer = compare_metric(
+        d.path(),
+        &[
+            &two[..],
+            &[
+                "--layer",
+                "--recompute",
+                "full",
+                "--schemes",
+                "auto,llama3,ulysses",
+            ],
+        ]
+        .concat(),
+        "layer_time_ms",
+    );
+    assert!(layer[0] <= layer[1] && layer[0] <= layer[2], "{layer:?}");
+    let params = plan_params(
+        d.path(),
+        &[&two[..], &["--scheme", "auto", "--recompute", "full"]].concat(),
+    );
+    assert_eq!(params["objective_recompute"], "full");
 }
