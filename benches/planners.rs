@@ -13,7 +13,7 @@ use fcp::hardware::Hardware;
 use fcp::plan::Mask;
 use fcp::planners::{planner_for, PlanContext, SCHEMES};
 use fcp::report::{compare, CompareOptions};
-use fcp::sim::{PassSel, Simulator};
+use fcp::sim::Simulator;
 use fcp::study::{run_cells, SweepConfig};
 use fcp::trace::{generate, pack, Batch, PackMode, PackOptions, Source};
 use fcp::Model;
@@ -128,7 +128,6 @@ fn comparison(c: &mut Criterion) {
             .map(String::from)
             .to_vec(),
         baseline: None,
-        pass: PassSel::Both,
         verify: true,
     };
     let mut group = c.benchmark_group("compare");

@@ -153,20 +153,29 @@ fn next_line_reproduces(dir: &std::path::Path, args: &[&str], expect: &[&str]) {
     );
 }
 
+/// `dir/t.csv` written by `fcp trace gen ARGS`; its path.
+fn generated_trace(dir: &std::path::Path, args: &[&str]) -> String {
+    let trace = dir.join("t.csv");
+    fcp()
+        .args(["trace", "gen"])
+        .args(args)
+        .arg("-o")
+        .arg(&trace)
+        .assert()
+        .success();
+    trace.to_str().unwrap().to_string()
+}
+
 /// Regression: the `Next:` line dropped `--trace`, `--hardware` and `--model`, so following it
 /// planned the bundled trace for an H100 instead of what the demo had just compared.
 #[test]
 fn the_next_line_replans_what_the_demo_recommended() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.csv");
-    fcp()
-        .args([
-            "trace", "gen", "--source", "wlb-llm", "--docs", "300", "--seed", "5", "-o",
-        ])
-        .arg(&trace)
-        .assert()
-        .success();
-    let trace = trace.to_str().unwrap();
+    let trace = generated_trace(
+        dir.path(),
+        &["--source", "wlb-llm", "--docs", "300", "--seed", "5"],
+    );
+    let trace = trace.as_str();
     let with_trace = format!("--trace {trace}");
     next_line_reproduces(
         dir.path(),
@@ -261,13 +270,8 @@ fn the_demo_under_tp_advises_a_plan_under_tp() {
 #[test]
 fn regression_the_next_line_under_pass_fwd_planned_for_training() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.csv");
-    fcp()
-        .args(["trace", "gen", "--source", "pile", "--seed", "1", "-o"])
-        .arg(&trace)
-        .assert()
-        .success();
-    let trace = trace.to_str().unwrap();
+    let trace = generated_trace(dir.path(), &["--source", "pile", "--seed", "1"]);
+    let trace = trace.as_str();
     next_line_reproduces(
         dir.path(),
         &[

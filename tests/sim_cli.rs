@@ -3,9 +3,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use support::fcp;
+use support::{fcp, json};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -18,11 +17,6 @@ fn plan(dir: &Path, scheme: &str, ranks: u32) -> PathBuf {
         .assert()
         .success();
     out
-}
-
-fn json(cmd: &mut Command) -> Value {
-    let out = cmd.assert().success().get_output().stdout.clone();
-    serde_json::from_slice(&out).expect("valid JSON")
 }
 
 const PLAN_KEYS: &[&str] = &[
@@ -919,19 +913,13 @@ fn one_document(len: u64) -> tempfile::TempDir {
 
 /// `metric` of every row of `fcp compare --trace one.csv --json ARGS`, run in `dir`.
 fn compare_metric(dir: &Path, args: &[&str], metric: &str) -> Vec<f64> {
-    let out = fcp()
-        .current_dir(dir)
-        .args(["compare", "--trace", "one.csv", "--batches", "1", "--json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let rows = json(
+        fcp()
+            .current_dir(dir)
+            .args(["compare", "--trace", "one.csv", "--batches", "1", "--json"])
+            .args(args),
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
+    rows.as_array()
         .unwrap()
         .iter()
         .map(|r| r[metric].as_f64().unwrap())
@@ -940,18 +928,12 @@ fn compare_metric(dir: &Path, args: &[&str], metric: &str) -> Vec<f64> {
 
 /// The scheme parameters of `fcp plan --trace one.csv -o - ARGS`, run in `dir`.
 fn plan_params(dir: &Path, args: &[&str]) -> Value {
-    let out = fcp()
-        .current_dir(dir)
-        .args(["plan", "--trace", "one.csv", "-o", "-"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let plan = json(
+        fcp()
+            .current_dir(dir)
+            .args(["plan", "--trace", "one.csv", "-o", "-"])
+            .args(args),
     );
-    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     plan["scheme"]["params"].clone()
 }
 

@@ -156,7 +156,6 @@ pub fn run(a: CompareArgs) -> Result<()> {
     let opts = CompareOptions {
         schemes: schemes.clone(),
         baseline: a.baseline.clone(),
-        pass: a.pass.into(),
         verify: true,
     };
     let mut rows = compare(&batches, &ctx, &sim, &opts);

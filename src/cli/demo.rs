@@ -100,7 +100,6 @@ pub fn run(a: DemoArgs) -> Result<()> {
         &CompareOptions {
             schemes: schemes.clone(),
             baseline: None,
-            pass,
             // Every plan is checked before its numbers are shown.
             verify: true,
         },

@@ -1,7 +1,9 @@
-//! `auto`: per batch, plan with every candidate scheme, simulate each plan (the passes of the
-//! planning context: forward and backward unless a command judges one pass) and keep the fastest — on the whole layer (attention plus the projections and
-//! MLP, [`crate::sim::LayerCost`]) wherever the model and hardware give its cost, as `hybrid`
-//! does, else on attention; the plan records its `objective`. The one planner that simulates — that is its purpose: the
+//! `auto`: per batch, plan with every candidate scheme, simulate each plan as the planning
+//! context judges (`PlanContext::judge`: forward and backward unless a command judges one
+//! pass, with its recomputation and TP overlap) and keep the fastest — on the whole layer
+//! (attention plus the projections and MLP, [`crate::sim::LayerCost`]) wherever the model and
+//! hardware give its cost, as `hybrid` does, else on attention; the plan records its
+//! `objective`. The one planner that simulates — that is its purpose: the
 //! simulator is the most faithful cost model we have, and a scheme that is best on one batch
 //! (Ulysses when every document is short, `hybrid` on a long tail) is not best on every batch.
 //!

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::planners::{planner_for, PlanContext, SchemeError, SCHEMES};
 use crate::sim::step::{MicroBatch, StepMetrics, StepOptions};
-use crate::sim::{LayerMetrics, PassSel, PlanMetrics, SimError, Simulator};
+use crate::sim::{LayerMetrics, PlanMetrics, SimError, Simulator};
 use crate::trace::Batch;
 
 use super::stats::{mean, percentile};
@@ -17,8 +17,6 @@ pub struct CompareOptions {
     pub schemes: Vec<String>,
     /// Entry the speedup column is measured against (default: the first).
     pub baseline: Option<String>,
-    /// Passes to simulate.
-    pub pass: PassSel,
     /// Run the structural verifier on every plan first; an invalid plan turns its scheme's row
     /// into an error instead of reporting numbers for work that is not attention.
     pub verify: bool,
@@ -307,7 +305,8 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
     })
 }
 
-/// Plan and simulate every scheme on every batch.
+/// Plan and simulate every scheme on every batch, over the passes `ctx` judges plans on
+/// (`ctx.judge.pass`): the passes `auto` and `hybrid` choose by are the passes reported.
 pub fn compare(
     batches: &[Batch],
     ctx: &PlanContext<'_>,
@@ -340,7 +339,7 @@ pub fn compare(
                             .params
                             .get("comm_saving")
                             .and_then(|v| v.as_f64());
-                        sim.simulate(&plan, opts.pass)
+                        sim.simulate(&plan, ctx.judge.pass)
                             .map(|r| (r.metrics, saving))
                             .map_err(|e| format!("batch {}: {e}", b.index))
                     })
@@ -562,7 +561,6 @@ mod tests {
         let opts = CompareOptions {
             schemes: vec!["ulysses".into(), "zigzag".into()],
             baseline: None,
-            pass: PassSel::Both,
             verify: true,
         };
         let rows = compare(&batches, &ctx, &sim, &opts);

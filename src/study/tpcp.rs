@@ -250,7 +250,6 @@ pub fn run_tpcp(
             &CompareOptions {
                 schemes: opts.schemes.clone(),
                 baseline: None,
-                pass: opts.pass,
                 verify: true,
             },
         );

@@ -9,9 +9,9 @@
 //! Two LPT passes: (1) each cut document's units, grouped — the whole document while it weighs
 //! at most [`SEGMENT`] × a node's mean load, else consecutive runs of its units up to that
 //! weight, never ending between the two halves of a broken zig-zag pair — and every other
-//! unit alone, heaviest first to the least-loaded node with room
-//! (`gpus_per_node × cap` tokens) — a group no node has room for is placed pair by pair, then
-//! unit by unit, at the margin block by block, and a block cut across nodes as FCP's LPT cuts across ranks; (2)
+//! unit alone, heaviest first to the least-loaded node with room (`gpus_per_node × cap`
+//! tokens) — a group no node has room for is placed pair by pair, then unit by unit, at the
+//! margin block by block, and a block cut across nodes as FCP's LPT cuts across ranks; (2)
 //! FCP's LPT over each node's units and ranks, under the per-rank cap.
 //!
 //! **Filling to the target** (`fill`). When the batch fills its budget every node must take
@@ -99,6 +99,12 @@ fn twin_slices(
         }
     }
     out
+}
+
+/// Unit `i` of [`place_on_nodes`]' index space: `units[i]`, or beyond them a broken pair's
+/// half in `halves`.
+fn indexed<'a>(units: &'a [Unit], halves: &'a [Unit], i: usize) -> &'a Unit {
+    units.get(i).unwrap_or_else(|| &halves[i - units.len()])
 }
 
 /// Place `units` on `ranks` ranks of `gpus_per_node` per node under `cap` tokens per rank:
@@ -239,23 +245,12 @@ fn place_on_nodes(
     let limit = SEGMENT * mean;
     // Index i < units.len() is units[i]; beyond, a pair broken at the margin (`halves`).
     let mut halves: Vec<Unit> = Vec::new();
-    let at = |halves: &[Unit], i: usize| -> Unit {
-        if i < units.len() {
-            units[i].clone()
-        } else {
-            halves[i - units.len()].clone()
-        }
-    };
+    let at = |halves: &[Unit], i: usize| -> Unit { indexed(units, halves, i).clone() };
     let unit_of = |halves: &[Unit], i: usize| -> (f64, u64) {
-        let u = units.get(i).unwrap_or_else(|| &halves[i - units.len()]);
+        let u = indexed(units, halves, i);
         (u.weight, u.tokens())
     };
-    let origin_of = |halves: &[Unit], i: usize| {
-        units
-            .get(i)
-            .unwrap_or_else(|| &halves[i - units.len()])
-            .origin
-    };
+    let origin_of = |halves: &[Unit], i: usize| indexed(units, halves, i).origin;
     let weight =
         |halves: &[Unit], g: &[usize]| g.iter().map(|&i| unit_of(halves, i).0).sum::<f64>();
     let tokens =
