@@ -50,7 +50,8 @@ fn main() {
                         let plan = fcp.plan(batch, &ctx).expect("a head-parallel plan");
                         let took = start.elapsed().as_secs_f64() * 1e3;
                         let mut cm = ComputeModel::new(hw, &profile, model);
-                        let estimate = hybrid::estimate(&plan, &ctx, &mut cm).expect("estimate");
+                        let estimate =
+                            hybrid::estimate(&plan, &ctx, &mut cm, None).expect("estimate");
                         let m = sim
                             .simulate(&plan, PassSel::Both)
                             .expect("simulation")

@@ -110,8 +110,10 @@ class Timer:
 def measure(backend, timer, device, dtype, hq, hk, d, mask, pas, docs, warmup, iters):
     """Median seconds of one launch over `docs` [(q_len, kv_len)], run one document after
     the other as the replay runs a step's pieces; returns (seconds, FLOPs)."""
-    gen = torch.Generator(device="cpu").manual_seed(11)
-    mk = lambda *s: torch.randn(*s, generator=gen).to(device=device, dtype=dtype)
+    # Generated on the device: the CPU's one-threaded randn took about 110 s of a GPU grid
+    # (review before the first GPU session).
+    gen = torch.Generator(device=device).manual_seed(11)
+    mk = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)
     data = []
     for q, kv in docs:
         qt, kt, vt, do = mk(q, hq, d), mk(kv, hk, d), mk(kv, hk, d), mk(q, hq, d)
@@ -198,48 +200,59 @@ def main(argv=None):
         raise SystemExit("error: --varlen-docs takes one document count per profile (fcp keys varlen rows "
                          "by length alone); run once per count with its own -o")
     rows, start = [], time.monotonic()
-    for d in dims:
-        for pas in passes:
-            for mask in masks:
-                series = [(False, None)] + [(True, n) for n in vdocs]
-                for varlen, n in series:
-                    seen = set()
-                    for L in lens:
-                        if a.max_seconds and time.monotonic() - start > a.max_seconds:
-                            print(f"calibrate: --max-seconds reached; {len(rows)} rows", file=sys.stderr)
-                            break
-                        if varlen:
-                            if L // n < 1:
-                                continue
-                            docs = [(L // n, L // n)] * n
-                            q_len = kv_len = (L // n) * n
-                            # n documents of L // n tokens: two lengths can round to one.
-                            if q_len in seen:
-                                print(f"calibrate: --lens {L} with {n} documents rounds to {q_len}, "
-                                      f"already measured; skipped", file=sys.stderr)
-                                continue
-                            seen.add(q_len)
-                        else:
-                            q_len, kv_len = L, max(1, round(L * a.kv_ratio))
-                            docs = [(q_len, kv_len)]
-                        secs, flops = measure(backend, timer, device, dtype, a.q_heads, a.kv_heads, d, mask, pas,
-                                              docs, a.warmup, a.iters)
-                        tflops = flops / secs / 1e12
-                        shape = f"{n} docs x {q_len // n}" if varlen else "batch 1"
-                        source = (f"scripts/calibrate.py on {dev_name}; {backend.name} {a.dtype}; {versions}; "
-                                  f"GQA {a.q_heads}:{a.kv_heads}; {shape}; median of {a.iters}; {today}")
-                        rows.append((pas, mask, d, "true" if varlen else "false", "total", q_len, kv_len,
-                                     f"{tflops:.6g}", source))
-                        print(f"{pas} {mask} hd{d} {'varlen ' + str(n) + ' docs' if varlen else 'dense'} "
-                              f"{q_len}x{kv_len}: {secs * 1e3:.3f} ms, {tflops:.4g} TFLOP/s", file=sys.stderr)
+    # Every dense series before any varlen one (the simulator prices dense rows), so a grid cut
+    # short by --max-seconds keeps the rows fcp reads.
+    series = [(False, None)] + [(True, n) for n in vdocs]
+    grid = [(varlen, n, d, pas, mask) for varlen, n in series for d in dims for pas in passes for mask in masks]
+    stopped = False
+    for varlen, n, d, pas, mask in grid:
+        if stopped:
+            break
+        seen = set()
+        for L in lens:
+            if a.max_seconds and time.monotonic() - start > a.max_seconds:
+                print(f"calibrate: --max-seconds reached; {len(rows)} rows", file=sys.stderr)
+                stopped = True
+                break
+            if varlen:
+                if L // n < 1:
+                    continue
+                docs = [(L // n, L // n)] * n
+                q_len = kv_len = (L // n) * n
+                # n documents of L // n tokens: two lengths can round to one.
+                if q_len in seen:
+                    print(f"calibrate: --lens {L} with {n} documents rounds to {q_len}, "
+                          f"already measured; skipped", file=sys.stderr)
+                    continue
+                seen.add(q_len)
+            else:
+                q_len, kv_len = L, max(1, round(L * a.kv_ratio))
+                docs = [(q_len, kv_len)]
+            secs, flops = measure(backend, timer, device, dtype, a.q_heads, a.kv_heads, d, mask, pas,
+                                  docs, a.warmup, a.iters)
+            tflops = flops / secs / 1e12
+            shape = f"{n} docs x {q_len // n}" if varlen else "batch 1"
+            source = (f"scripts/calibrate.py on {dev_name}; {backend.name} {a.dtype}; {versions}; "
+                      f"GQA {a.q_heads}:{a.kv_heads}; {shape}; median of {a.iters}; {today}")
+            rows.append((pas, mask, d, "true" if varlen else "false", "total", q_len, kv_len,
+                         f"{tflops:.6g}", source))
+            print(f"{pas} {mask} hd{d} {'varlen ' + str(n) + ' docs' if varlen else 'dense'} "
+                  f"{q_len}x{kv_len}: {secs * 1e3:.3f} ms, {tflops:.4g} TFLOP/s", file=sys.stderr)
+            # The whole file again after every row (atomically): a run killed by a
+            # timeout keeps a complete profile of the rows measured so far.
+            save(a.output, dev_name, versions, today, rows)
     if not rows:
         raise SystemExit("error: no row measured")
+    print(f"calibrate: wrote {len(rows)} rows to {a.output}")
+
+
+def save(path, dev_name, versions, today, rows):
+    """Write the profile CSV of `rows` to `path` (temporary file, then rename)."""
     text = f"# Calibrated by scripts/calibrate.py on {dev_name} ({versions}), {today}\n"
     text += "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source\n"
     for r in rows:
         text += ",".join(str(x) for x in r[:-1]) + ',"' + r[-1].replace('"', "'") + '"\n'
-    write_text(a.output, text)
-    print(f"calibrate: wrote {len(rows)} rows to {a.output}")
+    write_text(path, text)
 
 
 if __name__ == "__main__":

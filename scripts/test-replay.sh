@@ -375,6 +375,28 @@ else
     bad "check-docs.py"; cat "$work"/cd[123].log "$work/cd.md"; rm -f "$probe"
 fi
 
+# The GPU session rehearsed on the CPU, all three stages with their flags, paths and file
+# names (plain PyTorch in float32, 8 × 64-token plans, lengths 32 and 64), so a change that
+# breaks one fails here and not in the one GPU run. validate must not write into the folder
+# the device tool hands back read-only.
+gs="$work/gpu-session"
+gsenv=(GPU_SESSION_DIR="$gs" FCP="$FCP" PYTHON="$PY" GPU_SESSION_DEVICE=cpu GPU_SESSION_TOKENS=64
+    GPU_SESSION_CHECK_TOKENS=32 GPU_SESSION_LENS=32,64 GPU_SESSION_LONG=128 OUT="$gs/out")
+mkdir -p "$gs/out"
+if env "${gsenv[@]}" bash scripts/gpu-session.sh prepare >"$work/gs-prepare.log" 2>&1 &&
+    env "${gsenv[@]}" bash scripts/gpu-session.sh device >"$work/gs-device.log" 2>&1 &&
+    ! grep -q "failed (exit" "$work/gs-device.log" &&
+    [[ $(grep -c "PASS; wrote .*/checks/" "$work/gs-device.log") -eq 3 ]] &&
+    (cd "$gs/out" && find . | sort >"$work/gs-before") &&
+    env "${gsenv[@]}" bash scripts/gpu-session.sh validate "$gs/out" >"$work/gs-validate.log" 2>&1 &&
+    (cd "$gs/out" && find . | sort | cmp -s - "$work/gs-before") &&
+    [[ $(grep -c "compute per rank: mean" "$work/gs-validate.log") -eq 6 ]] &&
+    [[ $(grep -c "lookup .* TFLOP/s, measured [0-9]" "$work/gs-validate.log") -eq 4 ]]; then
+    ok "gpu-session.sh rehearsed on the CPU: prepare, device (checks pass, calibrate, replays, long rows), validate (6 comparisons, DIR untouched)"
+else
+    bad "gpu-session.sh rehearsal"; cat "$work"/gs-*.log
+fi
+
 t2=$(date +%s)
 echo "replay tests: install/check $((t1 - t0)) s, tests $((t2 - t1)) s"
 echo "replay: $pass passed, $fail failed"

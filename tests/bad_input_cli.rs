@@ -1031,3 +1031,27 @@ fn an_endless_binary_input_is_refused_at_once_wherever_it_is_given() {
             .stderr(predicates::str::contains(says));
     }
 }
+
+/// `fcp sweep --threads 100000` spent minutes setting up thread stacks, panicked in one and
+/// hung; a count beyond 1024 (or 0) is now refused before anything is read or written.
+#[test]
+fn regression_a_sweep_with_a_hundred_thousand_threads_hung() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for n in ["100000", "0"] {
+        fcp()
+            .args([
+                "sweep",
+                "no-such-config.toml",
+                "--quiet",
+                "--threads",
+                n,
+                "-o",
+            ])
+            .arg(&out)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("1..=1024"));
+        assert!(!out.exists());
+    }
+}

@@ -149,6 +149,38 @@ fn the_compute_gate_fails_when_nothing_was_measured() {
         ));
 }
 
+/// One rank measured at 0 ms (its timing broke, or it recorded nothing) had no relative error,
+/// was left out of the mean, and `--max-compute-error` passed on the other ranks.
+#[test]
+fn regression_a_rank_measured_at_zero_passed_the_compute_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path());
+    let sim = simulate(&p, "both");
+    let mut m = synthetic(&p, &sim, 1.0, "both");
+    let rank = &mut m["ranks"][2];
+    rank["compute_ms"] = json!(0.0);
+    for pass in rank["passes"].as_array_mut().unwrap() {
+        pass["compute_ms"] = json!(0.0);
+        for step in pass["steps"].as_array_mut().unwrap() {
+            step["compute_ms"] = json!(0.0);
+        }
+    }
+    let path = dir.path().join("one-zero.json");
+    std::fs::write(&path, m.to_string()).unwrap();
+    fcp()
+        .args(["validate", "--plan"])
+        .arg(&p)
+        .arg("--measured")
+        .arg(&path)
+        .args(["--max-compute-error", "0.1"])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains(
+            "(3 values, 1 measured 0 ms where simulated > 0)",
+        ))
+        .stderr(predicates::str::contains("measures 0 ms on 1 rank(s)"));
+}
+
 #[test]
 fn bad_measurements_exit_2_with_a_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -143,10 +143,13 @@ class SdpaAttention:
         ob = o_eq.transpose(0, 1).unsqueeze(0)
         lseb = lse.float().transpose(0, 1).unsqueeze(0).contiguous()
         L, S = q.shape[0], k.shape[0]
-        empty = torch.empty(0, device=q.device, dtype=torch.int64)
+        # cum_seq_q/k undefined (None), as the forward returns them for a dense batch: any
+        # defined tensor, even an empty one, selects the varlen kernel, which refuses int64
+        # offsets, and the self-test then fell back to the plain backend (review before the
+        # first GPU session).
         seed = torch.zeros((), dtype=torch.int64, device=q.device)
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-            dob, qb, kb, vb, ob, lseb, empty, empty, L, S, 0.0, causal, seed, seed, scale=scale
+            dob, qb, kb, vb, ob, lseb, None, None, L, S, 0.0, causal, seed, seed, scale=scale
         )
         dq = dq[0].transpose(0, 1).float()
         dk = dk[0].transpose(0, 1).float()

@@ -527,8 +527,8 @@ impl StepArgs {
 pub struct LeverArgs {
     /// With --micro-batches: the order each replica runs its micro-batches in. `stream` as
     /// the data arrives; `hill` lightest at both ends and heaviest in the middle, each next
-    /// to the ones most like it, which usually stalls a 1F1B pipeline less; the answer says
-    /// when the other order is faster (docs/cost-model.md § Training step).
+    /// to the ones most like it, which usually stalls a 1F1B pipeline less; `tpcp`'s answer
+    /// says when the other order is faster (docs/cost-model.md § Training step).
     #[arg(long, value_enum, requires = "micro_batches")]
     micro_batch_order: Option<OrderArg>,
     /// With --micro-batches: how the step's DP × M windows are dealt to the --dp replicas.

@@ -180,8 +180,14 @@ pub fn run(a: DemoArgs) -> Result<()> {
             simulate_flags += " --tp-overlap";
         }
     }
+    // The figures above are means over the batches; the plan is of one (bug hunt: the advice
+    // reproduced a different number with nothing saying why).
+    let which = match batches.len() {
+        1 => String::new(),
+        n => format!(" (that plans batch 0 of the {n} above: add `--batch K` for another)"),
+    };
     outln!(
-        "Next: `fcp plan --scheme {} --ranks {}{plan_flags} -o plan.json`, then `fcp simulate plan.json{simulate_flags}` for per-rank detail.",
+        "Next: `fcp plan --scheme {} --ranks {}{plan_flags} -o plan.json`, then `fcp simulate plan.json{simulate_flags}` for per-rank detail{which}.",
         best.scheme, a.ranks
     );
     Ok(())

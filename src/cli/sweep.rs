@@ -21,10 +21,15 @@ pub struct SweepArgs {
     /// No progress bar (it is also hidden when stderr is not a terminal).
     #[arg(long, short)]
     quiet: bool,
-    /// Worker threads (default: rayon's, i.e. RAYON_NUM_THREADS or one per core).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Worker threads, 1 to 1024 (default: rayon's, i.e. RAYON_NUM_THREADS or one per core).
+    /// Bounded: 100,000 threads exhausted memory setting up their stacks and hung (bug hunt).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=MAX_THREADS))]
+    threads: Option<u16>,
 }
+
+/// The most worker threads `--threads` takes: far more than any machine has cores, far fewer
+/// than exhaust memory with their stacks.
+const MAX_THREADS: i64 = 1024;
 
 /// A progress bar on a terminal, nothing otherwise.
 pub fn progress_bar(quiet: bool) -> ProgressBar {
@@ -51,7 +56,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let start = std::time::Instant::now();
     let outcome = match a.threads {
         Some(n) => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
+            .num_threads(n.into())
             .build()?
             .install(|| run_sweep(&cfg, Some(&a.output), &on))?,
         None => run_sweep(&cfg, Some(&a.output), &on)?,

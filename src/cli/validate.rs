@@ -57,13 +57,21 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     if let Some(limit) = a.max_compute_error {
         // A gate that cannot check fails, as `fcp regress` does on a cell it cannot evaluate.
         // Regression: a measurement with every compute time 0 passed it.
-        let Some(rc) = report.summary.rank_compute else {
+        let Some(rc) = report.summary.rank_compute.filter(|rc| rc.n > 0) else {
             eprintln!(
                 "per-rank compute: {} measures no compute time, so --max-compute-error cannot be checked",
                 a.measured.display()
             );
             return Err(Exit(1).into());
         };
+        if rc.zero_measured > 0 {
+            eprintln!(
+                "per-rank compute: {} measures 0 ms on {} rank(s) where the simulation computes, so --max-compute-error cannot be checked there",
+                a.measured.display(),
+                rc.zero_measured
+            );
+            return Err(Exit(1).into());
+        }
         if rc.mean > limit {
             eprintln!(
                 "per-rank compute: mean relative error {:.1}% exceeds --max-compute-error {:.1}%",
@@ -84,8 +92,15 @@ fn stats(s: Option<ErrorStats>) -> String {
     s.map_or_else(
         || "not measured".to_string(),
         |s| {
+            let zero = match s.zero_measured {
+                0 => String::new(),
+                z => format!(", {z} measured 0 ms where simulated > 0"),
+            };
+            if s.n == 0 {
+                return format!("not measured{zero}");
+            }
             format!(
-                "mean {:.1}% · max {:.1}% ({} values)",
+                "mean {:.1}% · max {:.1}% ({} values{zero})",
                 100.0 * s.mean,
                 100.0 * s.max,
                 s.n

@@ -4,24 +4,20 @@
 //! times messages by it and the verifier's progress check follows the same rule, so both say
 //! alike whether a plan can run to its end.
 
-use crate::hashing::FastMap;
-
-use super::{Plan, RunIndex, TransferTensor};
+use super::{DocRuns, Plan, TransferTensor};
 
 /// Per transfer of `plan`, in order: whether it forwards received data. An output return never
 /// does (its sender computed it).
 pub(crate) fn forwarding(plan: &Plan) -> Vec<bool> {
     // What each rank holds before any transfer: its input layout, or what it owns.
-    let held: Vec<FastMap<u32, RunIndex<()>>> = (0..plan.ranks.len())
+    let held: Vec<DocRuns<()>> = (0..plan.ranks.len())
         .map(|r| {
-            let mut by_doc: FastMap<u32, Vec<(u64, u64, ())>> = FastMap::default();
-            for o in plan.initial(r) {
-                by_doc.entry(o.doc).or_default().push((o.start, o.end, ()));
-            }
-            by_doc
-                .into_iter()
-                .map(|(d, runs)| (d, RunIndex::new(runs)))
-                .collect()
+            DocRuns::new(
+                plan.initial(r)
+                    .iter()
+                    .map(|o| (o.doc, o.start, o.end, ()))
+                    .collect(),
+            )
         })
         .collect();
     plan.transfers
@@ -29,10 +25,9 @@ pub(crate) fn forwarding(plan: &Plan) -> Vec<bool> {
         .map(|t| {
             t.tensor != TransferTensor::Out
                 && !held.get(t.src as usize).is_some_and(|h| {
-                    t.ranges.iter().all(|r| {
-                        h.get(&r.doc)
-                            .is_some_and(|runs| runs.covers(r.start, r.end))
-                    })
+                    t.ranges
+                        .iter()
+                        .all(|r| h.get(r.doc).is_some_and(|runs| runs.covers(r.start, r.end)))
                 })
         })
         .collect()

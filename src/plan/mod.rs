@@ -22,6 +22,6 @@ pub use numeric::{
     check_numeric, NumericOptions, NumericReport, NumericTooLarge, NUMERIC_MAX_DOC_BYTES,
     NUMERIC_MAX_PAIRS,
 };
-pub(crate) use runs::RunIndex;
+pub(crate) use runs::{DocRuns, RunIndex};
 pub use summary::{imbalance, max_over_mean, summarize, transfer_bytes, PlanSummary, RankLoad};
 pub use verify::{verify, Violation, ViolationKind, MAX_GRAD_BYTES, MAX_PAD_SLOTS};

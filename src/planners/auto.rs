@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::plan::{verify, Plan, PlanError};
-use crate::sim::{ComputeModel, LayerCost, Simulator};
+use crate::sim::{ComputeModel, Simulator};
 use crate::trace::Batch;
 
 use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
@@ -147,7 +147,7 @@ impl Planner for Auto {
             None
         };
         // The objective is `hybrid`'s: the whole layer wherever its cost is known.
-        let layer = LayerCost::new(ctx.hardware, ctx.model).ok();
+        let layer = hybrid::judged_layer(ctx).ok();
         let mut scorer = match &profile {
             Some(profile) => Scorer::Estimate(ComputeModel::new(ctx.hardware, profile, ctx.model)),
             None => {
@@ -200,10 +200,8 @@ impl Planner for Auto {
                 continue;
             }
             let t = match &mut scorer {
-                Scorer::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm) {
-                    Ok(seconds) => {
-                        (seconds + hybrid::linear_s(&plan, layer.as_ref(), ctx.judge.pass)) * 1e3
-                    }
+                Scorer::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm, layer.as_ref()) {
+                    Ok(seconds) => seconds * 1e3,
                     Err(_) => continue,
                 },
                 Scorer::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.judge.pass) {
@@ -230,7 +228,7 @@ impl Planner for Auto {
             "attention"
         };
         params.insert("objective".to_string(), objective.into());
-        hybrid::record_judge(&mut params, ctx);
+        hybrid::record_judge(&mut params, ctx, layer.is_some());
         params.insert("verified".to_string(), verified.into());
         let inner = std::mem::take(&mut plan.scheme.params);
         params.insert(

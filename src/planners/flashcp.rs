@@ -618,7 +618,9 @@ pub(crate) fn volumes(
         .max()
         .unwrap_or(0);
     Volumes {
-        eq4_bytes: (per * total as u128 / n64 as u128) as u64,
+        // C/N rounded down, as docs/schemes/flashcp.md says (bug hunt: C/N was exact, so a
+        // batch of 103,495 tokens on 16 ranks recorded a saving of 6.8e-5 for none).
+        eq4_bytes: (per * (total / n64) as u128) as u64,
         eq5_bytes: (per * buffer_tokens as u128) as u64,
         buffer_tokens,
     }

@@ -162,6 +162,9 @@ fn eq4_eq5_by_hand() {
     let v = volumes(&lens, &shards, Mask::Full, 4, kvb);
     assert_eq!((v.eq5_bytes, v.buffer_tokens), (480, 8));
     assert_eq!(v.saving(), 0.0);
+    // C/N is rounded down: 35 tokens on 4 ranks count as 8 each (not 8.75), 480 B again.
+    let v = volumes(&[19, 8, 8], &shards, Mask::Causal, 4, kvb);
+    assert_eq!(v.eq4_bytes, 480);
     // Splitting doc 2 as well puts its prefix in rank 1's buffer: 8 tokens, no saving.
     let mut more = shards.clone();
     more[4] = sh(2, 0, 4, 1);

@@ -20,10 +20,10 @@ use rayon::prelude::*;
 
 use crate::hardware::Pass;
 use crate::plan::{Plan, PlanError, TokenRange, TransferTensor};
-use crate::sim::{ComputeModel, LayerCost, PassSel, Simulator};
+use crate::sim::{ComputeModel, LinearEstimate, PassSel, Simulator};
 use crate::trace::Batch;
 
-use super::fcp::{block_hint, block_pairs, blocks, node_heads, Fcp};
+use super::fcp::{block_hint, block_pairs, blocks, node_heads, Distribution, Fcp};
 use super::{
     limit_json, param_bool, param_non_negative, param_positive, PlanContext, Planner, SchemeError,
     SchemeSpec, MAX_PLAN_ITEMS,
@@ -241,13 +241,13 @@ impl Hybrid {
 
     /// The whole layer's cost when it is the objective ([`Hybrid::layer`]); an error when
     /// `layer=true` but the model or hardware lacks it.
-    pub fn objective(&self, ctx: &PlanContext<'_>) -> Result<Option<LayerCost>, PlanError> {
+    pub fn objective(&self, ctx: &PlanContext<'_>) -> Result<Option<LinearEstimate>, PlanError> {
         match self.layer {
             Some(false) => Ok(None),
-            Some(true) => LayerCost::new(ctx.hardware, ctx.model)
+            Some(true) => judged_layer(ctx)
                 .map(Some)
                 .map_err(|e| PlanError::Planning(format!("hybrid: layer=true: {e}"))),
-            None => Ok(LayerCost::new(ctx.hardware, ctx.model).ok()),
+            None => Ok(judged_layer(ctx).ok()),
         }
     }
 
@@ -261,7 +261,7 @@ impl Hybrid {
         batch: &Batch,
         ctx: &PlanContext<'_>,
         keep: Option<usize>,
-        layer: Option<&LayerCost>,
+        layer: Option<&LinearEstimate>,
         fcp_default: bool,
     ) -> Result<Candidates, PlanError> {
         let all: &[u64] = if self.quick {
@@ -370,8 +370,7 @@ impl Hybrid {
             .par_iter()
             .map(|fcp| fcp.distribute(batch, ctx))
             .collect();
-        let mut placements = Vec::new();
-        let mut seen = Vec::new();
+        let mut placements: Vec<(f64, Fcp, Distribution)> = Vec::new();
         for (fcp, dist) in specs.into_iter().zip(dists) {
             let dist = match dist {
                 Ok(d) => d,
@@ -386,18 +385,20 @@ impl Hybrid {
             } else {
                 fcp.split_limit
             };
-            let key = (
-                fcp.block,
-                fcp.whole,
-                split_limit.to_bits(),
-                fcp.rebalance,
-                fcp.rebalance_pairs,
-                fcp.rebalance_in_node,
-            );
-            if seen.contains(&key) {
+            // Parameters that place nothing differently (a block size when every document
+            // stays whole, rebalance variants with nothing to exchange, a split limit that
+            // splits nothing) give the same pieces on the same ranks: the traffic repair and
+            // the build would make the same plan again, so the first such spec stands for all.
+            // (300,000 one-token documents on 64 ranks built 44 candidates, 40 of them repeats.)
+            let same = |(_, f, d): &(f64, Fcp, Distribution)| {
+                f.build_key() == fcp.build_key()
+                    && d.cap == dist.cap
+                    && d.assignment.item_rank == dist.assignment.item_rank
+                    && d.assignment.items == dist.assignment.items
+            };
+            if placements.iter().any(same) {
                 continue;
             }
-            seen.push(key);
             let bound = dist.assignment.loads.iter().copied().fold(0.0, f64::max);
             placements.push((bound, Fcp { split_limit, ..fcp }, dist));
         }
@@ -437,8 +438,7 @@ impl Hybrid {
                             };
                             let plan =
                                 fcp.build(batch, ctx, &dist.assignment.owned, dist.cap, |_| {});
-                            let seconds = estimate(&plan, ctx, &mut cm)?
-                                + linear_s(&plan, layer, ctx.judge.pass);
+                            let seconds = estimate(&plan, ctx, &mut cm, layer)?;
                             let score = Score { seconds, fcp };
                             Ok((score, plan))
                         })
@@ -461,8 +461,7 @@ impl Hybrid {
             .map(|fcp| {
                 let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
                 let plan = fcp.plan(batch, ctx)?;
-                let seconds =
-                    estimate(&plan, ctx, &mut cm)? + linear_s(&plan, layer, ctx.judge.pass);
+                let seconds = estimate(&plan, ctx, &mut cm, layer)?;
                 Ok((Score { seconds, fcp }, plan))
             })
             .collect();
@@ -668,17 +667,23 @@ pub fn objective_ms(m: &crate::sim::PlanMetrics) -> f64 {
 }
 
 /// Record in a plan's parameters how it was judged where that is not the default: the pass
-/// (`objective_pass`), the recomputation (`objective_recompute`) and TP overlap
-/// (`objective_tp_overlap`).
-pub fn record_judge(params: &mut BTreeMap<String, serde_json::Value>, ctx: &PlanContext<'_>) {
+/// (`objective_pass`), and where the whole layer was judged (`layer`) the recomputation
+/// (`objective_recompute`) and TP overlap (`objective_tp_overlap`, with TP only). Bug hunt:
+/// plans judged by attention alone, or at TP 1, recorded a recomputation or an overlap that
+/// changed nothing in them.
+pub fn record_judge(
+    params: &mut BTreeMap<String, serde_json::Value>,
+    ctx: &PlanContext<'_>,
+    layer: bool,
+) {
     let j = ctx.judge;
     if j.pass != PassSel::Both {
         params.insert("objective_pass".to_string(), j.pass.name().into());
     }
-    if !j.recompute.is_off() {
+    if layer && !j.recompute.is_off() {
         params.insert("objective_recompute".to_string(), j.recompute.name().into());
     }
-    if j.tp_overlap {
+    if layer && j.tp_overlap && ctx.model.tp > 1 {
         params.insert("objective_tp_overlap".to_string(), true.into());
     }
 }
@@ -714,15 +719,15 @@ pub fn objective_of(
     }
 }
 
-/// Seconds of token-linear work (over `pass`) on the rank with the most tokens: what
-/// the whole-layer objective adds to a candidate's attention estimate (0 without one).
-pub fn linear_s(plan: &Plan, layer: Option<&LayerCost>, pass: PassSel) -> f64 {
-    let Some(cost) = layer else {
-        return 0.0;
-    };
-    let per_token = cost.flops_per_token(pass.passes());
-    let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
-    cost.ns(most, per_token) as f64 * 1e-9
+/// The whole layer as `ctx` judges it ([`crate::planners::Judge`]: recomputation, TP
+/// overlap), for the estimates; an error names what the layer's cost lacks.
+pub fn judged_layer(ctx: &PlanContext<'_>) -> Result<LinearEstimate, crate::sim::SimError> {
+    LinearEstimate::new(
+        ctx.hardware,
+        ctx.model,
+        ctx.judge.recompute,
+        ctx.judge.tp_overlap,
+    )
 }
 
 /// Whole-document attention weight of every document (seconds, forward + backward), from the
@@ -764,7 +769,18 @@ pub fn estimate(
     plan: &Plan,
     ctx: &PlanContext<'_>,
     cm: &mut ComputeModel<'_>,
+    layer: Option<&LinearEstimate>,
 ) -> Result<f64, PlanError> {
+    let judged = ctx.judge.pass.passes();
+    let linear = match layer {
+        Some(l) => {
+            let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
+            l.seconds(most, judged)
+                .map_err(|e| PlanError::Planning(format!("hybrid: layer cost: {e}")))?
+        }
+        None => 0.0,
+    };
+    let passes = layer.map_or(judged.to_vec(), |l| l.attention_passes(judged));
     let hw = ctx.hardware;
     let n = plan.num_ranks as usize;
     let steps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0);
@@ -830,8 +846,8 @@ pub fn estimate(
             due[(t.arrive_by as usize).min(steps)].push(i);
         }
     }
-    let mut total = 0.0;
-    for &pass in ctx.judge.pass.passes() {
+    let mut total = linear;
+    for &pass in &passes {
         let mut compute = vec![vec![0.0f64; steps]; n];
         for rp in &plan.ranks {
             for (s, st) in rp.steps.iter().enumerate() {
@@ -1037,7 +1053,7 @@ impl Planner for Hybrid {
             }
             .into(),
         );
-        record_judge(&mut params, ctx);
+        record_judge(&mut params, ctx, layer.is_some());
         params.insert(
             "max_rank_tokens".to_string(),
             plan.tokens_per_rank().into_iter().max().unwrap_or(0).into(),
@@ -1089,6 +1105,79 @@ mod tests {
             })
         };
         assert_eq!(plan_with(1), plan_with(3));
+    }
+
+    /// 2,000 documents of 16 tokens on 8 ranks: every document stays whole, and no rebalance
+    /// variant or split limit has anything to move, so the four variants of each block size
+    /// placed them alike and each was repaired, built and estimated again (21 placements; 30
+    /// of the 44 candidates of 300,000 one-token documents at 64 ranks were repeats).
+    #[test]
+    fn regression_specs_that_placed_alike_were_built_again() {
+        let batch = Batch::new(0, vec![16; 2000]);
+        with(8, 32768, Mask::Causal, |ctx| {
+            let h = Hybrid {
+                layer: Some(false),
+                ..Hybrid::default()
+            };
+            let c = h.candidates(&batch, ctx).unwrap();
+            // One row-cut placement per block size (its packs of short documents differ),
+            // and FCP's own default (other build parameters); not one per rebalance variant.
+            assert_eq!(c.placements, BLOCKS_SMALL_GROUPS.len() + 1);
+            // (FCP's default contends whatever it builds: it is simulated on its own.)
+            let searched: Vec<_> = c.built.iter().filter(|c| !c.0.is_fcp_default()).collect();
+            for (i, a) in searched.iter().enumerate() {
+                for b in &searched[..i] {
+                    assert!(
+                        a.1.ranks != b.1.ranks || a.1.transfers != b.1.transfers,
+                        "{:?} built the plan of {:?} again",
+                        a.0.fcp,
+                        b.0.fcp
+                    );
+                }
+            }
+        });
+    }
+
+    /// The estimate (hybrid's pruning, budgeted auto) priced the layer without recomputation
+    /// while the plan recorded `objective_recompute`: under `--recompute full` it now adds the
+    /// forward pass the backward pass reruns, attention and token-linear work alike, and the
+    /// plan records the recomputation only where the layer was judged.
+    #[test]
+    fn regression_the_estimate_ignored_recomputation() {
+        use crate::model::Recompute;
+        use crate::planners::Judge;
+        let batch = Batch::new(0, vec![20_000, 9_000, 3_000]);
+        with(4, 8192, Mask::Causal, |ctx| {
+            let judged = |pass, recompute| PlanContext {
+                judge: Judge {
+                    pass,
+                    recompute,
+                    tp_overlap: false,
+                },
+                ..ctx.clone()
+            };
+            let plan = Fcp::default().plan(&batch, ctx).unwrap();
+            let profile = ctx.hardware.kernel_profile().unwrap();
+            let est = |c: &PlanContext<'_>| {
+                let mut cm = ComputeModel::new(c.hardware, &profile, c.model);
+                estimate(&plan, c, &mut cm, Some(&judged_layer(c).unwrap())).unwrap()
+            };
+            let full = est(&judged(PassSel::Both, Recompute::Full));
+            let none = est(&judged(PassSel::Both, Recompute::None));
+            let fwd = est(&judged(PassSel::Fwd, Recompute::None));
+            assert!((full - none - fwd).abs() < 1e-9, "{full} − {none} vs {fwd}");
+            // Recorded where the layer is judged, not by attention alone.
+            let c = judged(PassSel::Both, Recompute::Full);
+            let layer = Hybrid::default().plan(&batch, &c).unwrap();
+            assert_eq!(layer.scheme.params["objective_recompute"], "full");
+            let attention = Hybrid {
+                layer: Some(false),
+                ..Hybrid::default()
+            }
+            .plan(&batch, &c)
+            .unwrap();
+            assert!(!attention.scheme.params.contains_key("objective_recompute"));
+        });
     }
 
     #[test]

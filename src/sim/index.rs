@@ -2,28 +2,17 @@
 //! a range, and whether a rank owns a range. Built once per plan so a query costs a binary
 //! search instead of a scan over every task.
 
-use crate::hashing::FastMap;
-use crate::plan::{Delivery, Plan, RunIndex, TokenRange, TransferTensor};
+use crate::plan::{Delivery, DocRuns, Plan, TokenRange, TransferTensor};
 
 /// Ranges read (or owned) on one rank, per document: `(start, end, step)` runs.
-type Runs = RunIndex<u32>;
-
-/// Per rank: the runs of each document, gathered before they are indexed.
-type Gathered = Vec<FastMap<u32, Vec<(u64, u64, u32)>>>;
-
-fn index(gathered: Gathered) -> Vec<FastMap<u32, Runs>> {
-    gathered
-        .into_iter()
-        .map(|m| m.into_iter().map(|(d, r)| (d, RunIndex::new(r))).collect())
-        .collect()
-}
+type Runs = DocRuns<u32>;
 
 /// Per rank and document: the query ranges and key/value ranges its tasks read, with their
 /// steps, and the ranges it owns.
 pub struct PlanIndex {
-    q: Vec<FastMap<u32, Runs>>,
-    kv: Vec<FastMap<u32, Runs>>,
-    owned: Vec<FastMap<u32, Runs>>,
+    q: Vec<Runs>,
+    kv: Vec<Runs>,
+    owned: Vec<Runs>,
     /// [`PlanIndex::use_steps`] of each delivery.
     uses: Vec<Option<(u32, u32)>>,
     /// Per transfer: whether it forwards received data ([`crate::plan::forwarding`]), worked
@@ -34,29 +23,28 @@ pub struct PlanIndex {
 impl PlanIndex {
     /// Index `plan`.
     pub fn new(plan: &Plan) -> Self {
-        let n = plan.ranks.len();
-        let empty = || -> Gathered { (0..n).map(|_| FastMap::default()).collect() };
-        let (mut q, mut kv, mut owned) = (empty(), empty(), empty());
-        for (r, rp) in plan.ranks.iter().enumerate() {
+        let (mut q, mut kv, mut owned) = (Vec::new(), Vec::new(), Vec::new());
+        for rp in &plan.ranks {
+            let (mut rq, mut rkv) = (Vec::new(), Vec::new());
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
-                    q[r].entry(t.q.doc)
-                        .or_default()
-                        .push((t.q.start, t.q.end, s as u32));
-                    kv[r]
-                        .entry(t.kv.doc)
-                        .or_default()
-                        .push((t.kv.start, t.kv.end, s as u32));
+                    rq.push((t.q.doc, t.q.start, t.q.end, s as u32));
+                    rkv.push((t.kv.doc, t.kv.start, t.kv.end, s as u32));
                 }
             }
-            for o in &rp.owned {
-                owned[r].entry(o.doc).or_default().push((o.start, o.end, 0));
-            }
+            q.push(DocRuns::new(rq));
+            kv.push(DocRuns::new(rkv));
+            owned.push(DocRuns::new(
+                rp.owned
+                    .iter()
+                    .map(|o| (o.doc, o.start, o.end, 0))
+                    .collect(),
+            ));
         }
         let mut idx = PlanIndex {
-            q: index(q),
-            kv: index(kv),
-            owned: index(owned),
+            q,
+            kv,
+            owned,
             uses: Vec::new(),
             forwards: crate::plan::forwarding(plan),
         };
@@ -107,7 +95,7 @@ impl PlanIndex {
             asks.sort_unstable_by_key(|a| ((a.0 as u64) << 2) | a.1 as u64);
             for chunk in asks.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
                 let (doc, read_as) = (chunk[0].0, chunk[0].1);
-                let Some(runs) = self.reads(rank as u32, read_as).get(&doc) else {
+                let Some(runs) = self.reads(rank as u32, read_as).get(doc) else {
                     continue;
                 };
                 for &(_, _, start, end, d) in chunk {
@@ -118,7 +106,7 @@ impl PlanIndex {
         spans
     }
 
-    fn reads(&self, rank: u32, tensor: TransferTensor) -> &FastMap<u32, Runs> {
+    fn reads(&self, rank: u32, tensor: TransferTensor) -> &Runs {
         if tensor == TransferTensor::Q {
             &self.q[rank as usize]
         } else {
@@ -153,9 +141,9 @@ fn widen<'a>(span: &mut Option<(u32, u32)>, runs: impl Iterator<Item = &'a (u64,
     }
 }
 
-fn covers_all(map: &FastMap<u32, Runs>, ranges: &[TokenRange]) -> bool {
+fn covers_all(map: &Runs, ranges: &[TokenRange]) -> bool {
     ranges.iter().all(|r| {
-        map.get(&r.doc)
+        map.get(r.doc)
             .is_some_and(|runs| runs.covers(r.start, r.end))
     })
 }

@@ -258,6 +258,76 @@ impl<'a> TpComm<'a> {
     }
 }
 
+/// The token-linear part of a layer as a planner's estimate prices it for one rank, without
+/// the engine: the projections and MLP of its tokens, what the backward pass recomputes
+/// (the MLP's forward, or under [`Recompute::Full`] the whole forward pass), and the exposed TP
+/// collectives, over the passes judged. `hybrid` and budgeted `auto` add it to their attention
+/// estimate, so they rank candidates by the layer the command reports (bug hunt: under
+/// `--recompute full` a budgeted `auto` kept Ulysses' plan, 536.917 against wlb-llm's 535.893
+/// ms a layer, while recording that it judged with recomputation).
+pub struct LinearEstimate {
+    cost: LayerCost,
+    /// The TP group's network and NCCL table, when the model is tensor-parallel.
+    tp: Option<(Network, Option<NcclTable>)>,
+}
+
+impl LinearEstimate {
+    /// For `model` on `hw`, recomputing as `recompute` says, TP collectives overlapped when
+    /// `tp_overlap`; an error names what the layer's cost lacks ([`LayerCost::new`]).
+    pub fn new(
+        hw: &Hardware,
+        model: &Model,
+        recompute: Recompute,
+        tp_overlap: bool,
+    ) -> Result<LinearEstimate, SimError> {
+        let cost = LayerCost::with_recompute(hw, model, recompute)?.with_tp_overlap(tp_overlap);
+        let tp = match cost.tp > 1 {
+            true => Some((TpComm::node(hw, cost.tp), hw.nccl_table()?)),
+            false => None,
+        };
+        Ok(LinearEstimate { cost, tp })
+    }
+
+    /// The layer's cost.
+    pub fn cost(&self) -> &LayerCost {
+        &self.cost
+    }
+
+    /// The passes whose attention runs when `passes` are judged: under [`Recompute::Full`] the
+    /// backward pass first reruns the forward pass, attention included.
+    pub fn attention_passes(&self, passes: &[Pass]) -> Vec<Pass> {
+        let mut all = passes.to_vec();
+        if self.cost.reruns_forward() && passes.contains(&Pass::Bwd) {
+            all.push(Pass::Fwd);
+        }
+        all
+    }
+
+    /// Seconds of token-linear work and exposed TP collectives over `passes` on a rank
+    /// holding `tokens` tokens.
+    pub fn seconds(&self, tokens: u64, passes: &[Pass]) -> Result<f64, SimError> {
+        let tp = self
+            .tp
+            .as_ref()
+            .and_then(|(node, nccl)| TpComm::new(&self.cost, node, nccl.as_ref()));
+        let mut ns = 0;
+        for &pass in passes {
+            // What a pass runs, and under full recomputation the forward pass run again.
+            let mut runs = vec![(pass, self.cost.run_flops(pass).total())];
+            if pass == Pass::Bwd && self.cost.reruns_forward() {
+                runs.push((Pass::Fwd, self.cost.run_flops(Pass::Fwd).total()));
+            }
+            for (run, flops) in runs {
+                ns += self.cost.ns(tokens, flops);
+                if let Some(tp) = &tp {
+                    ns += tp.pass_ns(run, tokens, &self.cost)?;
+                }
+            }
+        }
+        Ok(ns as f64 * 1e-9)
+    }
+}
+
 /// One pass of the whole layer; it ends at `outcome.end_ns` ([`LayerPass::end_ns`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerPass {

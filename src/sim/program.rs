@@ -169,6 +169,9 @@ struct Piece {
     issue_at: u32,
     need_by: Option<u32>,
     forwards: bool,
+    /// A gradient (dQ, dK/dV): its sender's contribution to a collective call is ready only
+    /// once every gradient it sends in that call is, so it joins at the latest of them.
+    gradient: bool,
 }
 
 /// The call a gradient of collective `c` goes back in: ids of their own, apart from every
@@ -208,6 +211,11 @@ fn group(pieces: impl IntoIterator<Item = Piece>) -> (Vec<Flow>, Vec<CollectiveO
 struct Member {
     /// Earliest `issue_at` of a piece it sends or receives.
     issue_at: u32,
+    /// Latest `issue_at` of a gradient it sends: when it has one, the member joins then, not
+    /// at `issue_at` (bug hunt: a K/V shard that no step read had its zero dK/dV "done" at
+    /// its arrival, so Llama3 CP's reduce-scatter ran beside the backward compute that
+    /// produced the rest of it; 16 ranks of a wlb-llm batch, backward 22.04 → 30.57 ms).
+    ready: Option<u32>,
     /// Earliest `need_by` of a piece it receives.
     need_by: Option<u32>,
     sent: u64,
@@ -218,6 +226,7 @@ impl Default for Member {
     fn default() -> Self {
         Member {
             issue_at: u32::MAX,
+            ready: None,
             need_by: None,
             sent: 0,
             recv: 0,
@@ -235,7 +244,11 @@ struct Call {
 impl Call {
     fn add(&mut self, p: &Piece) {
         let s = self.members.entry(p.src).or_default();
-        s.issue_at = s.issue_at.min(p.issue_at);
+        if p.gradient {
+            s.ready = Some(s.ready.map_or(p.issue_at, |r| r.max(p.issue_at)));
+        } else {
+            s.issue_at = s.issue_at.min(p.issue_at);
+        }
         s.sent += p.bytes;
         let d = self.members.entry(p.dst).or_default();
         d.issue_at = d.issue_at.min(p.issue_at);
@@ -250,7 +263,7 @@ impl Call {
         let n = self.members.len();
         let largest_piece = self.largest_piece;
         let (members, m): (Vec<u32>, Vec<Member>) = self.members.into_iter().unzip();
-        let issue_at: Vec<u32> = m.iter().map(|x| x.issue_at).collect();
+        let issue_at: Vec<u32> = m.iter().map(|x| x.ready.unwrap_or(x.issue_at)).collect();
         let need_by: Vec<Option<u32>> = m.iter().map(|x| x.need_by).collect();
         let sent: Vec<u64> = m.iter().map(|x| x.sent).collect();
         let recv: Vec<u64> = m.iter().map(|x| x.recv).collect();
@@ -298,6 +311,7 @@ impl Program {
                 issue_at: t.issue_at,
                 need_by: (t.tensor != TransferTensor::Out).then_some(t.arrive_by),
                 forwards: forwards[d.index],
+                gradient: false,
             }
         });
         let (flows, collectives) = group(pieces);
@@ -344,6 +358,7 @@ impl Program {
                         issue_at: t.issue_at,
                         need_by: Some(t.arrive_by),
                         forwards: forwards[i],
+                        gradient: false,
                     };
                     let done = idx.use_steps(d).map_or(t.arrive_by, |(_, last)| last + 1);
                     let kind = match t.kind {
@@ -360,6 +375,7 @@ impl Program {
                         issue_at: done,
                         need_by: None,
                         forwards: false,
+                        gradient: true,
                     };
                     [Some(again), Some(grad)]
                 }
@@ -374,6 +390,7 @@ impl Program {
                         issue_at: 0,
                         need_by: Some(first),
                         forwards: false,
+                        gradient: false,
                     };
                     [Some(d_out), None]
                 }

@@ -463,6 +463,20 @@ impl Fcp {
         assignment.regroup();
     }
 
+    /// What [`Fcp::build`] reads of these parameters besides the placement (pipelining,
+    /// lookahead, solver, coalescing, reshuffler, relay): two specs equal here build the same
+    /// tasks and transfers from the same placement, so a search builds such a pair once.
+    pub fn build_key(&self) -> (bool, u32, bool, u32, bool, bool) {
+        (
+            self.pipeline,
+            self.lookahead,
+            self.solver,
+            self.coalesce_degree(),
+            self.reshuffle,
+            self.relay,
+        )
+    }
+
     /// The communication planner and pipeline (§4.2–4.3) over a given placement: `owned[r]`
     /// are the chunks rank `r` holds, `cap` the token cap they respect. The heuristic and the
     /// ILP cross-check both build their plans here; `extra` adds parameters first.

@@ -255,6 +255,11 @@ fn expand(
         }
     }
     b.param("single_rank_documents", singles_total.into());
+    // Its tiles were merged by the passes judged (`merge_tiles`): a plan says which (bug hunt:
+    // `--pass fwd` planned other tiles and the plan did not say so).
+    if ctx.judge.pass != crate::sim::PassSel::Both {
+        b.param("objective_pass", ctx.judge.pass.name().into());
+    }
     Ok(b.finish())
 }
 
@@ -610,6 +615,36 @@ mod tests {
             .unwrap();
         let (heads, ulysses) = (time(&plan), time(&ulysses));
         assert!(heads < 1.01 * ulysses, "{heads} vs {ulysses}");
+    }
+
+    /// Tiles are merged by the passes judged, so `--pass fwd` can plan other tiles: the plan
+    /// says so (bug hunt: both plans carried the same parameters).
+    #[test]
+    fn a_plan_merged_for_one_pass_records_it() {
+        let batch = Batch::new(0, vec![262144]);
+        let (model, hw) = (
+            Model::load("llama3-70b").unwrap(),
+            Hardware::load("b200").unwrap(),
+        );
+        let planned = |pass| {
+            let ctx = PlanContext {
+                ranks: 8,
+                tokens_per_rank: 32768,
+                mask: crate::plan::Mask::Causal,
+                model: &model,
+                hardware: &hw,
+                judge: crate::planners::Judge {
+                    pass,
+                    ..Default::default()
+                },
+            };
+            let spec = SchemeSpec::parse("fcp:block=32768,node_heads=true").unwrap();
+            Fcp::from_spec(&spec).unwrap().plan(&batch, &ctx).unwrap()
+        };
+        let fwd = planned(PassSel::Fwd);
+        assert_eq!(fwd.scheme.params["objective_pass"], "fwd");
+        let both = planned(PassSel::Both);
+        assert!(!both.scheme.params.contains_key("objective_pass"));
     }
 
     #[test]
