@@ -200,6 +200,7 @@ def main(argv=None):
         raise SystemExit("error: --varlen-docs takes one document count per profile (fcp keys varlen rows "
                          "by length alone); run once per count with its own -o")
     rows, start = [], time.monotonic()
+    incremental = not os.path.exists(a.output) or os.path.isfile(a.output)
     # Every dense series before any varlen one (the simulator prices dense rows), so a grid cut
     # short by --max-seconds keeps the rows fcp reads.
     series = [(False, None)] + [(True, n) for n in vdocs]
@@ -239,10 +240,15 @@ def main(argv=None):
             print(f"{pas} {mask} hd{d} {'varlen ' + str(n) + ' docs' if varlen else 'dense'} "
                   f"{q_len}x{kv_len}: {secs * 1e3:.3f} ms, {tflops:.4g} TFLOP/s", file=sys.stderr)
             # The whole file again after every row (atomically): a run killed by a
-            # timeout keeps a complete profile of the rows measured so far.
-            save(a.output, dev_name, versions, today, rows)
+            # timeout keeps a complete profile of the rows measured so far. Not into a pipe
+            # or a device, which take one write (a second one waited forever on a named
+            # pipe whose reader had gone).
+            if incremental:
+                save(a.output, dev_name, versions, today, rows)
     if not rows:
         raise SystemExit("error: no row measured")
+    if not incremental:
+        save(a.output, dev_name, versions, today, rows)
     print(f"calibrate: wrote {len(rows)} rows to {a.output}")
 
 

@@ -8,6 +8,15 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use support::fcp;
 
+/// `fcp validate --plan PLAN --measured MEASURED`, for more arguments and the assertion.
+fn validate(plan: &Path, measured: &Path) -> assert_cmd::Command {
+    let mut c = fcp();
+    c.args(["validate", "--plan"])
+        .arg(plan)
+        .arg("--measured")
+        .arg(measured);
+    c
+}
 fn plan(dir: &Path) -> PathBuf {
     let out = dir.join("zigzag.json");
     fcp()
@@ -75,11 +84,7 @@ fn validate_reports_the_error_of_a_known_measurement() {
         let sim = simulate(&p, pass);
         let m = dir.path().join(format!("measured-{pass}.json"));
         std::fs::write(&m, synthetic(&p, &sim, 2.0, pass).to_string()).unwrap();
-        let out = fcp()
-            .args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(&m)
+        let out = validate(&p, &m)
             .arg("--json")
             .assert()
             .success()
@@ -100,20 +105,12 @@ fn validate_reports_the_error_of_a_known_measurement() {
         let per_rank: usize = 4 * if pass == "both" { 2 } else { 1 };
         assert_eq!(steps.len(), per_rank * 4, "4 steps per rank and pass");
         // The table form prints the same summary.
-        fcp()
-            .args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(&m)
+        validate(&p, &m)
             .assert()
             .success()
             .stdout(predicates::str::contains("compute per rank: mean 50.0%"));
         // A gate on the mean compute error.
-        fcp()
-            .args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(&m)
+        validate(&p, &m)
             .args(["--max-compute-error", "0.1"])
             .assert()
             .code(1);
@@ -128,11 +125,7 @@ fn the_compute_gate_fails_when_nothing_was_measured() {
     let p = plan(dir.path());
     let sim = simulate(&p, "both");
     let gate = |m: &Path| {
-        fcp()
-            .args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(m)
+        validate(&p, m)
             .args(["--max-compute-error", "0.1"])
             .assert()
     };
@@ -167,11 +160,7 @@ fn regression_a_rank_measured_at_zero_passed_the_compute_gate() {
     }
     let path = dir.path().join("one-zero.json");
     std::fs::write(&path, m.to_string()).unwrap();
-    fcp()
-        .args(["validate", "--plan"])
-        .arg(&p)
-        .arg("--measured")
-        .arg(&path)
+    validate(&p, &path)
         .args(["--max-compute-error", "0.1"])
         .assert()
         .code(1)
@@ -232,30 +221,18 @@ fn bad_measurements_exit_2_with_a_message() {
     for (m, msg) in cases {
         let f = dir.path().join("bad.json");
         std::fs::write(&f, m.to_string()).unwrap();
-        fcp()
-            .args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(&f)
+        validate(&p, &f)
             .assert()
             .code(2)
             .stderr(predicates::str::contains(msg));
     }
     let f = dir.path().join("not-json.json");
     std::fs::write(&f, "nope").unwrap();
-    fcp()
-        .args(["validate", "--plan"])
-        .arg(&p)
-        .arg("--measured")
-        .arg(&f)
+    validate(&p, &f)
         .assert()
         .code(2)
         .stderr(predicates::str::contains("not a measured.json"));
-    fcp()
-        .args(["validate", "--plan"])
-        .arg(&p)
-        .arg("--measured")
-        .arg(dir.path().join("missing.json"))
+    validate(&p, &dir.path().join("missing.json"))
         .assert()
         .code(2);
 }
@@ -276,11 +253,7 @@ fn validating_a_plan_made_under_tp_names_the_split() {
     let m = dir.path().join("m.json");
     std::fs::write(&m, synthetic(&p, &sim, 1.0, "fwd").to_string()).unwrap();
     let run = |json: bool| {
-        let mut c = fcp();
-        c.args(["validate", "--plan"])
-            .arg(&p)
-            .arg("--measured")
-            .arg(&m);
+        let mut c = validate(&p, &m);
         if json {
             c.arg("--json");
         }
