@@ -389,7 +389,7 @@ impl Hybrid {
             // stays whole, rebalance variants with nothing to exchange, a split limit that
             // splits nothing) give the same pieces on the same ranks: the traffic repair and
             // the build would make the same plan again, so the first such spec stands for all.
-            // (300,000 one-token documents on 64 ranks built 44 candidates, 40 of them repeats.)
+            // (300,000 one-token documents on 64 ranks built 44 candidates, 30 of them repeats.)
             let same = |(_, f, d): &(f64, Fcp, Distribution)| {
                 f.build_key() == fcp.build_key()
                     && d.cap == dist.cap
@@ -765,6 +765,10 @@ fn whole_document_weights(batch: &Batch, ctx: &PlanContext<'_>) -> Result<Vec<f6
 /// step that used them, which only the end waits for. No fair-sharing within a step: an
 /// estimate to rank candidates; the simulator has the last word among its
 /// leaders ([`simulate_top`]).
+///
+/// With `layer` (the whole-layer objective) it adds the token-linear work of the rank with
+/// the most tokens ([`LinearEstimate::seconds`]) and, under full recomputation, the forward
+/// pass the backward pass reruns, so candidates rank as the command reports them.
 pub fn estimate(
     plan: &Plan,
     ctx: &PlanContext<'_>,
