@@ -1055,3 +1055,19 @@ fn regression_a_sweep_with_a_hundred_thousand_threads_hung() {
         assert!(!out.exists());
     }
 }
+
+/// `fcp plot cdf --title $'a\x01b' -o x.svg` wrote an SVG that no XML parser reads (a control
+/// character cannot be written in XML 1.0, escaped or not); the title is refused, nothing
+/// written.
+#[test]
+fn regression_a_title_with_a_control_character_wrote_an_unreadable_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.svg");
+    fcp()
+        .args(["plot", "cdf", "default", "--title", "a\u{1}b", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("U+0001"));
+    assert!(!out.exists());
+}

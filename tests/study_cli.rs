@@ -333,6 +333,43 @@ fn plots_are_written_as_png_and_svg() {
             .stderr(predicate::str::contains(says));
         assert!(!dir.path().join("never.svg").exists());
     }
+    // Regression (bug hunt): two values of one key asked for a row of both schemes, matched
+    // none, and were refused as "no row has both a `ranks` value and mfu". Values of one key
+    // are alternatives now; keys no row satisfies together are named.
+    let two = dir.path().join("two.svg");
+    fcp()
+        .args(["plot", "lines"])
+        .arg(&results)
+        .args([
+            "--x",
+            "ranks",
+            "--filter",
+            "scheme=zigzag",
+            "--filter",
+            "scheme=magi",
+        ])
+        .arg("-o")
+        .arg(&two)
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&two).unwrap();
+    assert!(svg.contains("zigzag") && svg.contains("magi") && !svg.contains("fcp"));
+    fcp()
+        .args(["plot", "lines"])
+        .arg(&results)
+        .args([
+            "--x",
+            "ranks",
+            "--filter",
+            "scheme=zigzag",
+            "--filter",
+            "ranks=3",
+        ])
+        .arg("-o")
+        .arg(dir.path().join("never.svg"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("ranks=3"));
     fcp()
         .args(["plot", "cdf", "default", "-o"])
         .arg(dir.path().join("cdf.png"))

@@ -56,7 +56,7 @@ struct GanttArgs {
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Caption (default: scheme, ranks, profiles).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_title)]
     title: Option<String>,
     /// Draw the whole layer: each rank's projections and MLP before and after its attention
     /// (as `fcp simulate --layer`).
@@ -87,7 +87,8 @@ struct ResultsArgs {
     #[arg(long, value_enum, default_value_t = Stat::Mean)]
     stat: Stat,
     /// Keep only rows whose key field has this value (`trace=default`, `model=mha-16`);
-    /// repeatable.
+    /// repeatable: values given for one key are alternatives (`--filter scheme=fcp --filter
+    /// scheme=hybrid` keeps both), and every key named must hold.
     #[arg(long)]
     filter: Vec<String>,
     /// Plot speedup (this scheme's attention time / the row's) instead of a metric (so not
@@ -95,7 +96,7 @@ struct ResultsArgs {
     #[arg(long, conflicts_with = "metric")]
     speedup_vs: Option<String>,
     /// Caption.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_title)]
     title: Option<String>,
 }
 
@@ -136,7 +137,7 @@ struct CdfArgs {
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Caption.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_title)]
     title: Option<String>,
 }
 
@@ -151,8 +152,20 @@ struct DpcpPlotArgs {
     #[arg(long, default_value = "max_over_min")]
     metric: String,
     /// Caption.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_title)]
     title: Option<String>,
+}
+
+/// A `--title` the figure can hold: no control characters, which an SVG cannot carry (bug
+/// hunt: `--title $'a\x01b'` wrote an SVG no XML parser reads).
+fn parse_title(s: &str) -> std::result::Result<String, String> {
+    match s.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!(
+            "holds the control character U+{:04X}, which a figure cannot show",
+            c as u32
+        )),
+        None => Ok(s.to_string()),
+    }
 }
 
 pub fn run(a: PlotArgs) -> Result<()> {
@@ -266,9 +279,15 @@ fn key_field(key: &serde_json::Value, field: &str) -> String {
     }
 }
 
+/// Whether `row` passes `filters`: every key they name holds one of the values given for it
+/// (bug hunt: `--filter scheme=A --filter scheme=B` asked for a row of both schemes, matched
+/// none, and was refused as "no row has both a `ranks` value and mfu").
 fn keep(row: &CellResult, filters: &[(String, String)]) -> Result<bool> {
     let v = serde_json::to_value(&row.key)?;
-    Ok(filters.iter().all(|(k, want)| &key_field(&v, k) == want))
+    Ok(filters.iter().all(|(k, _)| {
+        let have = key_field(&v, k);
+        filters.iter().any(|(k2, want)| k2 == k && &have == want)
+    }))
 }
 
 /// Refuse a `--filter` that names no key field, or that no row matches, saying what the rows
@@ -334,6 +353,14 @@ fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<
         if keep(&r, &filters)? {
             kept.push(r);
         }
+    }
+    if kept.is_empty() {
+        let all: Vec<String> = filters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        bail!(
+            "no row of {} passes every --filter together ({})",
+            a.results.display(),
+            all.join(", ")
+        );
     }
     let metric = a.metric.clone().unwrap_or_else(|| default_metric.into());
     if !fcp::study::is_metric(&metric) {
