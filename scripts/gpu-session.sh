@@ -9,7 +9,7 @@
 #        plans the batch into .gpu-session/plans/ and 8 × 256-token plans of the same schemes
 #        into .gpu-session/checks/ (git-ignored; small enough to travel).
 #   2. GPU machine: bash scripts/gpu-session.sh device          (writes to $OUT, ≈ 4 min,
-#        ≤ 8.5 min by its timeouts; the device tool must carry .gpu-session, which git ignores)
+#        ≤ 520 s by its timeouts; the device tool must carry .gpu-session, which git ignores)
 #        a preflight of PyTorch's FlashAttention against the reference (stops the session if
 #        it fails: every later step runs on it, --backend sdpa), the check plans against dense
 #        attention -> $OUT/checks/, calibrate.py (dense rows, written after each) ->
