@@ -776,15 +776,15 @@ pub fn estimate(
     layer: Option<&LinearEstimate>,
 ) -> Result<f64, PlanError> {
     let judged = ctx.judge.pass.passes();
+    let passes = layer.map_or(judged.to_vec(), |l| l.runs(judged));
     let linear = match layer {
         Some(l) => {
             let most = plan.tokens_per_rank().into_iter().max().unwrap_or(0);
-            l.seconds(most, judged)
+            l.seconds(most, &passes)
                 .map_err(|e| PlanError::Planning(format!("hybrid: layer cost: {e}")))?
         }
         None => 0.0,
     };
-    let passes = layer.map_or(judged.to_vec(), |l| l.attention_passes(judged));
     let hw = ctx.hardware;
     let n = plan.num_ranks as usize;
     let steps = plan.ranks.iter().map(|r| r.steps.len()).max().unwrap_or(0);

@@ -288,14 +288,10 @@ impl LinearEstimate {
         Ok(LinearEstimate { cost, tp })
     }
 
-    /// The layer's cost.
-    pub fn cost(&self) -> &LayerCost {
-        &self.cost
-    }
-
-    /// The passes whose attention runs when `passes` are judged: under [`Recompute::Full`] the
-    /// backward pass first reruns the forward pass, attention included.
-    pub fn attention_passes(&self, passes: &[Pass]) -> Vec<Pass> {
+    /// The passes a layer runs when `passes` are judged: under [`Recompute::Full`] the
+    /// backward pass first reruns the forward pass, attention, projections, MLP and TP
+    /// collectives alike.
+    pub fn runs(&self, passes: &[Pass]) -> Vec<Pass> {
         let mut all = passes.to_vec();
         if self.cost.reruns_forward() && passes.contains(&Pass::Bwd) {
             all.push(Pass::Fwd);
@@ -303,25 +299,19 @@ impl LinearEstimate {
         all
     }
 
-    /// Seconds of token-linear work and exposed TP collectives over `passes` on a rank
-    /// holding `tokens` tokens.
-    pub fn seconds(&self, tokens: u64, passes: &[Pass]) -> Result<f64, SimError> {
+    /// Seconds of token-linear work (with what the backward pass recomputes before its own,
+    /// [`LayerCost::run_flops`]) and exposed TP collectives of `runs` ([`LinearEstimate::runs`])
+    /// on a rank holding `tokens` tokens.
+    pub fn seconds(&self, tokens: u64, runs: &[Pass]) -> Result<f64, SimError> {
         let tp = self
             .tp
             .as_ref()
             .and_then(|(node, nccl)| TpComm::new(&self.cost, node, nccl.as_ref()));
         let mut ns = 0;
-        for &pass in passes {
-            // What a pass runs, and under full recomputation the forward pass run again.
-            let mut runs = vec![(pass, self.cost.run_flops(pass).total())];
-            if pass == Pass::Bwd && self.cost.reruns_forward() {
-                runs.push((Pass::Fwd, self.cost.run_flops(Pass::Fwd).total()));
-            }
-            for (run, flops) in runs {
-                ns += self.cost.ns(tokens, flops);
-                if let Some(tp) = &tp {
-                    ns += tp.pass_ns(run, tokens, &self.cost)?;
-                }
+        for &pass in runs {
+            ns += self.cost.ns(tokens, self.cost.run_flops(pass).total());
+            if let Some(tp) = &tp {
+                ns += tp.pass_ns(pass, tokens, &self.cost)?;
             }
         }
         Ok(ns as f64 * 1e-9)
