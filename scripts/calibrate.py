@@ -108,31 +108,30 @@ class Timer:
 
 
 def measure(backend, timer, device, dtype, hq, hk, d, mask, pas, docs, warmup, iters):
-    """Median seconds of one launch over `docs` [(q_len, kv_len)], run one document after
-    the other as the replay runs a step's pieces; returns (seconds, FLOPs)."""
+    """Median seconds of one launch over `docs` [(q_len, kv_len)], one varlen launch as the
+    replay runs a step's pieces (fcp_exec.step); returns (seconds, FLOPs)."""
     # Generated on the device: the CPU's one-threaded randn took about 110 s of a GPU grid
     # (review before the first GPU session).
     gen = torch.Generator(device=device).manual_seed(11)
     mk = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)
-    data = []
-    for q, kv in docs:
-        qt, kt, vt, do = mk(q, hq, d), mk(kv, hk, d), mk(kv, hk, d), mk(q, hq, d)
-        data.append((qt, kt, vt, do))
+    nq, nk = sum(q for q, _ in docs), sum(kv for _, kv in docs)
+    q, k, v, do = mk(nq, hq, d), mk(nk, hk, d), mk(nk, hk, d), mk(nq, hq, d)
+    cu_q, cu_k = [0], [0]
+    for ql, kl in docs:
+        cu_q.append(cu_q[-1] + ql)
+        cu_k.append(cu_k[-1] + kl)
     scale = 1.0 / math.sqrt(d)
     causal = mask == "causal"
-    flops = sum(4.0 * pairs(mask, q, kv) * d * hq for q, kv in docs) * (2.5 if pas == "bwd" else 1.0)
-    if any(q != kv for q, kv in docs) and causal:
+    flops = sum(4.0 * pairs(mask, ql, kl) * d * hq for ql, kl in docs) * (2.5 if pas == "bwd" else 1.0)
+    if any(ql != kl for ql, kl in docs) and causal:
         raise SystemExit("error: causal rows need square tiles (--kv-ratio 1): the replay runs causal "
                          "pieces as squares on the diagonal")
     if pas == "fwd":
-        fn = lambda: [backend.forward(q, k, v, causal, scale) for q, k, v, _ in data]
+        fn = lambda: backend.forward_varlen(q, k, v, cu_q, cu_k, causal, scale)
     else:
-        aux = []
-        for q, k, v, do in data:
-            o, lse = backend.forward(q, k, v, causal, scale)
-            aux.append((lse, (do.float() * o.float()).sum(-1)))
-        fn = lambda: [backend.backward(q, k, v, do, lse, delta, causal, scale)
-                      for (q, k, v, do), (lse, delta) in zip(data, aux)]
+        o, lse = backend.forward_varlen(q, k, v, cu_q, cu_k, causal, scale)
+        delta = (do.float() * o.float()).sum(-1)
+        fn = lambda: backend.backward_varlen(q, k, v, do, lse, delta, cu_q, cu_k, causal, scale)
     return timer.run(fn, warmup, iters), flops
 
 

@@ -28,11 +28,13 @@ import torch  # noqa: E402
 
 from fcp_exec.attention import choose_backend  # noqa: E402
 from fcp_exec.output import write_text  # noqa: E402
-from fcp_exec.plan import Plan, PlanError  # noqa: E402
+from fcp_exec.plan import Plan, PlanError, rank_docs  # noqa: E402
 from fcp_exec.runner import (  # noqa: E402
-    Clock, Ctx, Data, ExecError, PassTiming, Store, compute_backward, compute_forward,
-    distributed_pass, load_initial, prepare_backward, union_len,
+    Clock, Ctx, Data, PassTiming, distributed_pass, load_initial, prepare_backward, union_len,
 )
+from fcp_exec.step import backward as compute_backward  # noqa: E402
+from fcp_exec.step import forward as compute_forward  # noqa: E402
+from fcp_exec.store import ExecError, Store  # noqa: E402
 
 # Documents at most this long in total are checked against dense attention by default.
 CHECK_TOKENS = 16384
@@ -250,7 +252,7 @@ def run_distributed(a, plan, ctx, device, dtype, acc, d, check, tol, warmup, ite
     runs, worst = [], 0.0
     collectives = a.collectives == "auto"
     for it in range(warmup + iters):
-        store = Store(plan, d, device, dtype, acc)
+        store = Store(plan, d, device, dtype, acc, rank_docs(plan, rank))
         load_initial(store, data, plan.initial[rank])
         timings = []
         for which in ("fwd", "bwd"):

@@ -137,6 +137,17 @@ for h in collective-forward echo; do
         bad "replay hand-made $h (exit $rc)"; tail -n 20 "$work/handmade.log"
     fi
 done
+# One launch holding several pieces of the same query rows, on heads that split a GQA group
+# (tests/replay/make-handmade.py): the step's batched merge and the expanded K/V gradients
+# against dense attention.
+"$FCP" verify --numeric tests/replay/repeat-rows.json >/dev/null || bad "fcp verify tests/replay/repeat-rows.json"
+if "$PY" scripts/replay.py tests/replay/repeat-rows.json --single-device --head-dim 8 --pass both \
+    --check yes -o "$work/repeat-rows-m.json" >"$work/repeat-rows.log" 2>&1 &&
+    grep -q "PASS" "$work/repeat-rows.log"; then
+    ok "replay hand-made repeat-rows (fwd+bwd, single device): $(grep -o 'max rel error [^ ]*' "$work/repeat-rows.log")"
+else
+    bad "replay hand-made repeat-rows"; tail -n 20 "$work/repeat-rows.log"
+fi
 # A byte-order mark before the JSON is skipped, as fcp's readers skip it (docs/plan-format.md).
 { printf '\xef\xbb\xbf'; cat "$work/ring.json"; } >"$work/bom.json"
 if "$PY" scripts/replay.py "$work/bom.json" --single-device --head-dim 8 -o "$work/bom-m.json" \
@@ -311,6 +322,29 @@ else
     ok "corrupted plan fails on a single device"
 fi
 
+# The CUDA backends' calls (signatures, argument types, output shapes) on meta tensors: the CPU
+# cannot run FlashAttention, and a call PyTorch refuses would otherwise first fail on the GPU.
+if "$PY" - >"$work/meta.log" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "scripts")
+import torch
+from fcp_exec.attention import SdpaAttention, SdpaVarlenAttention
+m, cu = torch.device("meta"), [0, 96, 136, 160]
+q = torch.empty(160, 8, 64, device=m, dtype=torch.bfloat16)
+k = torch.empty(160, 2, 64, device=m, dtype=torch.bfloat16)
+for b in (SdpaVarlenAttention(), SdpaAttention()):
+    for causal in (False, True):
+        o, lse = b.forward_varlen(q, k, k, cu, cu, causal, 0.125)
+        dq, dk, dv = b.backward_varlen(q, k, k, q, lse, lse, cu, cu, causal, 0.125)
+        got = [tuple(x.shape) for x in (o, lse, dq, dk, dv)]
+        assert got == [(160, 8, 64), (160, 8), (160, 8, 64), (160, 2, 64), (160, 2, 64)], (b.name, got)
+print("ok")
+PY
+then
+    ok "sdpa-varlen and sdpa backends: calls and shapes on meta tensors"
+else
+    bad "sdpa backends on meta tensors"; cat "$work/meta.log"
+fi
 # calibrate.py on CPU: a tiny grid, and the CSV must load as a kernel profile.
 if "$PY" scripts/calibrate.py --dry-run -o "$work/cpu-profile.csv" >"$work/calibrate.log" 2>&1 &&
     "$FCP" hw kernel --hardware h100 --profile "$work/cpu-profile.csv" --head-dim 16 --pass bwd --mask causal \

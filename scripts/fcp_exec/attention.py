@@ -1,5 +1,6 @@
 """Attention kernels for the executor: forward with log-sum-exp, backward from the merged
-output, on one tile piece at a time.
+output, one varlen launch over many tile pieces (a step's pieces, as the simulator prices a
+step: docs/cost-model.md § Time of a step).
 
 A plan's task is a (q range × kv range) tile of one document under the plan's mask. Kernels
 differ in how they align a causal mask when the tile is not square (top-left or bottom-right),
@@ -7,13 +8,21 @@ so `pieces()` cuts every task into pieces that are either a full rectangle or a 
 diagonal; both conventions agree on those, and any backend can run them. Partial results are
 merged by log-sum-exp, exactly as a CP runtime merges the partials of different ranks.
 
+Every backend answers `forward_varlen`/`backward_varlen`: pieces concatenated along the rows,
+cut by host offset lists `cu_q`/`cu_k` (piece i is q rows cu_q[i]..cu_q[i+1] against kv rows
+cu_k[i]..cu_k[i+1]); `forward`/`backward` are the one-piece case.
+
 Backends:
-  * `torch`: plain PyTorch matmuls with an explicit mask. Runs anywhere (the CPU CI uses it in
-    float64), and is the reference every faster backend is checked against at start-up.
-  * `sdpa`: PyTorch's bundled FlashAttention through the ATen ops that return the log-sum-exp
-    (`_scaled_dot_product_flash_attention` and its backward). CUDA only. GQA is handled by
-    expanding K/V heads, which the calibration measures too, so the profile and the replay
-    agree.
+  * `torch`: plain PyTorch matmuls with an explicit mask, piece after piece. Runs anywhere
+    (the CPU CI uses it in float64), and is the reference every faster backend is checked
+    against at start-up.
+  * `sdpa-varlen` (`--backend sdpa`, tried first): PyTorch's bundled FlashAttention as one
+    varlen launch (`_flash_attention_forward`/`_backward` with int32 offsets), GQA native.
+    CUDA only.
+  * `sdpa` (its fallback when this PyTorch's varlen op fails the self-test): the dense ATen
+    ops that return the log-sum-exp (`_scaled_dot_product_flash_attention` and its
+    backward), one launch per piece, GQA by expanding K/V heads.
+The calibration times the same backend object, so the profile and the replay agree.
 """
 
 import math
@@ -41,23 +50,63 @@ def pieces(mask, qs, qe, ks, ke):
     return out
 
 
-def merge_into(acc_o, acc_l, o, lse):
-    """Merge a partial (o [L,H,d], lse [L,H]) into accumulators in place (float)."""
-    m = torch.maximum(acc_l, lse)
+def _merged(l_old, o_old, lse, o, inv=None):
+    """Accumulator rows (l_old [U,H], o_old [U,H,d]) after adding partials (lse [N,H],
+    o [N,H,d]) by log-sum-exp; partial i lands on row inv[i] (None: on row i, N == U)."""
+    lse, o = lse.to(l_old.dtype), o.to(o_old.dtype)
+    m = (torch.maximum(l_old, lse) if inv is None
+         else l_old.scatter_reduce(0, inv.unsqueeze(1).expand_as(lse), lse, "amax"))
     m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    a = torch.exp(acc_l - m_safe)
-    b = torch.exp(lse - m_safe)
-    s = a + b
+    a = torch.exp(l_old - m_safe)
+    b = torch.exp(lse - (m_safe if inv is None else m_safe.index_select(0, inv)))
+    add = (lambda x, y: x + y) if inv is None else (lambda x, y: x.index_add(0, inv, y))
+    s = add(a, b)
+    num = add(o_old * a.unsqueeze(-1), o * b.unsqueeze(-1))
     s_safe = torch.where(s == 0, torch.ones_like(s), s)
-    acc_o.mul_((a / s_safe).unsqueeze(-1)).add_(o.to(acc_o.dtype) * (b / s_safe).unsqueeze(-1))
-    acc_l.copy_(torch.where(s == 0, acc_l, m_safe + torch.log(s_safe)))
+    return num / s_safe.unsqueeze(-1), torch.where(s == 0, l_old, m_safe + torch.log(s_safe))
+
+
+def merge_into(acc_o, acc_l, o, lse):
+    """Merge a partial (o [L,H,d], lse [L,H]) into accumulators of the same rows, in place."""
+    o_new, l_new = _merged(acc_l, acc_o, lse, o)
+    acc_o.copy_(o_new)
+    acc_l.copy_(l_new)
+
+
+def merge_rows(acc_o, acc_l, u, inv, o, lse):
+    """Merge partials (o [N,H,d], lse [N,H]) into accumulators (acc_o [T,H,d], acc_l [T,H]) in
+    place, partial i into row u[inv[i]] (`u` distinct rows: two pieces of one query row in a
+    launch share it and merge together, in any order up to rounding)."""
+    o_new, l_new = _merged(acc_l.index_select(0, u), acc_o.index_select(0, u), lse, o, inv)
+    acc_o.index_copy_(0, u, o_new)
+    acc_l.index_copy_(0, u, l_new)
 
 
 def _expand(kv, group):
     return kv if group == 1 else kv.repeat_interleave(group, dim=1)
 
 
-class TorchAttention:
+def _segments(cu_q, cu_k):
+    return [(cu_q[i], cu_q[i + 1], cu_k[i], cu_k[i + 1]) for i in range(len(cu_q) - 1)]
+
+
+class PieceByPiece:
+    """Varlen launches run as one launch per piece: for backends whose kernel takes one dense
+    tile (the reference, and the dense sdpa fallback)."""
+
+    def forward_varlen(self, q, k, v, cu_q, cu_k, causal, scale):
+        """q [Tq,H,d], k/v [Tk,Hk,d] -> (o [Tq,H,d] float, lse [Tq,H])."""
+        outs = [self.forward(q[a:b], k[c:e], v[c:e], causal, scale) for a, b, c, e in _segments(cu_q, cu_k)]
+        return torch.cat([o for o, _ in outs]), torch.cat([lse for _, lse in outs])
+
+    def backward_varlen(self, q, k, v, do, lse, delta, cu_q, cu_k, causal, scale):
+        """-> (dq [Tq,H,d], dk, dv [Tk,Hk,d]) in float, each piece's gradient in its own rows."""
+        gs = [self.backward(q[a:b], k[c:e], v[c:e], do[a:b], lse[a:b], delta[a:b], causal, scale)
+              for a, b, c, e in _segments(cu_q, cu_k)]
+        return tuple(torch.cat([g[i] for g in gs]) for i in range(3))
+
+
+class TorchAttention(PieceByPiece):
     """Reference kernels: explicit scores, mask and softmax, over chunks of query rows so the
     score matrix stays within `budget` elements (a 32K × 32K tile on 64 heads would not fit)."""
 
@@ -115,8 +164,17 @@ class TorchAttention:
         return torch.cat(dqs), dk, dv
 
 
-class SdpaAttention:
-    """PyTorch's bundled FlashAttention (CUDA), through the ATen ops that expose the lse."""
+def _o_equivalent(do, delta, dtype):
+    """An output O with rowsum(dO * O) == delta, for kernels that recompute delta from (dO, O):
+    the merged O lives on another rank, and only delta enters the gradient."""
+    dof = do.float()
+    nrm = (dof * dof).sum(-1).clamp_min(1e-30)
+    return (dof * (delta.float() / nrm).unsqueeze(-1)).to(dtype)
+
+
+class SdpaAttention(PieceByPiece):
+    """PyTorch's bundled FlashAttention (CUDA), through the dense ATen ops that expose the
+    lse: one launch per piece."""
 
     name = "sdpa"
 
@@ -131,14 +189,10 @@ class SdpaAttention:
 
     def backward(self, q, k, v, do, lse, delta, causal, scale):
         g = q.shape[1] // k.shape[1]
-        # The kernel recomputes delta from (dO, O); any O with rowsum(dO*O) == delta works, so
-        # pass O = dO * delta / |dO|^2 built in float32 (merged O lives on another rank).
         qb = q.transpose(0, 1).unsqueeze(0)
         kb = _expand(k, g).transpose(0, 1).unsqueeze(0).contiguous()
         vb = _expand(v, g).transpose(0, 1).unsqueeze(0).contiguous()
-        dof = do.float()
-        nrm = (dof * dof).sum(-1).clamp_min(1e-30)
-        o_eq = (dof * (delta.float() / nrm).unsqueeze(-1)).to(q.dtype)
+        o_eq = _o_equivalent(do, delta, q.dtype)
         dob = do.transpose(0, 1).unsqueeze(0)
         ob = o_eq.transpose(0, 1).unsqueeze(0)
         lseb = lse.float().transpose(0, 1).unsqueeze(0).contiguous()
@@ -161,15 +215,53 @@ class SdpaAttention:
         return dq, dk, dv
 
 
+class SdpaVarlenAttention:
+    """PyTorch's bundled FlashAttention as one varlen launch over all pieces
+    (`_flash_attention_forward`/`_backward`, int32 offsets, GQA native). Each piece is a full
+    rectangle or a square on the diagonal, so the kernel's causal alignment does not matter."""
+
+    name = "sdpa-varlen"
+
+    @staticmethod
+    def _offsets(cu, device):
+        return torch.tensor(cu, dtype=torch.int32, device=device), max(b - a for a, b in zip(cu, cu[1:]))
+
+    def forward_varlen(self, q, k, v, cu_q, cu_k, causal, scale):
+        cq, mq = self._offsets(cu_q, q.device)
+        ck, mk = self._offsets(cu_k, q.device)
+        res = torch.ops.aten._flash_attention_forward(q, k, v, cq, ck, mq, mk, 0.0, causal, False, scale=scale)
+        return res[0], res[1].transpose(0, 1).float()  # lse comes [H, Tq]
+
+    def backward_varlen(self, q, k, v, do, lse, delta, cu_q, cu_k, causal, scale):
+        cq, mq = self._offsets(cu_q, q.device)
+        ck, mk = self._offsets(cu_k, q.device)
+        o_eq = _o_equivalent(do, delta, q.dtype)
+        lse_h = lse.float().transpose(0, 1).contiguous()
+        seed = torch.zeros((), dtype=torch.int64, device=q.device)
+        dq, dk, dv = torch.ops.aten._flash_attention_backward(
+            do.contiguous(), q, k, v, o_eq, lse_h, cq, ck, mq, mk, 0.0, causal, seed, seed, scale=scale
+        )
+        return dq.float(), dk.float(), dv.float()
+
+    def forward(self, q, k, v, causal, scale):
+        return self.forward_varlen(q, k, v, [0, q.shape[0]], [0, k.shape[0]], causal, scale)
+
+    def backward(self, q, k, v, do, lse, delta, causal, scale):
+        return self.backward_varlen(q, k, v, do, lse, delta, [0, q.shape[0]], [0, k.shape[0]], causal, scale)
+
+
 def self_test(backend, device, dtype, tol=3e-2):
-    """Check `backend` against the reference on a small GQA problem (both piece kinds, fwd and
-    bwd). Returns None when it agrees, else a message saying what differed."""
+    """Check `backend` against the reference on a small GQA problem: both piece kinds, fwd and
+    bwd, one piece and a varlen launch of three pieces of different lengths (one repeating
+    another's query rows). Returns None when it agrees, else a message saying what differed."""
     ref = TorchAttention()
     gen = torch.Generator(device="cpu").manual_seed(7)
     L, H, Hk, d = 96, 4, 2, 64
     mk = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     q, k, v, do = mk(L, H, d), mk(L, Hk, d), mk(L, Hk, d), mk(L, H, d)
     scale = 1.0 / math.sqrt(d)
+    cu_q, cu_k = [0, 96, 136, 160], [0, 96, 120, 160]
+    qv, kv_, vv, dov = (torch.cat([x, x[:64]]) for x in (q, k, v, do))
     try:
         for causal in (False, True):
             o1, l1 = backend.forward(q, k, v, causal, scale)
@@ -177,7 +269,17 @@ def self_test(backend, device, dtype, tol=3e-2):
             delta = (do.float() * o0.float()).sum(-1)
             g1 = backend.backward(q, k, v, do, l0, delta, causal, scale)
             g0 = ref.backward(q, k, v, do, l0, delta, causal, scale)
+            # Varlen: causal pieces are squares (the replay's), full ones of any shape.
+            cq, ck = (cu_q, cu_k) if not causal else ([0, 96, 136, 160], [0, 96, 136, 160])
+            kvv, vvv = (kv_, vv) if not causal else (kv_[:160], vv[:160])
+            ov0, lv0 = ref.forward_varlen(qv[:160], kvv, vvv, cq, ck, causal, scale)
+            ov1, lv1 = backend.forward_varlen(qv[:160], kvv, vvv, cq, ck, causal, scale)
+            dv_ = (dov[:160].float() * ov0.float()).sum(-1)
+            gv1 = backend.backward_varlen(qv[:160], kvv, vvv, dov[:160], lv0, dv_, cq, ck, causal, scale)
+            gv0 = ref.backward_varlen(qv[:160], kvv, vvv, dov[:160], lv0, dv_, cq, ck, causal, scale)
             pairs = [("out", o1, o0), ("lse", l1, l0)] + list(zip(("dq", "dk", "dv"), g1, g0))
+            pairs += [("varlen out", ov1, ov0), ("varlen lse", lv1, lv0)]
+            pairs += list(zip(("varlen dq", "varlen dk", "varlen dv"), gv1, gv0))
             for name, a, b in pairs:
                 err = (a.float() - b.float()).abs().max().item()
                 if not err <= tol * max(1.0, b.float().abs().max().item()):
@@ -188,16 +290,21 @@ def self_test(backend, device, dtype, tol=3e-2):
 
 
 def choose_backend(name, device, dtype, log):
-    """The backend to use: `torch`, `sdpa`, or `auto` (sdpa on CUDA when its self-test
-    passes, else torch)."""
+    """The backend to use: `torch`, `sdpa` (the varlen launch when its self-test passes, else
+    the dense op piece by piece), or `auto` (sdpa on CUDA, else or when both fail, torch)."""
     if name == "torch" or (name == "auto" and device.type != "cuda"):
         return TorchAttention()
     if device.type != "cuda":
         raise SystemExit(f"error: backend {name} needs a CUDA device")
-    cand = SdpaAttention()
-    problem = self_test(cand, device, dtype)
+    varlen = SdpaVarlenAttention()
+    problem = self_test(varlen, device, dtype)
     if problem is None:
-        return cand
+        return varlen
+    log(f"warning: {problem}; trying the dense sdpa op, one launch per piece")
+    dense = SdpaAttention()
+    problem = self_test(dense, device, dtype)
+    if problem is None:
+        return dense
     if name == "sdpa":
         raise SystemExit(f"error: {problem}")
     log(f"warning: {problem}; falling back to the plain PyTorch backend")

@@ -202,6 +202,15 @@ class Plan:
         return sum(self.extent)
 
 
+def rank_docs(plan, rank):
+    """The documents `rank` holds rows of at some point: its layouts, its tasks, and the
+    transfers it sends or receives (the replay's store covers these and no others)."""
+    rs = list(plan.owned[rank]) + list(plan.initial[rank])
+    rs += [r for tasks in plan.steps[rank] for (q, kv, _) in tasks for r in (q, kv)]
+    rs += [r for t in plan.transfers if rank in (t.src, t.dst) for r in t.ranges]
+    return sorted({r[0] for r in rs})
+
+
 def _overlaps(a, b):
     return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 

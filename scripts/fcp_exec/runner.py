@@ -19,16 +19,9 @@ import time
 
 import torch
 
-from .attention import merge_into, pieces
+from . import step
+from .attention import merge_into
 from .plan import depths, forwarded
-
-
-class ExecError(Exception):
-    """The plan cannot be executed as written (exit 1)."""
-
-
-def fmt(r):
-    return f"doc {r[0]} [{r[1]}, {r[2]})"
 
 
 class Data:
@@ -55,40 +48,6 @@ class Data:
             return self.doc(doc)[which][s:e]
         h = self.plan.q_heads if which in (0, 3) else self.plan.kv_heads
         return torch.randn(e - s, h, self.d, device=self.device, dtype=self.dtype)
-
-
-class Store:
-    """What one rank holds, per document, allocated on first use over the whole document."""
-
-    def __init__(self, plan, d, device, dtype, acc):
-        self.plan, self.d, self.device, self.dtype, self.acc = plan, d, device, dtype, acc
-        self.t = {}
-
-    def get(self, name, doc):
-        key = (name, doc)
-        if key not in self.t:
-            E, p = self.plan.extent[doc], self.plan
-            H = p.kv_heads if name in ("k", "v", "kvhave", "dk", "dv") else p.q_heads
-            if name in ("qhave", "kvhave", "bhave"):
-                x = torch.zeros(E, H, dtype=torch.bool, device=self.device)
-            elif name in ("l", "lf"):
-                x = torch.full((E, H), -math.inf, dtype=self.acc, device=self.device)
-            elif name == "delta":
-                x = torch.zeros(E, H, dtype=self.acc, device=self.device)
-            elif name in ("q", "k", "v", "do"):
-                x = torch.zeros(E, H, self.d, dtype=self.dtype, device=self.device)
-            else:  # o, dq, dk, dv
-                x = torch.zeros(E, H, self.d, dtype=self.acc, device=self.device)
-            self.t[key] = x
-        return self.t[key]
-
-    def docs(self, name):
-        return sorted(d for (n, d) in self.t if n == name)
-
-    def require(self, have, r, heads, what, rank):
-        h0, h1 = heads
-        if not bool(self.get(have, r[0])[r[1]:r[2], h0:h1].all()):
-            raise ExecError(f"rank {rank}: {what} of {fmt(r)} heads [{h0}, {h1}) is not on this rank")
 
 
 def load_initial(store, data, ranges, with_grad_inputs=False):
@@ -201,72 +160,6 @@ def unpack(store, m, flat):
         else:
             store.get("dk", doc)[s:e, h0:h1] += take(n, d)
             store.get("dv", doc)[s:e, h0:h1] += take(n, d)
-
-
-# ---------------------------------------------------------------- compute
-
-def _task_views(plan, task):
-    (qd, qs, qe), (kd, ks, ke), heads = task
-    if qd != kd:
-        raise ExecError(f"task {fmt(task[0])} × {fmt(task[1])} mixes two documents")
-    h0, h1 = plan.q_heads_of(heads)
-    k0, k1 = plan.kv_heads_of(heads)
-    return qd, (h0, h1), (k0, k1)
-
-
-def _kv_for(plan, x, h, kh):
-    """K or V rows for query heads h: direct when h covers whole GQA groups, else expanded."""
-    g = plan.group
-    if h[0] % g == 0 and h[1] % g == 0:
-        return x[:, kh[0]:kh[1]], False
-    idx = torch.arange(h[0], h[1], device=x.device) // g
-    return x.index_select(1, idx), True
-
-
-def _require_inputs(store, doc, rows, h, kh, rank):
-    """Fail unless this rank holds the Q rows and K/V rows a task piece reads."""
-    q0, q1, k0, k1 = rows
-    store.require("qhave", (doc, q0, q1), h, "Q", rank)
-    store.require("kvhave", (doc, k0, k1), kh, "K/V", rank)
-
-
-def compute_forward(plan, store, backend, tasks, rank, scale, check_have=True):
-    for task in tasks:
-        doc, h, kh = _task_views(plan, task)
-        for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
-            if check_have:
-                _require_inputs(store, doc, (q0, q1, k0, k1), h, kh, rank)
-            q = store.get("q", doc)[q0:q1, h[0]:h[1]]
-            k, _ = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)
-            v, _ = _kv_for(plan, store.get("v", doc)[k0:k1], h, kh)
-            o, lse = backend.forward(q, k, v, causal, scale)
-            merge_into(store.get("o", doc)[q0:q1, h[0]:h[1]], store.get("l", doc)[q0:q1, h[0]:h[1]], o, lse)
-
-
-def compute_backward(plan, store, backend, tasks, rank, scale, check_have=True):
-    g = plan.group
-    for task in tasks:
-        doc, h, kh = _task_views(plan, task)
-        for (q0, q1, k0, k1, causal) in pieces(plan.mask, task[0][1], task[0][2], task[1][1], task[1][2]):
-            if check_have:
-                _require_inputs(store, doc, (q0, q1, k0, k1), h, kh, rank)
-                store.require("bhave", (doc, q0, q1), h, "dO", rank)
-            q = store.get("q", doc)[q0:q1, h[0]:h[1]]
-            k, expanded = _kv_for(plan, store.get("k", doc)[k0:k1], h, kh)
-            v, _ = _kv_for(plan, store.get("v", doc)[k0:k1], h, kh)
-            do = store.get("do", doc)[q0:q1, h[0]:h[1]]
-            lf = store.get("lf", doc)[q0:q1, h[0]:h[1]]
-            delta = store.get("delta", doc)[q0:q1, h[0]:h[1]]
-            dq, dk, dv = backend.backward(q, k, v, do, lf, delta, causal, scale)
-            store.get("dq", doc)[q0:q1, h[0]:h[1]] += dq.to(store.acc)
-            DK, DV = store.get("dk", doc)[k0:k1], store.get("dv", doc)[k0:k1]
-            if expanded:
-                idx = torch.arange(h[0], h[1], device=DK.device) // g
-                DK.index_add_(1, idx, dk.to(store.acc))
-                DV.index_add_(1, idx, dv.to(store.acc))
-            else:
-                DK[:, kh[0]:kh[1]] += dk.to(store.acc)
-                DV[:, kh[0]:kh[1]] += dv.to(store.acc)
 
 
 def prepare_backward(plan, store, data, final_ranges):
@@ -558,7 +451,7 @@ def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock,
     timing.start = clock.now()
     if which == "fwd":
         msgs = _msgs(plan, ("q", "kv", "out"), lambda t: t.tensor, False, "fwd")
-        run_steps(plan, ctx, store, backend, msgs, forwarded(plan), collectives, compute_forward, timing, clock, scale)
+        run_steps(plan, ctx, store, backend, msgs, forwarded(plan), collectives, step.forward, timing, clock, scale)
     else:
         dmsgs = _msgs(plan, ("out",), lambda t: "dout", True, "dout")
         t0 = clock.now()
@@ -567,7 +460,7 @@ def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock,
             timing.wait[0] += clock.now() - t0  # dO must be in place before step 0
         msgs = _msgs(plan, ("q", "kv"), lambda t: t.tensor, False, "bwd")
         deps = {i: ds for i, ds in forwarded(plan).items() if plan.transfers[i].tensor != "out"}
-        run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute_backward, timing, clock, scale)
+        run_steps(plan, ctx, store, backend, msgs, deps, collectives, step.backward, timing, clock, scale)
         gmsgs = _msgs(plan, ("q", "kv"), lambda t: "dq" if t.tensor == "q" else "dkv", True, "grad")
         run_reverse(plan, ctx, store, gmsgs, depths(plan, ("q", "kv")), timing, clock)
     timing.end = clock.now()

@@ -44,3 +44,15 @@ tasks = [[[(A, A), (A, B)], [], [], [(A, C)]], [[(B, B)], [(B, A), (B, C)], [], 
 T = [kv(1, 0, B), kv(2, 1, C, due=1), kv(0, 2, A), kv(1, 2, B, issue=2, due=2),
      kv(0, 1, A, "all_to_all", 0, due=1), kv(2, 0, C, "all_to_all", 0, issue=3, due=3)]
 json.dump(plan("collective-deadlock", [30], [A, B, C], tasks, T), open("collective-deadlock.json", "w"), indent=1)
+# Repeated rows: one step's launch holds several pieces of the same query rows (a causal
+# document cut into 16-row tiles, all in step 0), on heads [0, 3) and [3, 4) that split a GQA
+# group (K/V expanded per query head); the replay's batched merge must combine them
+# (scripts/fcp_exec/step.py).
+A, B = rng(0, 0, 48), rng(1, 0, 40)
+t = lambda q, k, h=None: dict({"q": q, "kv": k}, **({"heads": h} if h else {}))
+tiles = [t(rng(0, 16 * i, 16 * i + 16), rng(0, 16 * j, 16 * j + 16), [0, 3]) for i in range(3) for j in range(i + 1)]
+rep = plan("repeat-rows", [48, 40], [A, B], [[[]], [[]]], [])
+rep.update(version=2, mask="causal")
+rep["ranks"][0]["steps"] = [{"tasks": tiles + [t(A, rng(0, 0, 24), [3, 4])]}, {"tasks": [t(rng(0, 8, 48), rng(0, 24, 48), [3, 4])]}]
+rep["ranks"][1]["steps"] = [{"tasks": [t(B, B)]}, {"tasks": []}]
+json.dump(rep, open("repeat-rows.json", "w"), indent=1)
