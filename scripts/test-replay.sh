@@ -345,6 +345,13 @@ then
 else
     bad "sdpa backends on meta tensors"; cat "$work/meta.log"
 fi
+# The varlen backend's glue (offsets, GQA, both log-sum-exp layouts PyTorch has shipped) on CPU
+# stand-ins for its two ops: the self-test and a replay against dense attention.
+if "$PY" tests/replay/emulated_flash.py "$work" >"$work/emulated.log" 2>&1; then
+    ok "sdpa-varlen on emulated ops: $(grep -c '^ok' "$work/emulated.log") lse layouts pass the self-test and the replay"
+else
+    bad "sdpa-varlen on emulated ops"; cat "$work/emulated.log"
+fi
 # calibrate.py on CPU: a tiny grid, and the CSV must load as a kernel profile.
 if "$PY" scripts/calibrate.py --dry-run -o "$work/cpu-profile.csv" >"$work/calibrate.log" 2>&1 &&
     "$FCP" hw kernel --hardware h100 --profile "$work/cpu-profile.csv" --head-dim 16 --pass bwd --mask causal \

@@ -168,8 +168,12 @@ def _o_equivalent(do, delta, dtype):
     """An output O with rowsum(dO * O) == delta, for kernels that recompute delta from (dO, O):
     the merged O lives on another rank, and only delta enters the gradient."""
     dof = do.float()
-    nrm = (dof * dof).sum(-1).clamp_min(1e-30)
-    return (dof * (delta.float() / nrm).unsqueeze(-1)).to(dtype)
+    # Scaled by the row's largest |dO| first, so the square neither underflows nor overflows (a
+    # row with |dO| under 1e-15 lost its delta to a clamp; review before the GPU session).
+    amax = dof.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    u = dof / amax
+    nrm = (u * u).sum(-1, keepdim=True).clamp_min(1.0)
+    return (u * (delta.float().unsqueeze(-1) / amax / nrm)).to(dtype)
 
 
 class SdpaAttention(PieceByPiece):
@@ -218,28 +222,69 @@ class SdpaAttention(PieceByPiece):
 class SdpaVarlenAttention:
     """PyTorch's bundled FlashAttention as one varlen launch over all pieces
     (`_flash_attention_forward`/`_backward`, int32 offsets, GQA native). Each piece is a full
-    rectangle or a square on the diagonal, so the kernel's causal alignment does not matter."""
+    rectangle or a square on the diagonal, so the kernel's causal alignment does not matter.
+
+    The varlen lse is [H, total_q] from PyTorch 2.7 on (bundled FlashAttention >= 2.6); 2.4-2.6
+    pad it as [pieces, H, max_q], in the forward's output and in the backward's input (review
+    before the GPU session: the self-test failed there, and the dense fallback ran)."""
 
     name = "sdpa-varlen"
 
-    @staticmethod
-    def _offsets(cu, device):
-        return torch.tensor(cu, dtype=torch.int32, device=device), max(b - a for a, b in zip(cu, cu[1:]))
+    def __init__(self):
+        self._cu, self._rows_of, self._padded = {}, {}, None
+
+    def _offsets(self, cu, device):
+        """The offsets on the device and the longest piece, made once per offset list: a copy
+        from the host synchronises the stream, and every timed run repeats the warm-up's
+        launches."""
+        key = (tuple(cu), str(device))
+        if key not in self._cu:
+            self._cu[key] = (torch.tensor(cu, dtype=torch.int32, device=device),
+                             max(b - a for a, b in zip(cu, cu[1:])))
+        return self._cu[key]
+
+    def _rows(self, cu, device):
+        """(piece, position in its piece) of every row, for the padded lse layout."""
+        key = (tuple(cu), str(device))
+        if key not in self._rows_of:
+            lens = torch.tensor([b - a for a, b in zip(cu, cu[1:])])
+            piece = torch.repeat_interleave(torch.arange(len(lens)), lens)
+            pos = torch.arange(cu[-1]) - torch.tensor(cu[:-1], dtype=torch.int64)[piece]
+            self._rows_of[key] = (piece.to(device), pos.to(device))
+        return self._rows_of[key]
+
+    def _padded_lse(self, device):
+        """Whether this PyTorch's varlen lse is padded: known from a forward, else one tiny
+        launch asks."""
+        if self._padded is None:
+            x = torch.zeros(1, 1, 8, dtype=torch.bfloat16, device=device)
+            z = torch.tensor([0, 1], dtype=torch.int32, device=device)
+            self._padded = torch.ops.aten._flash_attention_forward(x, x, x, z, z, 1, 1, 0.0, False, False)[1].dim() == 3
+        return self._padded
 
     def forward_varlen(self, q, k, v, cu_q, cu_k, causal, scale):
         cq, mq = self._offsets(cu_q, q.device)
         ck, mk = self._offsets(cu_k, q.device)
-        res = torch.ops.aten._flash_attention_forward(q, k, v, cq, ck, mq, mk, 0.0, causal, False, scale=scale)
-        return res[0], res[1].transpose(0, 1).float()  # lse comes [H, Tq]
+        o, lse = torch.ops.aten._flash_attention_forward(q, k, v, cq, ck, mq, mk, 0.0, causal, False, scale=scale)[:2]
+        self._padded = lse.dim() == 3
+        if self._padded:  # [pieces, H, max_q]
+            piece, pos = self._rows(cu_q, q.device)
+            return o, lse[piece, :, pos].float()
+        return o, lse.transpose(0, 1).float()  # [H, Tq]
 
     def backward_varlen(self, q, k, v, do, lse, delta, cu_q, cu_k, causal, scale):
         cq, mq = self._offsets(cu_q, q.device)
         ck, mk = self._offsets(cu_k, q.device)
         o_eq = _o_equivalent(do, delta, q.dtype)
-        lse_h = lse.float().transpose(0, 1).contiguous()
-        seed = torch.zeros((), dtype=torch.int64, device=q.device)
+        if self._padded_lse(q.device):
+            piece, pos = self._rows(cu_q, q.device)
+            lse_k = torch.zeros(len(cu_q) - 1, lse.shape[1], mq, dtype=torch.float32, device=q.device)
+            lse_k[piece, :, pos] = lse.float()
+        else:
+            lse_k = lse.float().transpose(0, 1).contiguous()
+        seed = torch.zeros((), dtype=torch.int64, device=q.device)  # read only with dropout
         dq, dk, dv = torch.ops.aten._flash_attention_backward(
-            do.contiguous(), q, k, v, o_eq, lse_h, cq, ck, mq, mk, 0.0, causal, seed, seed, scale=scale
+            do.contiguous(), q, k, v, o_eq, lse_k, cq, ck, mq, mk, 0.0, causal, seed, seed, scale=scale
         )
         return dq.float(), dk.float(), dv.float()
 
@@ -250,40 +295,48 @@ class SdpaVarlenAttention:
         return self.backward_varlen(q, k, v, do, lse, delta, [0, q.shape[0]], [0, k.shape[0]], causal, scale)
 
 
+# (query rows, query heads, K/V heads, head dim) of the self-test: a small GQA problem, and one
+# with the session's head dim and pieces over several 128-row kernel blocks.
+SELF_TEST_SHAPES = ((96, 4, 2, 64), (384, 8, 2, 128))
+
+
 def self_test(backend, device, dtype, tol=3e-2):
-    """Check `backend` against the reference on a small GQA problem: both piece kinds, fwd and
-    bwd, one piece and a varlen launch of three pieces of different lengths (one repeating
-    another's query rows). Returns None when it agrees, else a message saying what differed."""
+    """Check `backend` against the reference on each of SELF_TEST_SHAPES: both piece kinds,
+    fwd and bwd, one piece and a varlen launch of three pieces of different lengths (one
+    repeating another's query rows). Returns None when it agrees, else a message saying what
+    differed."""
     ref = TorchAttention()
     gen = torch.Generator(device="cpu").manual_seed(7)
-    L, H, Hk, d = 96, 4, 2, 64
     mk = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
-    q, k, v, do = mk(L, H, d), mk(L, Hk, d), mk(L, Hk, d), mk(L, H, d)
-    scale = 1.0 / math.sqrt(d)
-    cu_q, cu_k = [0, 96, 136, 160], [0, 96, 120, 160]
-    qv, kv_, vv, dov = (torch.cat([x, x[:64]]) for x in (q, k, v, do))
     try:
-        for causal in (False, True):
-            o1, l1 = backend.forward(q, k, v, causal, scale)
-            o0, l0 = ref.forward(q, k, v, causal, scale)
-            delta = (do.float() * o0.float()).sum(-1)
-            g1 = backend.backward(q, k, v, do, l0, delta, causal, scale)
-            g0 = ref.backward(q, k, v, do, l0, delta, causal, scale)
-            # Varlen: causal pieces are squares (the replay's), full ones of any shape.
-            cq, ck = (cu_q, cu_k) if not causal else ([0, 96, 136, 160], [0, 96, 136, 160])
-            kvv, vvv = (kv_, vv) if not causal else (kv_[:160], vv[:160])
-            ov0, lv0 = ref.forward_varlen(qv[:160], kvv, vvv, cq, ck, causal, scale)
-            ov1, lv1 = backend.forward_varlen(qv[:160], kvv, vvv, cq, ck, causal, scale)
-            dv_ = (dov[:160].float() * ov0.float()).sum(-1)
-            gv1 = backend.backward_varlen(qv[:160], kvv, vvv, dov[:160], lv0, dv_, cq, ck, causal, scale)
-            gv0 = ref.backward_varlen(qv[:160], kvv, vvv, dov[:160], lv0, dv_, cq, ck, causal, scale)
-            pairs = [("out", o1, o0), ("lse", l1, l0)] + list(zip(("dq", "dk", "dv"), g1, g0))
-            pairs += [("varlen out", ov1, ov0), ("varlen lse", lv1, lv0)]
-            pairs += list(zip(("varlen dq", "varlen dk", "varlen dv"), gv1, gv0))
-            for name, a, b in pairs:
-                err = (a.float() - b.float()).abs().max().item()
-                if not err <= tol * max(1.0, b.float().abs().max().item()):
-                    return f"{backend.name} {name} (causal={causal}) differs from the reference by {err:.3g}"
+        for L, H, Hk, d in SELF_TEST_SHAPES:
+            q, k, v, do = mk(L, H, d), mk(L, Hk, d), mk(L, Hk, d), mk(L, H, d)
+            scale = 1.0 / math.sqrt(d)
+            # Varlen: pieces of L, 5L/12 and L/4 query rows over the first 2L/3 rows again;
+            # causal pieces are squares (the replay's), full ones of any shape.
+            n = L + 2 * L // 3
+            qv, kv_, vv, dov = (torch.cat([x, x[:2 * L // 3]]) for x in (q, k, v, do))
+            for causal in (False, True):
+                cq = [0, L, L + 5 * L // 12, n]
+                ck = cq if causal else [0, L, L + L // 4, n]
+                o1, l1 = backend.forward(q, k, v, causal, scale)
+                o0, l0 = ref.forward(q, k, v, causal, scale)
+                delta = (do.float() * o0.float()).sum(-1)
+                g1 = backend.backward(q, k, v, do, l0, delta, causal, scale)
+                g0 = ref.backward(q, k, v, do, l0, delta, causal, scale)
+                ov0, lv0 = ref.forward_varlen(qv, kv_, vv, cq, ck, causal, scale)
+                ov1, lv1 = backend.forward_varlen(qv, kv_, vv, cq, ck, causal, scale)
+                dv_ = (dov.float() * ov0.float()).sum(-1)
+                gv1 = backend.backward_varlen(qv, kv_, vv, dov, lv0, dv_, cq, ck, causal, scale)
+                gv0 = ref.backward_varlen(qv, kv_, vv, dov, lv0, dv_, cq, ck, causal, scale)
+                pairs = [("out", o1, o0), ("lse", l1, l0)] + list(zip(("dq", "dk", "dv"), g1, g0))
+                pairs += [("varlen out", ov1, ov0), ("varlen lse", lv1, lv0)]
+                pairs += list(zip(("varlen dq", "varlen dk", "varlen dv"), gv1, gv0))
+                for name, a, b in pairs:
+                    err = (a.float() - b.float()).abs().max().item()
+                    if not err <= tol * max(1.0, b.float().abs().max().item()):
+                        return (f"{backend.name} {name} (causal={causal}, {L} rows, {H}:{Hk} heads, "
+                                f"head dim {d}) differs from the reference by {err:.3g}")
     except Exception as e:  # an op missing or with another signature in this PyTorch
         return f"{backend.name} failed: {type(e).__name__}: {e}"
     return None

@@ -411,7 +411,7 @@ def _msgs(plan, tensors, payload_of, reverse, phase):
             for t in plan.transfers if t.tensor in tensors]
 
 
-def run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute, timing, clock, scale):
+def run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute, timing, clock, scale, check_have):
     ex = Exchange(ctx, msgs, deps, collectives)
     ex.post_receives(store)
     S = plan.nsteps
@@ -423,7 +423,7 @@ def run_steps(plan, ctx, store, backend, msgs, deps, collectives, compute, timin
         t0 = clock.now()
         ex.arrivals(store, s, timing, clock)
         t1 = clock.now()
-        compute(plan, store, backend, tasks[s] if s < len(tasks) else [], ctx.rank, scale)
+        compute(plan, store, backend, tasks[s] if s < len(tasks) else (), ctx.rank, scale, check_have)
         t2 = clock.now()
         timing.wait[s] += t1 - t0
         timing.compute[s] += t2 - t1
@@ -444,14 +444,17 @@ def run_reverse(plan, ctx, store, msgs, depth, timing, clock):
         ex.finish(store, timing, clock)
 
 
-def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock, scale, timing):
-    """Run `which` ('fwd' or 'bwd') on this rank; fills `timing`."""
+def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock, scale, timing, check_have=True):
+    """Run `which` ('fwd' or 'bwd') on this rank; fills `timing`. `check_have`: every launch
+    first checks that its rows are on this rank (a device-to-host sync per launch: the replay
+    checks the first run, as every run moves the same rows)."""
     import torch.distributed as dist
     dist.barrier()
     timing.start = clock.now()
     if which == "fwd":
         msgs = _msgs(plan, ("q", "kv", "out"), lambda t: t.tensor, False, "fwd")
-        run_steps(plan, ctx, store, backend, msgs, forwarded(plan), collectives, step.forward, timing, clock, scale)
+        run_steps(plan, ctx, store, backend, msgs, forwarded(plan), collectives, step.forward, timing, clock, scale,
+                  check_have)
     else:
         dmsgs = _msgs(plan, ("out",), lambda t: "dout", True, "dout")
         t0 = clock.now()
@@ -460,7 +463,8 @@ def distributed_pass(plan, ctx, store, backend, data, which, collectives, clock,
             timing.wait[0] += clock.now() - t0  # dO must be in place before step 0
         msgs = _msgs(plan, ("q", "kv"), lambda t: t.tensor, False, "bwd")
         deps = {i: ds for i, ds in forwarded(plan).items() if plan.transfers[i].tensor != "out"}
-        run_steps(plan, ctx, store, backend, msgs, deps, collectives, step.backward, timing, clock, scale)
+        run_steps(plan, ctx, store, backend, msgs, deps, collectives, step.backward, timing, clock, scale,
+                  check_have)
         gmsgs = _msgs(plan, ("q", "kv"), lambda t: "dq" if t.tensor == "q" else "dkv", True, "grad")
         run_reverse(plan, ctx, store, gmsgs, depths(plan, ("q", "kv")), timing, clock)
     timing.end = clock.now()

@@ -26,6 +26,7 @@ class Store:
             self.offset[doc] = n
             n += plan.extent[doc]
         self.rows = n
+        self.layout = tuple(self.offset.items())  # what a row index depends on (step.launches)
         self.t = {}
 
     def flat(self, name):
