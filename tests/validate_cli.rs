@@ -267,3 +267,25 @@ fn validating_a_plan_made_under_tp_names_the_split() {
     let v: Value = serde_json::from_str(&run(true)).unwrap();
     assert_eq!(v["tp"], 2);
 }
+
+/// A replay that fell back to the dense sdpa op (one launch per piece) is compared, with a
+/// warning that its compute reads high; the varlen backend's is not warned about.
+#[test]
+fn a_measurement_with_one_launch_per_piece_is_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = plan(dir.path());
+    let sim = simulate(&p, "both");
+    for (backend, warned) in [("sdpa", true), ("sdpa-varlen", false)] {
+        let mut m = synthetic(&p, &sim, 1.0, "both");
+        m["backend"] = json!(backend);
+        let path = dir.path().join(format!("{backend}.json"));
+        std::fs::write(&path, m.to_string()).unwrap();
+        let out = validate(&p, &path).assert().success().get_output().clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            err.contains("one launch per piece"),
+            warned,
+            "{backend}: {err}"
+        );
+    }
+}

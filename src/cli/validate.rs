@@ -46,6 +46,14 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             c.max_rel_error.map_or("unknown".into(), |x| format!("{x:.3e}"))
         );
     }
+    if measured.backend.as_deref() == Some("sdpa") {
+        // The replay's fallback when PyTorch's varlen op fails its self-test (docs/executor.md
+        // § Kernels): every piece its own launch, where the simulator prices a step as one.
+        eprintln!(
+            "warning: {} was measured with the dense sdpa op, one launch per piece: the simulator prices one launch a step, so the compute of plans cut into many small pieces reads high",
+            a.measured.display()
+        );
+    }
     let (hw, model) = a.profile.load(&plan)?;
     let sim = Simulator::new(hw, model)?;
     let report = validate(&plan, &sim, &measured, &a.measured.display().to_string())?;
