@@ -98,6 +98,96 @@ fn search_and_milp_equal_brute_force_on_small_instances() {
     assert!(compared >= 30, "only {compared} feasible cases");
 }
 
+/// Regression (bug hunt): without `chain` the search took two ranks of equal load and tokens
+/// for alike although they held blocks of different documents, pruned the branch that keeps a
+/// document's blocks together, and proved a worse assignment optimal. Items of equal weight
+/// (FCP's full blocks) make such ties common; brute force is the oracle.
+#[test]
+fn regression_search_took_ranks_holding_different_documents_for_alike() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for case in 0..80 {
+        let n = 2 + (case % 2) as u32;
+        let m = rng.gen_range(4..=if n == 3 { 7 } else { 9 });
+        let mut items = Vec::new();
+        let mut doc = 0u32;
+        let mut pos = 0u64;
+        for _ in 0..m {
+            if rng.gen_bool(0.5) {
+                doc += 1;
+                pos = 0;
+            }
+            let len = [4u64, 8][rng.gen_range(0..2)];
+            items.push(Item {
+                tokens: len,
+                work: len as f64,
+                segs: vec![(doc, pos, len)],
+            });
+            pos += len;
+        }
+        let total: u64 = items.iter().map(|i| i.tokens).sum();
+        let p = Problem {
+            items,
+            ranks: n,
+            lo: 0,
+            hi: total,
+            alpha: 1.0,
+            lambda: [0.1, 1.0][case % 2],
+            comm_ref: (total / u64::from(n)) as f64,
+            load_cap: None,
+            chain: false,
+            forced_exchange: Vec::new(),
+        };
+        let (_, brute) = search::brute_force(&p).expect("every assignment fits");
+        let o = search::solve(&p, None, 10.0);
+        assert!(
+            (o.value.objective - brute.objective).abs() < 1e-9,
+            "case {case}: search {} ({:?}) vs brute force {}",
+            o.value.objective,
+            o.status,
+            brute.objective
+        );
+    }
+}
+
+/// The bug hunt's batch: `fcp ilp --scheme fcp` proved 1.1387 optimal where microlp found
+/// 1.1298 (an assignment with no exchange at all); both solvers now agree.
+#[test]
+fn regression_fcp_ilp_search_agrees_with_microlp_on_equal_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "doc_len\n1\n2\n3\n64\n65\n127\n128\n129\n").unwrap();
+    let objective = |extra: &[&str]| -> f64 {
+        let out = fcp()
+            .args(["ilp", "--scheme", "fcp", "--trace"])
+            .arg(&trace)
+            .args([
+                "--ranks",
+                "2",
+                "--tokens-per-rank",
+                "300",
+                "--block",
+                "128",
+                "--json",
+            ])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        v["ilp"]["objective"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no objective in {v}"))
+    };
+    let (search, milp) = (objective(&[]), objective(&["--microlp"]));
+    assert!(
+        (search - milp).abs() < 1e-6,
+        "search {search} vs microlp {milp}"
+    );
+    assert!((search - 1.1298).abs() < 1e-4, "{search}");
+}
+
 fn with_ctx<R>(n: u32, tokens_per_rank: u64, f: impl FnOnce(&PlanContext<'_>) -> R) -> R {
     let hw = Hardware::load("h100").expect("bundled hardware");
     let model = Model::load("llama3-8b").expect("bundled model");
