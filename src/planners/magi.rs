@@ -64,15 +64,20 @@ pub(crate) fn min_heap_dispatch(areas: &[u128], n: usize) -> Vec<Vec<usize>> {
     buckets
 }
 
-/// Cut `ranges` (sorted) into `parts` consecutive groups of near-equal token counts.
+/// Cut `ranges` (sorted) into `parts` consecutive groups of near-equal token counts, or into
+/// one group per token when there are fewer tokens than `parts`: a stage past the last token
+/// would be empty (bug hunt: `degree=4294967295` allocated a list per stage and aborted out of
+/// memory; `10000000` took 18 s to plan one step). One pass over ranges and cuts together.
 fn uniform_stages(ranges: &[TokenRange], parts: u32) -> Vec<Vec<TokenRange>> {
     let total: u64 = ranges.iter().map(TokenRange::len).sum();
-    let cuts = super::shard::split_even(total, parts as u64);
-    let mut out = vec![Vec::new(); parts as usize];
-    let mut offset = 0u64;
+    let parts = u64::from(parts).min(total).max(1);
+    let cuts = super::shard::split_even(total, parts);
+    let mut out = vec![Vec::new(); cuts.len()];
+    let (mut offset, mut i) = (0u64, 0usize);
     for r in ranges {
-        for (i, &(a, z)) in cuts.iter().enumerate() {
-            let (s, e) = (a.max(offset), z.min(offset + r.len()));
+        let end = offset + r.len();
+        while let Some(&(a, z)) = cuts.get(i) {
+            let (s, e) = (a.max(offset), z.min(end));
             if s < e {
                 out[i].push(TokenRange::new(
                     r.doc,
@@ -80,8 +85,12 @@ fn uniform_stages(ranges: &[TokenRange], parts: u32) -> Vec<Vec<TokenRange>> {
                     r.start + e - offset,
                 ));
             }
+            if z > end {
+                break; // the cut goes on into the next range
+            }
+            i += 1;
         }
-        offset += r.len();
+        offset = end;
     }
     out
 }
@@ -270,6 +279,58 @@ mod tests {
         // Just under the limit still plans (the count is the builder's: shard.rs proptest).
         let fits = Batch::new(0, vec![1024]);
         assert!(magi(1, 1, 2, Mask::Causal, &fits).is_ok());
+    }
+
+    /// Regression (bug hunt): a `degree` past the remote tokens allocated a stage list per unit
+    /// of degree (4294967295 aborted out of memory). Stages past the last token are empty, so
+    /// the plan is the one with a stage per remote token.
+    #[test]
+    fn regression_a_huge_degree_allocated_a_stage_per_unit() {
+        let batch = Batch::new(0, vec![7, 1000, 2, 64]);
+        let huge = magi(16, u32::MAX, 3, Mask::Causal, &batch).unwrap();
+        assert_valid(&huge);
+        let remote: u64 = huge
+            .transfers
+            .iter()
+            .map(|t| t.ranges.iter().map(TokenRange::len).sum::<u64>())
+            .sum();
+        assert!(huge
+            .ranks
+            .iter()
+            .all(|r| r.steps.len() as u64 <= 1 + remote));
+        let mut per_token = magi(16, remote as u32, 3, Mask::Causal, &batch).unwrap();
+        per_token.scheme.params = huge.scheme.params.clone();
+        assert_eq!(per_token, huge);
+    }
+
+    /// The stages cover the remote ranges once, in order, near-equal, whatever the degree.
+    #[test]
+    fn uniform_stages_cut_in_order_into_near_equal_groups() {
+        let ranges = [
+            TokenRange::new(0, 0, 5),
+            TokenRange::new(1, 3, 4),
+            TokenRange::new(2, 10, 16),
+        ];
+        for parts in [1, 2, 3, 5, 12, 13, 1000] {
+            let stages = uniform_stages(&ranges, parts);
+            assert_eq!(stages.len() as u32, parts.min(12));
+            let flat: Vec<(u32, u64)> = stages
+                .iter()
+                .flatten()
+                .flat_map(|r| (r.start..r.end).map(move |t| (r.doc, t)))
+                .collect();
+            let want: Vec<(u32, u64)> = ranges
+                .iter()
+                .flat_map(|r| (r.start..r.end).map(move |t| (r.doc, t)))
+                .collect();
+            assert_eq!(flat, want, "{parts}");
+            let sizes: Vec<u64> = stages
+                .iter()
+                .map(|s| s.iter().map(TokenRange::len).sum())
+                .collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{parts}: {sizes:?}");
+        }
     }
 
     #[test]
