@@ -18,7 +18,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::sim::waits::{split_waits, union};
 use crate::sim::{PassOutcome, RankTimeline};
 
-use super::{draw_err, render, PlotError, FAMILY};
+use super::{caption_size, draw_err, render, PlotError, FAMILY};
 
 /// What to write on the chart.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,10 +134,14 @@ fn draw<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     // The legend has its own strip on the right, so it never hides a bar and the time axis
     // ends where the last pass ends (it used to run on 45% past it to make room).
-    let width = root.dim_in_pixel().0 as i32;
-    let (plot, legend) = root.split_horizontally(width - LEGEND_WIDTH);
+    // The title spans the legend's strip too (over the plot alone a long one lost both ends).
+    let width = root.dim_in_pixel().0;
+    let size = caption_size(root, &opts.title, 24, width.saturating_sub(32));
+    let body = root
+        .titled(&opts.title, (FAMILY, f64::from(size)))
+        .map_err(draw_err)?;
+    let (plot, legend) = body.split_horizontally(width as i32 - LEGEND_WIDTH);
     let mut ch = ChartBuilder::on(&plot)
-        .caption(&opts.title, (FAMILY, 24))
         .margin(16)
         .x_label_area_size(55)
         .y_label_area_size(80)

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use crate::study::{CellKey, CellResult};
 
-use super::{draw_err, render, tokens_label, PlotError, COLORS, FAMILY};
+use super::{caption_size, draw_err, render, tokens_label, PlotError, COLORS, FAMILY};
 
 /// How y values are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +123,9 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
     } else {
         12
     };
+    let size = caption_size(root, &c.title, 26, root.dim_in_pixel().0.saturating_sub(36));
     let mut ch = ChartBuilder::on(root)
-        .caption(&c.title, (FAMILY, 26))
+        .caption(&c.title, (FAMILY, f64::from(size)))
         .margin(18)
         .x_label_area_size(60)
         .y_label_area_size(90)

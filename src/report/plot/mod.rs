@@ -19,6 +19,8 @@ mod lines;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::Shift;
+use plotters::prelude::{DrawingArea, DrawingBackend};
 use plotters::style::{register_font, FontStyle, RGBColor};
 
 pub use cdf::{length_cdf, CdfPoint};
@@ -90,6 +92,25 @@ fn ensure_font() -> Result<(), PlotError> {
     } else {
         Err(PlotError::Draw("the bundled font did not load".into()))
     }
+}
+
+/// The font size of a caption of `title` no wider than `width` pixels: `size`, or smaller down
+/// to 12 px (past which a very long `--title` is clipped). A default Gantt title under
+/// `--layer --tp 2 --recompute full` ran past its plot area and lost the scheme's name at both
+/// ends (bug hunt).
+pub(crate) fn caption_size<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    size: u32,
+    width: u32,
+) -> u32 {
+    (12..=size)
+        .rev()
+        .find(|&s| {
+            area.estimate_text_size(title, &(FAMILY, f64::from(s)).into())
+                .is_ok_and(|(w, _)| w <= width)
+        })
+        .unwrap_or(12)
 }
 
 /// Ten distinguishable colours (Tableau 10), picked in order.
@@ -175,6 +196,31 @@ pub fn tokens_label(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (bug hunt): the default Gantt title under `--layer --tp 2 --recompute full`
+    /// was wider than its 900-px plot area and lost both ends; the caption now shrinks to fit.
+    #[test]
+    fn regression_a_long_gantt_title_is_shrunk_to_fit() {
+        use plotters::prelude::{IntoDrawingArea, SVGBackend};
+        ensure_font().unwrap();
+        let mut svg = String::new();
+        let root = SVGBackend::with_string(&mut svg, (1200, 600)).into_drawing_area();
+        let title = "fcp · 4 ranks · 11 docs · h100 / llama3-70b · TP 2 · attention 1.90 ms \
+                     · layer 39.55 ms · recompute full";
+        let width = |size: u32| {
+            root.estimate_text_size(title, &(FAMILY, f64::from(size)).into())
+                .unwrap()
+                .0
+        };
+        assert!(width(24) > 868, "the title fits at 24 px: nothing to test");
+        let size = caption_size(&root, title, 24, 868);
+        assert!(
+            size < 24 && width(size) <= 868,
+            "{size}: {} px",
+            width(size)
+        );
+        assert_eq!(caption_size(&root, "zigzag · 4 ranks", 24, 868), 24);
+    }
 
     #[test]
     fn labels_and_formats() {
