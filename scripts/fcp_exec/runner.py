@@ -1,5 +1,6 @@
-"""Running a plan: per-rank stores, the step loop with its messages and collectives, the
-backward pass derived from the forward plan, timing, and the check against dense attention.
+"""Running a plan: the step loop with its messages and collectives, the backward pass derived
+from the forward plan, and timing (a rank's tensors live in store.py, a step's attention in
+step.py).
 
 Data movement follows the plan and nothing else: a rank starts with the Q/K/V of its input
 layout (its `owned` ranges when the plan has none) and every other row it reads must arrive by
