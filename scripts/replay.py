@@ -56,7 +56,7 @@ def parse_args(argv):
     ap.add_argument("--dtype", choices=["auto", "float64", "float32", "bfloat16", "float16"], default="auto",
                     help="Q/K/V dtype (auto: float64 on CPU, bfloat16 on GPU)")
     ap.add_argument("--head-dim", type=int, default=0, help="head dimension (auto: 16 on CPU, 128 on GPU)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the generated Q, K, V and dO (0 to 2^32 - 1)")
     ap.add_argument("--check", choices=["auto", "yes", "no"], default="auto",
                     help=f"compare with dense attention (auto: when the batch has <= {CHECK_TOKENS} tokens)")
     ap.add_argument("--tolerance", type=float, default=0.0,
@@ -83,6 +83,10 @@ def settings(a, plan):
     gpu = device.type == "cuda"
     dtype = {"auto": torch.bfloat16 if gpu else torch.float64, "float64": torch.float64, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[a.dtype]
+    # Each document's generator is seeded with seed · 1,000,003 + document, a signed 64-bit
+    # number (a seed of 2·10^13 crashed with a traceback; bug hunt).
+    if not 0 <= a.seed < 1 << 32:
+        raise PlanError(f"--seed must be from 0 to {(1 << 32) - 1}, got {a.seed}")
     d = a.head_dim or (128 if gpu else 16)
     if d < 1:
         raise PlanError("--head-dim must be at least 1")

@@ -287,6 +287,35 @@ for what in doc-out-of-range heads-out-of-range issued-after-due unheld-document
         bad "plan with a $what: exit $rc"; cat "$work/bad-ring-$what.log"
     fi
 done
+# Malformed plan files and a seed past 64-bit seeding: exit 2 and a message, no traceback (bug
+# hunt: each of these crashed with one, and a half step or an empty document replayed as PASS).
+"$PY" - "$work/ring.json" "$work" <<'PYEOF'
+import json, sys
+src, work = sys.argv[1], sys.argv[2]
+text = open(src).read()
+def put(name, f):
+    p = json.loads(text)
+    f(p)
+    json.dump(p, open(f"{work}/malformed-{name}.json", "w"))
+put("task-not-object", lambda p: p["ranks"][0]["steps"][0]["tasks"].append(5))
+put("transfer-not-object", lambda p: p["transfers"].append(5))
+put("empty-document", lambda p: p["documents"].append({"id": len(p["documents"]), "len": 0}))
+put("half-step", lambda p: p["transfers"][0].update(issue_at=0.5))
+open(f"{work}/malformed-huge-number.json", "w").write(text.replace('"issue_at":0', '"issue_at":1e400', 1))
+open(f"{work}/malformed-not-utf8.json", "wb").write(b"\xff\xfe\x00garbage")
+open(f"{work}/malformed-deep.json", "w").write("[" * 100000 + "]" * 100000)
+PYEOF
+for what in task-not-object transfer-not-object empty-document half-step huge-number not-utf8 deep seed; do
+    plan="$work/malformed-$what.json" extra=()
+    [[ $what == seed ]] && plan="$work/ring.json" extra=(--seed 20000000000000)
+    if "$PY" scripts/replay.py "$plan" --single-device --head-dim 8 "${extra[@]}" \
+        -o "$work/malformed-$what-m.json" >"$work/malformed-$what.log" 2>&1; then rc=0; else rc=$?; fi
+    if [[ $rc -eq 2 ]] && ! grep -q Traceback "$work/malformed-$what.log" && [[ ! -e "$work/malformed-$what-m.json" ]]; then
+        ok "malformed input ($what) refused: $(head -c 150 "$work/malformed-$what.log" | head -n 1)"
+    else
+        bad "malformed input ($what): exit $rc"; tail -n 5 "$work/malformed-$what.log"
+    fi
+done
 # Rows left without any output read as an infinite error: the measurement is still JSON
 # (`null`, failed; it used to be `Infinity`, which fcp validate could not read) and validate
 # compares it with a warning.

@@ -39,17 +39,32 @@ def _check_cover(origin, what, layout, extent):
                             f" (every token is held by exactly one rank)")
 
 
+def _int(x, what):
+    """A JSON integer, as fcp's readers take it: a float was truncated (0.5 read as 0) and 1e400
+    crashed with a traceback (bug hunt)."""
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise PlanError(f"{what} must be an integer, got {x!r}")
+    return x
+
+
+def _obj(x, what):
+    """A JSON object (a task or transfer given as a number crashed with a traceback)."""
+    if not isinstance(x, dict):
+        raise PlanError(f"{what} must be a JSON object, got {x!r}")
+    return x
+
+
 def _heads(x, what):
     """A head range [h0, h1) as read; checked against the plan's heads once they are known."""
     if x is None:
         return None
-    if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) and v >= 0 for v in x)):
+    if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x)):
         raise PlanError(f"{what}: heads must be [h0, h1], got {x!r}")
     return tuple(x)
 
 
 def _range(x, what):
-    if not (isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v >= 0 for v in x)):
+    if not (isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x)):
         raise PlanError(f"{what}: a range must be [doc, start, end], got {x!r}")
     return tuple(x)
 
@@ -67,13 +82,14 @@ class Transfer:
             raise PlanError(f"transfer {index}: unknown kind {self.kind!r}")
         if self.tensor not in ("kv", "q", "out"):
             raise PlanError(f"transfer {index}: unknown tensor {self.tensor!r}")
-        self.src = int(t["src"])
-        self.dst = int(t["dst"]) if dst is None else dst
+        self.src = _int(t["src"], f"transfer {index}: src")
+        self.dst = _int(t["dst"], f"transfer {index}: dst") if dst is None else dst
         if not (0 <= self.src < plan.num_ranks and 0 <= self.dst < plan.num_ranks):
             raise PlanError(f"transfer {index}: rank out of range")
         self.ranges = [_range(r, f"transfer {index}") for r in t["ranges"]]
         self.heads = _heads(t.get("heads"), f"transfer {index}")
-        self.issue_at, self.arrive_by = int(t["issue_at"]), int(t["arrive_by"])
+        self.issue_at = _int(t["issue_at"], f"transfer {index}: issue_at")
+        self.arrive_by = _int(t["arrive_by"], f"transfer {index}: arrive_by")
         # A send issued after it is due (or at a negative step) is never matched in time: the
         # distributed replay deadlocked until the collective timeout (bug hunt).
         if not 0 <= self.issue_at <= self.arrive_by:
@@ -90,11 +106,11 @@ class Transfer:
 def _receivers(t, index, num_ranks):
     """The ranks transfer `index` reaches: `dst`, then `also_to` (version 2). The executor
     runs each receiver as a transfer of its own, in this order, as the simulator reads it."""
-    also = t.get("also_to", [])
+    also = _obj(t, f"transfer {index}").get("also_to", [])
     if not isinstance(also, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in also):
         raise PlanError(f"transfer {index}: also_to must be a list of ranks, got {also!r}")
-    rs = [int(t["dst"])] + also
-    if len(set(rs + [int(t["src"])])) != len(rs) + 1 or not all(0 <= r < num_ranks for r in rs):
+    rs = [_int(t["dst"], f"transfer {index}: dst")] + also
+    if len(set(rs + [_int(t["src"], f"transfer {index}: src")])) != len(rs) + 1 or not all(0 <= r < num_ranks for r in rs):
         raise PlanError(f"transfer {index}: receivers {rs} repeat a rank, name the source or a rank out of range")
     if also and t.get("tensor", "kv") == "out":
         raise PlanError(f"transfer {index}: an output return has one receiver, not also_to {also!r}")
@@ -109,12 +125,16 @@ class Plan:
             raise PlanError(f"{origin}: plan format version {obj.get('version')!r}, this executor reads versions 1 and 2")
         try:
             self.scheme = obj["scheme"]["name"]
-            self.num_ranks = int(obj["num_ranks"])
+            self.num_ranks = _int(obj["num_ranks"], "num_ranks")
             self.mask = obj["mask"]
-            self.q_heads, self.kv_heads = int(obj["q_heads"]), int(obj["kv_heads"])
+            self.q_heads, self.kv_heads = _int(obj["q_heads"], "q_heads"), _int(obj["kv_heads"], "kv_heads")
             self.model = obj.get("model")
             self.hardware = obj.get("hardware")
-            self.extent = [int(d["len"]) + int(d.get("pad", 0)) for d in obj["documents"]]
+            docs = [_obj(d, f"document {i}") for i, d in enumerate(obj["documents"])]
+            for i, d in enumerate(docs):
+                if _int(d["len"], f"document {i}: len") < 1:
+                    raise PlanError(f"document {i}: len must be at least 1, got {d['len']}")
+            self.extent = [d["len"] + _int(d.get("pad", 0), f"document {i}: pad") for i, d in enumerate(docs)]
             ranks = obj["ranks"]
             if len(ranks) != self.num_ranks:
                 raise PlanError(f"{origin}: num_ranks is {self.num_ranks} but {len(ranks)} ranks are listed")
@@ -124,8 +144,8 @@ class Plan:
                 steps = []
                 for s in rp["steps"]:
                     tasks = []
-                    for t in s["tasks"]:
-                        h = _heads(t.get("heads"), f"rank {i} task")
+                    for t in _obj(s, f"rank {i} step")["tasks"]:
+                        h = _heads(_obj(t, f"rank {i} task").get("heads"), f"rank {i} task")
                         tasks.append((_range(t["q"], f"rank {i} task"), _range(t["kv"], f"rank {i} task"), h))
                     steps.append(tasks)
                 self.steps.append(steps)
@@ -138,6 +158,8 @@ class Plan:
             for i, t in enumerate(obj["transfers"]):
                 for dst in _receivers(t, i, self.num_ranks):
                     self.transfers.append(Transfer(len(self.transfers), t, self, dst))
+        except PlanError as e:
+            raise PlanError(str(e) if str(e).startswith(f"{origin}:") else f"{origin}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
             raise PlanError(f"{origin}: not a valid fcp plan: {type(e).__name__}: {e}") from None
         if self.mask not in ("causal", "full"):
@@ -182,6 +204,10 @@ class Plan:
             raise PlanError(f"{path}: {e.strerror}") from None
         except json.JSONDecodeError as e:
             raise PlanError(f"{path}: not JSON: {e}") from None
+        except UnicodeDecodeError as e:
+            raise PlanError(f"{path}: not UTF-8 text: {e.reason} at byte {e.start}") from None
+        except RecursionError:
+            raise PlanError(f"{path}: nested too deeply to be a plan") from None
         return Plan(obj, path)
 
     @property
