@@ -18,27 +18,15 @@ use support::fcp;
 /// A random problem of `m` items: single-segment pieces of a few documents (`chain`), or
 /// multi-segment units.
 fn random_problem(rng: &mut ChaCha8Rng, m: usize, n: u32, chain: bool, lambda: f64) -> Problem {
-    let mut items = Vec::new();
-    let mut doc = 0u32;
-    let mut pos = 0u64;
-    for k in 0..m {
-        if rng.gen_bool(0.35) {
-            doc += 1;
-            pos = 0;
-        }
+    let items = random_items(rng, m, 0.35, |rng, k, doc, pos| {
         let len = rng.gen_range(1..=8u64);
         let mut segs = vec![(doc, pos, len)];
         if !chain && rng.gen_bool(0.3) {
             segs.push((1000 + k as u32, 0, 2));
         }
-        let tokens = segs.iter().map(|s| s.2).sum();
-        items.push(Item {
-            tokens,
-            work: (len * (2 * pos + len + 1) / 2) as f64,
-            segs,
-        });
-        pos += len;
-    }
+        // Causal work of the document's piece.
+        (segs, (len * (2 * pos + len + 1) / 2) as f64)
+    });
     let total: u64 = items.iter().map(|i| i.tokens).sum();
     let slack = rng.gen_range(0..=3u64);
     Problem {
@@ -53,6 +41,32 @@ fn random_problem(rng: &mut ChaCha8Rng, m: usize, n: u32, chain: bool, lambda: f
         chain,
         forced_exchange: Vec::new(),
     }
+}
+
+/// `m` items, each piece of a document (a new one with probability `new_doc`) made by
+/// `piece(rng, k, doc, pos)` as its segments and work; its tokens are its segments'.
+fn random_items(
+    rng: &mut ChaCha8Rng,
+    m: usize,
+    new_doc: f64,
+    mut piece: impl FnMut(&mut ChaCha8Rng, usize, u32, u64) -> (Vec<(u32, u64, u64)>, f64),
+) -> Vec<Item> {
+    let (mut doc, mut pos) = (0u32, 0u64);
+    (0..m)
+        .map(|k| {
+            if rng.gen_bool(new_doc) {
+                doc += 1;
+                pos = 0;
+            }
+            let (segs, work) = piece(rng, k, doc, pos);
+            pos += segs[0].2;
+            Item {
+                tokens: segs.iter().map(|s| s.2).sum(),
+                work,
+                segs,
+            }
+        })
+        .collect()
 }
 
 #[test]
@@ -108,22 +122,10 @@ fn regression_search_took_ranks_holding_different_documents_for_alike() {
     for case in 0..80 {
         let n = 2 + (case % 2) as u32;
         let m = rng.gen_range(4..=if n == 3 { 7 } else { 9 });
-        let mut items = Vec::new();
-        let mut doc = 0u32;
-        let mut pos = 0u64;
-        for _ in 0..m {
-            if rng.gen_bool(0.5) {
-                doc += 1;
-                pos = 0;
-            }
+        let items = random_items(&mut rng, m, 0.5, |rng, _, doc, pos| {
             let len = [4u64, 8][rng.gen_range(0..2)];
-            items.push(Item {
-                tokens: len,
-                work: len as f64,
-                segs: vec![(doc, pos, len)],
-            });
-            pos += len;
-        }
+            (vec![(doc, pos, len)], len as f64)
+        });
         let total: u64 = items.iter().map(|i| i.tokens).sum();
         let p = Problem {
             items,
