@@ -253,6 +253,12 @@ elif what == "issued-after-due":
     t["issue_at"] = t["arrive_by"] + 1
 elif what == "unheld-document":
     p["documents"].append({"id": len(p["documents"]), "len": 50})
+elif what == "extra-out":
+    # An output return from a rank that computed none of those rows (bug hunt: zeros went out,
+    # merged as nothing, and the replay said PASS).
+    t = dict(next(t for t in p["transfers"] if t.get("tensor") == "out"))
+    t["src"] = next(r for r in range(p["num_ranks"]) if r not in (t["src"], t["dst"]))
+    p["transfers"].append(t)
 else:
     steps = [s for r in p["ranks"] for s in r["steps"] if s["tasks"]]
     step = steps[len(steps) // 2]
@@ -263,7 +269,7 @@ else:
 json.dump(p, open(dst, "w"))
 PYEOF
 }
-for case in "ring drop-transfer" "llama3 drop-receiver" "zigzag drop-task" "flashcp duplicate-task"; do
+for case in "ring drop-transfer" "llama3 drop-receiver" "zigzag drop-task" "flashcp duplicate-task" "usp extra-out"; do
     set -- $case
     corrupt "$work/$1.json" "$work/bad-$1-$2.json" "$2"
     if replay "$work/bad-$1-$2.json" "$work/bad-$1-$2-measured.json" --pass both; then

@@ -118,7 +118,13 @@ def launches(plan, store, tasks):
 
 
 def forward(plan, store, backend, tasks, rank, scale, check_have=True):
-    """The forward attention of one step's tasks, merged into the rank's partial outputs."""
+    """The forward attention of one step's tasks, merged into the rank's partial outputs.
+    With `check_have`, the tasks' query rows are marked as holding a partial output (`ohave`),
+    which an `out` transfer must then send from."""
+    if check_have:
+        for task in tasks:
+            doc, h, _ = _task_views(plan, task)
+            store.get("ohave", doc)[task[0][1]:task[0][2], h[0]:h[1]] = True
     for ln in launches(plan, store, tasks):
         if check_have:
             ln.require(store, rank, ("qhave", "kvhave"))

@@ -33,7 +33,7 @@ class Store:
         if name not in self.t:
             R, p = self.rows, self.plan
             H = p.kv_heads if name in ("k", "v", "kvhave", "dk", "dv") else p.q_heads
-            if name in ("qhave", "kvhave", "bhave"):
+            if name in ("qhave", "kvhave", "bhave", "ohave"):
                 x = torch.zeros(R, H, dtype=torch.bool, device=self.device)
             elif name in ("l", "lf"):
                 x = torch.full((R, H), -math.inf, dtype=self.acc, device=self.device)
