@@ -81,6 +81,8 @@ def settings(a, plan):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise PlanError("--device cuda: no CUDA device is visible")
     gpu = device.type == "cuda"
+    if a.backend == "sdpa" and not gpu:  # refused here, before any rank runs (exit 2, as --device cuda)
+        raise PlanError("--backend sdpa needs a CUDA device (PyTorch's FlashAttention)")
     dtype = {"auto": torch.bfloat16 if gpu else torch.float64, "float64": torch.float64, "float32": torch.float32,
              "bfloat16": torch.bfloat16, "float16": torch.float16}[a.dtype]
     # Each document's generator is seeded with seed · 1,000,003 + document, a signed 64-bit

@@ -205,6 +205,7 @@ refuses() { # refuses WHAT ARGS...: replay.py exits 2 before replaying anything,
 refuses "an empty -o" "$work/fcp.json" -o ""
 refuses "a folder where a second plan's measurement goes" "$work/fcp.json" "$work/zigzag.json" -o "$work/outs"
 refuses "--tolerance nan" "$work/fcp.json" --tolerance nan -o "$work/tol.json"
+refuses "--backend sdpa on the CPU" "$work/fcp.json" --backend sdpa --device cpu -o "$work/sdpa-cpu.json"
 
 # Single-device mode: one process runs each rank's compute in turn.
 if "$PY" scripts/replay.py "$work/fcp.json" --single-device --head-dim 8 -o "$work/fcp-single.json" \
