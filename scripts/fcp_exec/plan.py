@@ -39,10 +39,15 @@ def _check_cover(origin, what, layout, extent):
                             f" (every token is held by exactly one rank)")
 
 
+def _is_int(x):
+    """A JSON integer: Python reads true and false as ints too."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _int(x, what):
     """A JSON integer, as fcp's readers take it: a float was truncated (0.5 read as 0) and 1e400
     crashed with a traceback (bug hunt)."""
-    if isinstance(x, bool) or not isinstance(x, int):
+    if not _is_int(x):
         raise PlanError(f"{what} must be an integer, got {x!r}")
     return x
 
@@ -58,13 +63,13 @@ def _heads(x, what):
     """A head range [h0, h1) as read; checked against the plan's heads once they are known."""
     if x is None:
         return None
-    if not (isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x)):
+    if not (isinstance(x, list) and len(x) == 2 and all(_is_int(v) and v >= 0 for v in x)):
         raise PlanError(f"{what}: heads must be [h0, h1], got {x!r}")
     return tuple(x)
 
 
 def _range(x, what):
-    if not (isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in x)):
+    if not (isinstance(x, list) and len(x) == 3 and all(_is_int(v) and v >= 0 for v in x)):
         raise PlanError(f"{what}: a range must be [doc, start, end], got {x!r}")
     return tuple(x)
 

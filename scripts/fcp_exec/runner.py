@@ -91,33 +91,34 @@ def msg_dtype(store, payload):
     return store.dtype if payload in ("q", "kv") else store.acc
 
 
+# What a rank must hold to send each payload, and its name in the error. An `out` row it computed
+# no partial of went out as zeros and merged as nothing (bug hunt: an extra `out` transfer
+# replayed as PASS; `fcp verify` refuses it). Gradients are sent whatever was accumulated.
+SENDER_HOLDS = {"q": ("qhave", "Q"), "kv": ("kvhave", "K/V"), "out": ("ohave", "the partial output"),
+                "dout": ("bhave", "dO")}
+
+
 def pack(store, m, rank, check=True):
-    """Flatten what `m` sends from `store`; outputs and gradients are handed over (cleared)."""
+    """Flatten what `m` sends from `store`; outputs and gradients are handed over (cleared).
+    `check`: first fail unless the rank holds every row it sends (SENDER_HOLDS)."""
     p, parts = store.plan, []
     h0, h1 = heads_for(p, m.payload, m.t.heads)
+    holds = SENDER_HOLDS.get(m.payload) if check else None
     for r in m.t.ranges:
         doc, s, e = r
+        if holds:
+            store.require(holds[0], r, (h0, h1), holds[1], rank)
         if m.payload == "q":
-            if check:
-                store.require("qhave", r, (h0, h1), "Q", rank)
             parts.append(store.get("q", doc)[s:e, h0:h1])
         elif m.payload == "kv":
-            if check:
-                store.require("kvhave", r, (h0, h1), "K/V", rank)
             parts += [store.get("k", doc)[s:e, h0:h1], store.get("v", doc)[s:e, h0:h1]]
         elif m.payload == "out":
-            # Rows this rank computed no partial of went out as zeros and merged as nothing
-            # (bug hunt: an extra `out` transfer replayed as PASS; `fcp verify` refuses it).
-            if check:
-                store.require("ohave", r, (h0, h1), "the partial output", rank)
             store.get("ohave", doc)[s:e, h0:h1] = False
             o, l = store.get("o", doc)[s:e, h0:h1], store.get("l", doc)[s:e, h0:h1]
             parts += [o.clone(), l.clone()]
             o.zero_()
             l.fill_(-math.inf)
         elif m.payload == "dout":
-            if check:
-                store.require("bhave", r, (h0, h1), "dO", rank)
             parts += [store.get("do", doc)[s:e, h0:h1].to(store.acc), store.get("lf", doc)[s:e, h0:h1],
                       store.get("delta", doc)[s:e, h0:h1]]
         elif m.payload == "dq":
