@@ -249,6 +249,8 @@ elif what == "doc-out-of-range":
     p["transfers"][0]["ranges"][0][0] = len(p["documents"]) + 5
 elif what == "heads-out-of-range":
     next(t for r in p["ranks"] for s in r["steps"] for t in s["tasks"])["heads"] = [0, p["q_heads"] + 1]
+elif what == "kv-heads-split-group":
+    next(t for t in p["transfers"] if t["tensor"] == "kv")["heads"] = [0, p["q_heads"] // p["kv_heads"] // 2]
 elif what == "issued-after-due":
     t = p["transfers"][0]
     t["issue_at"] = t["arrive_by"] + 1
@@ -283,8 +285,9 @@ done
 # traceback; it used to be an IndexError mid-replay, or a PASS on one device). So are a
 # transfer issued after it is due (the distributed replay deadlocked until the collective
 # timeout) and a document no rank holds (the distributed replay never compared its rows and
-# said PASS).
-for what in doc-out-of-range heads-out-of-range issued-after-due unheld-document; do
+# said PASS), and a K/V transfer naming part of a GQA group (it moved the whole K/V head while
+# `fcp verify` read a part).
+for what in doc-out-of-range heads-out-of-range kv-heads-split-group issued-after-due unheld-document; do
     corrupt "$work/ring.json" "$work/bad-ring-$what.json" "$what"
     if "$PY" scripts/replay.py "$work/bad-ring-$what.json" --single-device --head-dim 8 \
         -o "$work/bad-ring-$what-m.json" >"$work/bad-ring-$what.log" 2>&1; then rc=0; else rc=$?; fi

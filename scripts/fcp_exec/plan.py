@@ -194,6 +194,13 @@ class Plan:
         for (h0, h1) in heads:
             if not h0 < h1 <= self.q_heads:
                 raise PlanError(f"{origin}: heads {[h0, h1]} are not a range of the plan's {self.q_heads} query heads")
+        # A K/V head serves a whole GQA group, so a `kv` transfer moves whole groups; a range
+        # inside one moved the whole head here while `fcp verify` and the simulator read a part.
+        g = self.q_heads // self.kv_heads
+        for t in self.transfers:
+            if t.tensor == "kv" and t.heads is not None and (t.heads[0] % g or t.heads[1] % g):
+                raise PlanError(f"{origin}: transfer {t.index}: kv heads {list(t.heads)} split a GQA group of {g} query heads; "
+                                f"a K/V transfer moves whole K/V heads, so its heads are {[t.heads[0] // g * g, -(-t.heads[1] // g) * g]}")
         self.nsteps = max((len(s) for s in self.steps), default=0)
         # Per transfer, whether it forwards received rows: read by the progress check, by
         # `forwarded` (each pass) and by `depths` (each reverse phase), so worked out once.

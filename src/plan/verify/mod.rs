@@ -327,6 +327,22 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
                 ),
             ));
         }
+        if let Some(h) = t.heads.filter(|_| t.tensor == TransferTensor::Kv) {
+            // A K/V head serves a whole GQA group of query heads, so a `kv` transfer moves
+            // whole groups; a range inside one would read as fewer bytes in the simulator than
+            // the executor moves, and as fewer heads held here than it delivers (bug hunt).
+            let group = plan.q_heads.checked_div(plan.kv_heads).unwrap_or(0);
+            if group > 1 && (h.start % group != 0 || h.end % group != 0) {
+                let (lo, hi) = (h.start / group * group, h.end.div_ceil(group) * group);
+                out.push(v(
+                    ViolationKind::BadRange,
+                    format!(
+                        "transfer {} → {}: kv heads [{}, {}) split a GQA group of {group} query heads; a K/V transfer moves whole K/V heads, so its heads are [{lo}, {hi})",
+                        t.src, t.dst, h.start, h.end
+                    ),
+                ));
+            }
+        }
     }
 }
 

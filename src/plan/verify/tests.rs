@@ -571,3 +571,34 @@ mod progress {
         }
     }
 }
+
+#[test]
+fn regression_a_kv_transfer_narrowed_inside_a_gqa_group_is_refused() {
+    // Bug hunt: a `kv` transfer naming half a GQA group verified as moving half the K/V
+    // bytes while the executor moved the whole K/V head; readers now agree it is refused.
+    let mut p = plan();
+    (p.q_heads, p.kv_heads) = (8, 2);
+    let i = p
+        .transfers
+        .iter()
+        .position(|t| t.tensor == TransferTensor::Kv)
+        .unwrap();
+    let split = |p: &Plan| {
+        verify(p)
+            .into_iter()
+            .filter(|v| v.kind == K::BadRange && v.message.contains("split a GQA group"))
+            .map(|v| v.message)
+            .collect::<Vec<_>>()
+    };
+    for whole in [(0, 4), (4, 8), (0, 8)] {
+        p.transfers[i].heads = Some(HeadRange::from(whole));
+        assert!(split(&p).is_empty(), "{whole:?} is whole groups");
+    }
+    p.transfers[i].heads = Some(HeadRange::from((2, 5)));
+    let found = split(&p);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("its heads are [0, 8)"), "{}", found[0]);
+    // Query heads and outputs are per query head: any range is fine there.
+    p.transfers[i].tensor = TransferTensor::Q;
+    assert!(split(&p).is_empty());
+}
