@@ -812,6 +812,53 @@ fn duplicates_are_refused_naming_the_duplicate() {
     assert_eq!(std::fs::read(&base).unwrap(), before);
 }
 
+/// Regression (bug hunt): a baseline recording a negative time gated against it ("REGRESSED
+/// -1.0000 → 32.0255"), and a top-level key of the user's was accepted, then silently dropped
+/// by `--update`. Both are refused, with the file left as it was.
+#[test]
+fn regression_a_baseline_with_a_negative_number_or_an_unknown_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cell = |t: &str| {
+        format!(
+            r#"{{"trace":"default","scheme":"zigzag","ranks":4,"tokens_per_rank":8192,
+        "block":null,"context":null,"hardware":"h100","model":"llama3-70b",
+        "compute_imbalance":0.1,"comm_imbalance":0.1,"attention_time_ms":{t}}}"#
+        )
+    };
+    let grid = r#""grid":{"batches":1,"grid":{"traces":["default"],"schemes":["zigzag"],"ranks":[4],"tokens_per_rank":[8192]}}"#;
+    for (extra, time, says) in [
+        (
+            "",
+            "-1",
+            "the cell default · zigzag · 4 ranks × 8192 tok · h100 · llama3-70b records attention_time_ms -1; recorded numbers are ≥ 0",
+        ),
+        (r#""note":"mine","#, "1.0", "unknown field `note`"),
+    ] {
+        let base = dir.path().join("baseline.json");
+        std::fs::write(
+            &base,
+            format!(
+                r#"{{"version":1,"tolerance":0.03,{extra}{grid},"cells":[{}]}}"#,
+                cell(time)
+            ),
+        )
+        .unwrap();
+        let before = std::fs::read(&base).unwrap();
+        for update in [&[][..], &["--update"]] {
+            fcp()
+                .arg("regress")
+                .args(update)
+                .arg("--baseline")
+                .arg(&base)
+                .assert()
+                .code(2)
+                .stdout("")
+                .stderr(predicate::str::contains(says));
+        }
+        assert_eq!(std::fs::read(&base).unwrap(), before);
+    }
+}
+
 /// Messages said the wrong thing: `--sigma inf` was told "must be > 0"; a DP×CP study's
 /// `cp = [0]` "does not divide" the GPUs; and `1e3` where an integer belongs was quoted back as
 /// `1000.0`, a number the user never wrote. They now say what is required and quote the input

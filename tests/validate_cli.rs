@@ -67,7 +67,9 @@ fn synthetic(plan_path: &Path, sim: &Value, factor: f64, pass: &str) -> Value {
                             "compute_ms": per_pass / steps as f64, "wait_ms": 0.0})).collect::<Vec<_>>()})
                 })
                 .collect();
-            json!({"rank": r, "compute_ms": compute, "comm_ms": 1.0, "end_ms": 2.0, "passes": passes})
+            // A rank's totals are its passes' sums, as a replay writes them.
+            let k = names.len() as f64;
+            json!({"rank": r, "compute_ms": compute, "comm_ms": k, "end_ms": 2.0 * k, "passes": passes})
         })
         .collect();
     json!({"format": "fcp-measured", "version": 1, "mode": "distributed", "pass": pass,

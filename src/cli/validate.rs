@@ -82,9 +82,9 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         }
         if rc.mean > limit {
             eprintln!(
-                "per-rank compute: mean relative error {:.1}% exceeds --max-compute-error {:.1}%",
-                100.0 * rc.mean,
-                100.0 * limit
+                "per-rank compute: mean relative error {} exceeds --max-compute-error {}",
+                percent(rc.mean),
+                percent(limit)
             );
             return Err(Exit(1).into());
         }
@@ -93,7 +93,18 @@ pub fn run(a: ValidateArgs) -> Result<()> {
 }
 
 fn pct(e: Option<f64>) -> String {
-    e.map_or_else(|| "-".to_string(), |x| format!("{:.1}%", 100.0 * x))
+    e.map_or_else(|| "-".to_string(), percent)
+}
+
+/// A relative error as a percentage, one decimal; in exponent form from a million percent on
+/// (bug hunt: a measured 1e-300 ms printed an error of 300 digits).
+fn percent(x: f64) -> String {
+    let p = 100.0 * x;
+    if p.abs() < 1e6 {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.1e}%")
+    }
 }
 
 fn stats(s: Option<ErrorStats>) -> String {
@@ -108,9 +119,9 @@ fn stats(s: Option<ErrorStats>) -> String {
                 return format!("not measured{zero}");
             }
             format!(
-                "mean {:.1}% · max {:.1}% ({} values{zero})",
-                100.0 * s.mean,
-                100.0 * s.max,
+                "mean {} · max {} ({} values{zero})",
+                percent(s.mean),
+                percent(s.max),
                 s.n
             )
         },
@@ -205,4 +216,18 @@ fn print_table(r: &ValidationReport) -> Result<()> {
         None => outln!("attention time:   not measured"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent;
+
+    /// Regression (bug hunt): a measured 1e-300 ms printed a relative error of 300 digits.
+    #[test]
+    fn regression_a_huge_relative_error_prints_in_exponent_form() {
+        assert_eq!(percent(0.0123), "1.2%");
+        assert_eq!(percent(9999.0), "999900.0%");
+        let huge = percent(2.5e300);
+        assert_eq!(huge, "2.5e302%");
+    }
 }

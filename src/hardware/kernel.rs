@@ -241,10 +241,15 @@ impl KernelProfile {
             if r.q_len == 0 || r.kv_len == 0 {
                 return Err(bad("q_len/kv_len", format!("line {line}: must be >= 1")));
             }
-            if !(r.tflops.is_finite() && r.tflops > 0.0) {
+            // 1 MFLOP/s to 1 EFLOP/s: a CPU calibration's tiny tiles sit well inside it, and
+            // a row of 1e-300 printed as 300 digits (bug hunt).
+            if !(r.tflops.is_finite() && (1e-6..=1e6).contains(&r.tflops)) {
                 return Err(bad(
                     "tflops",
-                    format!("line {line}: must be > 0, got {}", r.tflops),
+                    format!(
+                        "line {line}: must be within 1e-6..=1e6 TFLOP/s, got {}",
+                        crate::report::shown(r.tflops)
+                    ),
                 ));
             }
             if r.source.trim().is_empty() {
@@ -736,7 +741,7 @@ bwd,full,64,true,total,2048,2048,40,v
                     row(4096, "500"),
                     row(8192, "0")
                 ),
-                "line 5: must be > 0",
+                "line 5: must be within 1e-6..=1e6 TFLOP/s, got 0",
             ),
             (
                 format!(
@@ -760,6 +765,28 @@ bwd,full,64,true,total,2048,2048,40,v
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(says), "{e}");
+        }
+    }
+
+    /// Regression (bug hunt): a row of 1e-300 TFLOP/s loaded and `hw kernel` printed it with
+    /// 300 digits; a CPU calibration's slowest tiles (about 1e-4) still load.
+    #[test]
+    fn regression_a_throughput_of_1e_300_is_refused() {
+        let head = "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source";
+        let load = |tflops: &str| {
+            let text = format!("{head}\nfwd,causal,128,false,total,4096,4096,{tflops},x\n");
+            KernelProfile::from_csv_str("t", "t.csv", &text)
+        };
+        for bad in ["1e-300", "1e-7", "2e6"] {
+            let e = load(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("line 2: must be within 1e-6..=1e6 TFLOP/s"),
+                "{bad}: {e}"
+            );
+            assert!(e.len() < 200, "{e}");
+        }
+        for ok in ["1e-4", "1e-6", "1e6"] {
+            assert!(load(ok).is_ok(), "{ok}");
         }
     }
 

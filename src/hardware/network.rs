@@ -133,14 +133,16 @@ impl NcclTable {
                     ),
                 ));
             }
+            // busbw within the 0.01..=1e6 GB/s a profile's links may have: 1e-12 GB/s
+            // overflowed a collective's time (bug hunt).
             if row.size_bytes == 0
                 || row.ngpu < 2
-                || !(row.busbw_gbs.is_finite() && row.busbw_gbs > 0.0)
+                || !(row.busbw_gbs.is_finite() && (0.01..=1e6).contains(&row.busbw_gbs))
             {
                 return Err(invalid(
                     "size_bytes/ngpu/busbw_gbs",
                     format!(
-                        "line {line}: {} {} GPUs {} B: need size >= 1, ngpu >= 2, busbw > 0",
+                        "line {line}: {} {} GPUs {} B: need size >= 1, ngpu >= 2, busbw 0.01..=1e6 GB/s",
                         row.op, row.ngpu, row.size_bytes
                     ),
                 ));
@@ -253,6 +255,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3: expected 5 fields, found 2"), "{e}");
+    }
+
+    /// Regression (bug hunt): a bus bandwidth of 1e-12 GB/s loaded, and a collective's time
+    /// saturated `u64` nanoseconds; the layer's sums then wrapped to a normal-looking time.
+    #[test]
+    fn regression_a_bus_bandwidth_of_1e_12_is_refused() {
+        let head = "op,ngpu,size_bytes,busbw_gbs,source";
+        let load = |bw: &str| {
+            NcclTable::from_csv_str("t", "t.csv", &format!("{head}\nall_gather,8,1024,{bw},x\n"))
+        };
+        for bad in ["1e-12", "0.001", "1e7", "inf"] {
+            let e = load(bad).unwrap_err().to_string();
+            assert!(e.contains("busbw 0.01..=1e6 GB/s"), "{bad}: {e}");
+        }
+        assert!(load("0.01").is_ok());
     }
 
     /// Regression (bug hunt): two rows for one (op, GPUs, size) were both kept, and which one

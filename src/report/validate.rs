@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
+use crate::report::shown;
 use crate::sim::{PassSel, SimError, Simulator};
 
 /// Format tag `measured.json` carries.
@@ -244,6 +245,64 @@ impl Measured {
                         check(format!("rank {i} {} step {} wait_ms", p.pass, s.step), w)?;
                     }
                 }
+            }
+            // A rank's totals are its passes' sums (docs/executor.md); a total that is not
+            // was compared per rank while the per-step rows said otherwise (bug hunt).
+            if !r.passes.is_empty() {
+                let sum = |f: fn(&MeasuredPass) -> Option<f64>| -> Option<f64> {
+                    r.passes.iter().map(f).sum()
+                };
+                for (k, total, passes) in [
+                    (
+                        "compute_ms",
+                        Some(r.compute_ms),
+                        sum(|p| Some(p.compute_ms)),
+                    ),
+                    ("comm_ms", r.comm_ms, sum(|p| p.comm_ms)),
+                    (
+                        "exposed_comm_ms",
+                        r.exposed_comm_ms,
+                        sum(|p| p.exposed_comm_ms),
+                    ),
+                    ("end_ms", r.end_ms, sum(|p| p.end_ms)),
+                ] {
+                    let (Some(total), Some(passes)) = (total, passes) else {
+                        continue;
+                    };
+                    if (total - passes).abs() > 1e-6 * total.abs().max(passes.abs()) + 1e-9 {
+                        return Err(bad(format!(
+                            "rank {i} {k} is {}, but its passes' {k} sum to {}; a rank's totals are its passes' sums",
+                            shown(total),
+                            shown(passes)
+                        )));
+                    }
+                }
+            }
+        }
+        // Single-device mode replays each rank's compute alone: no message runs, so a
+        // communication time or an end time there is not a measurement (bug hunt: they were
+        // compared against the simulated distributed run).
+        if m.mode == "single-device" {
+            let comm = |r: &MeasuredRank| {
+                r.comm_ms.is_some()
+                    || r.exposed_comm_ms.is_some()
+                    || r.end_ms.is_some()
+                    || r.passes.iter().any(|p| {
+                        p.comm_ms.is_some()
+                            || p.exposed_comm_ms.is_some()
+                            || p.end_ms.is_some()
+                            || p.steps.iter().any(|s| s.wait_ms.is_some())
+                    })
+            };
+            if let Some(i) = m.ranks.iter().position(comm) {
+                return Err(bad(format!(
+                    "mode is single-device, where no communication runs, yet rank {i} gives communication, wait or end times; they must be null there"
+                )));
+            }
+            if m.attention_time_ms.is_some() {
+                return Err(bad(
+                    "mode is single-device, where no communication runs, yet attention_time_ms is given; it must be null there".into(),
+                ));
             }
         }
         Ok(m)
@@ -569,28 +628,29 @@ mod tests {
                     .enumerate()
                     .map(|(pi, n)| {
                         let tl = &outs[pi].timeline[r];
+                        let steps: Vec<MeasuredStep> = tl
+                            .compute
+                            .iter()
+                            .enumerate()
+                            .map(|(s, (a, b))| MeasuredStep {
+                                step: s as u32,
+                                compute_ms: k * (b - a) as f64 * 1e-6,
+                                wait_ms: Some(0.0),
+                            })
+                            .collect();
                         MeasuredPass {
                             pass: n.to_string(),
-                            compute_ms: 0.0,
+                            compute_ms: steps.iter().map(|s| s.compute_ms).sum(),
                             comm_ms: None,
                             exposed_comm_ms: None,
                             end_ms: None,
-                            steps: tl
-                                .compute
-                                .iter()
-                                .enumerate()
-                                .map(|(s, (a, b))| MeasuredStep {
-                                    step: s as u32,
-                                    compute_ms: k * (b - a) as f64 * 1e-6,
-                                    wait_ms: Some(0.0),
-                                })
-                                .collect(),
+                            steps,
                         }
                     })
                     .collect();
                 MeasuredRank {
                     rank: r as u32,
-                    compute_ms: k * rep.ranks[r].compute_ms,
+                    compute_ms: passes.iter().map(|p| p.compute_ms).sum(),
                     comm_ms: Some(k * rep.ranks[r].comm_ms),
                     exposed_comm_ms: None,
                     end_ms: None,
@@ -734,5 +794,58 @@ mod tests {
         }
         let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
         assert!(e.to_string().contains("plan order"), "{e}");
+    }
+
+    /// Regression (bug hunt): a rank's total that was not its passes' sum was compared per
+    /// rank while its step rows said otherwise, and a single-device file's communication
+    /// times were compared against the simulated distributed run.
+    #[test]
+    fn regression_totals_must_be_the_passes_sums_and_single_device_has_no_comm() {
+        let (plan, sim) = setup();
+        let json = |m: &Measured| serde_json::to_string(m).unwrap();
+        let m = scaled(&plan, &sim, 1.0, "both");
+        assert!(Measured::from_json(&json(&m), "m").is_ok());
+        let mut wrong = m.clone();
+        wrong.ranks[1].compute_ms = 1000.0;
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 1 compute_ms is 1000, but its passes' compute_ms sum to"),
+            "{e}"
+        );
+        let mut wrong = m.clone();
+        for p in &mut wrong.ranks[0].passes {
+            p.end_ms = Some(1.0);
+        }
+        wrong.ranks[0].end_ms = Some(3.0);
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 0 end_ms is 3"), "{e}");
+        // Single-device: the same file with its communication cleared reads; any one
+        // communication, wait or end time left is refused.
+        let mut single = m.clone();
+        single.mode = "single-device".into();
+        single.attention_time_ms = None;
+        for r in &mut single.ranks {
+            r.comm_ms = None;
+            for p in &mut r.passes {
+                p.steps.iter_mut().for_each(|s| s.wait_ms = None);
+            }
+        }
+        assert!(Measured::from_json(&json(&single), "m").is_ok());
+        let mut wrong = single.clone();
+        wrong.ranks[1].passes[1].steps[0].wait_ms = Some(0.0);
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("yet rank 1 gives communication"), "{e}");
+        let mut wrong = single.clone();
+        wrong.attention_time_ms = Some(1.0);
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("yet attention_time_ms is given"), "{e}");
     }
 }

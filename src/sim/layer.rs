@@ -182,9 +182,21 @@ impl LayerCost {
         self.recompute == Recompute::Full
     }
 
-    /// Nanoseconds of `flops_per_token` work on `tokens` tokens.
-    pub fn ns(&self, tokens: u64, flops_per_token: f64) -> u64 {
-        (tokens as f64 * flops_per_token / self.flops_per_s * 1e9).round() as u64
+    /// Nanoseconds of `flops_per_token` work on `tokens` tokens. Refused past the longest
+    /// step the simulator times ([`super::program::MAX_STEP_NS`]): a hand-made GEMM rate of
+    /// 1e-300 TFLOP/s saturated `u64`, and the sums after it wrapped to a layer shorter than
+    /// its attention (bug hunt).
+    pub fn ns(&self, tokens: u64, flops_per_token: f64) -> Result<u64, SimError> {
+        let ns = tokens as f64 * flops_per_token / self.flops_per_s * 1e9;
+        if ns.is_nan() || ns >= super::program::MAX_STEP_NS {
+            return Err(SimError::Mismatch(format!(
+                "the projections and MLP of {tokens} tokens would take {:.3e} s at {:.3e} TFLOP/s, beyond the {:.0e} s one step may take in the simulator",
+                ns * 1e-9,
+                self.flops_per_s * 1e-12,
+                super::program::MAX_STEP_NS * 1e-9
+            )));
+        }
+        Ok(ns.round() as u64)
     }
 
     /// Bytes one layer keeps for the backward pass on a rank holding `tokens` (padding
@@ -309,7 +321,7 @@ impl LinearEstimate {
             .and_then(|(node, nccl)| TpComm::new(&self.cost, node, nccl.as_ref()));
         let mut ns = 0;
         for &pass in runs {
-            ns += self.cost.ns(tokens, self.cost.run_flops(pass).total());
+            ns += self.cost.ns(tokens, self.cost.run_flops(pass).total())?;
             if let Some(tp) = &tp {
                 ns += tp.pass_ns(pass, tokens, &self.cost)?;
             }
@@ -375,8 +387,8 @@ pub fn run(
                 ba
             }
         };
-        before.push(cost.ns(t, f.before) + b);
-        after.push(cost.ns(t, f.after) + a);
+        before.push(cost.ns(t, f.before)? + b);
+        after.push(cost.ns(t, f.after)? + a);
         tp_total.push(b + a);
     }
     let mut outcome = engine::run(attention, &before, net, coll)?;
@@ -924,7 +936,7 @@ mod tests {
         hw.comm_sms = 33;
         let less = LayerCost::new(&hw, &Model::load("llama3-8b").unwrap()).unwrap();
         assert!((less.flops_per_s / full.flops_per_s - 0.75).abs() < 1e-12);
-        assert_eq!(full.ns(0, full.fwd.before), 0);
+        assert_eq!(full.ns(0, full.fwd.before).unwrap(), 0);
     }
 
     #[test]

@@ -202,8 +202,18 @@ impl<'a> CollectiveModel<'a> {
             Collective::AllGather | Collective::ReduceScatter => 1.0,
             Collective::AllReduce => 2.0,
         };
-        let n = n as f64;
-        Ok((phases * ((n - 1.0) * alpha + size as f64 * (n - 1.0) / n / bw)).ceil() as u64)
+        let steps = n as f64;
+        let ns = phases * ((steps - 1.0) * alpha + size as f64 * (steps - 1.0) / steps / bw);
+        // Held to the longest step the simulator times: a hand-made bus bandwidth of 1e-12
+        // GB/s saturated `u64`, and the layer's sums wrapped to a normal-looking time (bug hunt).
+        if ns.is_nan() || ns >= super::program::MAX_STEP_NS {
+            return Err(HardwareError::InvalidQuery(format!(
+                "an {op} of {size} B over {n} GPUs would take {:.3e} s, beyond the {:.0e} s one step may take in the simulator",
+                ns * 1e-9,
+                super::program::MAX_STEP_NS * 1e-9
+            )));
+        }
+        Ok(ns.ceil() as u64)
     }
 
     /// Duration of a collective call in nanoseconds.
@@ -330,5 +340,24 @@ mod tests {
             .ring_ns_over(Collective::AllReduce, 4, true, 4000)
             .unwrap();
         assert_eq!(all, 2 * half);
+    }
+
+    /// Regression (bug hunt): a collective past `u64` nanoseconds saturated, and the sums
+    /// after it wrapped; one past the longest step the simulator times is refused.
+    #[test]
+    fn regression_a_collective_longer_than_a_step_may_be_is_refused() {
+        let n = net();
+        let cm = CollectiveModel::new(&n, None);
+        let e = cm
+            .ring_ns_over(Collective::AllReduce, 4, true, u64::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("an all_reduce of") && e.contains("beyond the 1e5 s"),
+            "{e}"
+        );
+        assert!(cm
+            .ring_ns_over(Collective::AllReduce, 4, true, 1 << 40)
+            .is_ok());
     }
 }

@@ -98,8 +98,10 @@ pub fn grad_bytes(plan: &Plan, model: &Model) -> u64 {
 }
 
 /// The longest step the simulator times (10⁵ s, about a day): with at most 65,536 steps per
-/// rank, sums stay inside `u64` nanoseconds (6.6·10¹⁸ of 1.8·10¹⁹).
-const MAX_STEP_NS: f64 = 1e14;
+/// rank, sums stay inside `u64` nanoseconds (6.6·10¹⁸ of 1.8·10¹⁹). A layer's token-linear
+/// work and a collective are held to it too ([`super::layer::LayerCost::ns`],
+/// [`super::network::CollectiveModel::ring_ns_over`]).
+pub(crate) const MAX_STEP_NS: f64 = 1e14;
 
 fn step_costs(
     plan: &Plan,

@@ -54,8 +54,10 @@ pub enum Cmp {
     Relative,
 }
 
-/// A committed baseline.
+/// A committed baseline. Unknown keys are refused: `--update` rewrites the file from these
+/// fields, and a key of the user's it did not know was silently dropped (bug hunt).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Baseline {
     /// [`BASELINE_VERSION`].
     pub version: u32,
@@ -196,6 +198,22 @@ impl Baseline {
                     message: format!(
                         "the cell {} is recorded twice (cells[{first}] and cells[{i}]); a baseline records each cell once: delete one, or record them again with --update",
                         cell.key.label()
+                    ),
+                });
+            }
+            // Recorded times and ratios are ≥ 0: a negative one gated as if it were a
+            // measurement and reported a regression against it (bug hunt).
+            if let Some((metric, v)) = GATED
+                .iter()
+                .filter_map(|&(m, _)| cell.get(m).map(|v| (m, v)))
+                .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
+            {
+                return Err(StudyError::Parse {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "the cell {} records {metric} {}; recorded numbers are ≥ 0: record them again with --update",
+                        cell.key.label(),
+                        crate::report::shown(v)
                     ),
                 });
             }
