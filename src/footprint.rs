@@ -59,6 +59,16 @@ pub const GRAD_BYTES: u64 = 4;
 /// second moments in fp32 (the 12 of the 6 + 12/d in Megatron-Core's table; ZeRO's K = 12).
 pub const OPTIMIZER_BYTES: u64 = 12;
 
+/// Bytes the optimizer step moves through HBM for each parameter it updates, given the
+/// model's dtype: Adam reads the fp32 gradient ([`GRAD_BYTES`]), the master weight and both
+/// moments ([`OPTIMIZER_BYTES`]), writes those three back, and writes the weight in the
+/// model's dtype for the next step (Kingma & Ba 2015, Algorithm 1; Megatron-Core's
+/// distributed optimizer keeps exactly this state). A fused multi-tensor kernel streams
+/// each once, which is what this counts: 30 bytes for bf16.
+pub fn optimizer_step_bytes_per_param(dtype_bytes: u32) -> u64 {
+    GRAD_BYTES + 2 * OPTIMIZER_BYTES + u64::from(dtype_bytes)
+}
+
 /// Bytes a logit takes in the loss: the cross-entropy runs on fp32 logits.
 pub const LOGIT_BYTES: u64 = 4;
 
@@ -296,6 +306,18 @@ impl Training {
             last
         } else {
             first
+        })
+    }
+
+    /// Parameters one GPU of the fullest pipeline stage updates in the optimizer step: the
+    /// stage's (its TP share), split over the shard group once the optimizer state is sharded
+    /// (ZeRO 1 and up: each GPU updates its shard, then the weights are gathered).
+    pub fn optimizer_params(&self, model: &Model, cp: u32) -> Result<u64, FootprintError> {
+        let params = self.fullest_stage_params(model)?.total();
+        Ok(if self.zero >= 1 {
+            params.div_ceil(self.shard_ranks(cp).max(1))
+        } else {
+            params
         })
     }
 

@@ -707,7 +707,8 @@ proptest! {
             }
             let busiest = f64::from(m) * (slot + head);
             prop_assert!((plain.bubble_ms - (plain.pipeline_ms - busiest)).abs() < 1e-6, "{}", scheme);
-            prop_assert!((plain.step_ms - plain.pipeline_ms - plain.dp_exposed_ms).abs() < 1e-6, "{}", scheme);
+            prop_assert!((plain.step_ms - plain.pipeline_ms - plain.dp_exposed_ms - plain.optimizer_ms).abs() < 1e-6, "{}", scheme);
+            prop_assert!(plain.optimizer_ms > 0.0, "{}", scheme);
             prop_assert_eq!(plain.dp_exposed_ms, plain.dp_comm_ms);
             prop_assert!(over.dp_exposed_ms >= 0.0 && over.dp_exposed_ms <= plain.dp_exposed_ms + 1e-9, "{}", scheme);
             // One GPU per weight has nothing to sum.
@@ -842,7 +843,7 @@ proptest! {
             .with_virtual_stages(if interleave { 2 } else { 1 })
             .unwrap();
         let m = if interleave { pp * (1 + extra / 2) } else { pp + extra };
-        let none = DpSync { per_micro_batch_ns: 0, reduce_ns: 0, gather_ns: 0 };
+        let none = DpSync::default();
         let mut tokens = Vec::new();
         for deal in [Deal::Stream, Deal::Lpt] {
             let mut work = Vec::new();

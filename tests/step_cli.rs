@@ -94,7 +94,12 @@ fn tpcp_prices_the_step_and_ranks_by_it() {
         // Without overlap every data-parallel collective is exposed.
         assert_eq!(f(s, "dp_exposed_ms"), f(s, "dp_comm_ms"));
         assert!(s.get("dp_overlap").is_none());
-        assert!((f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms")).abs() < 1e-6);
+        assert!(
+            (f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms") - f(s, "optimizer_ms"))
+                .abs()
+                < 1e-6
+        );
+        assert!(f(s, "optimizer_ms") > 0.0);
         // 8 windows of real tokens over 16 GPUs × 4 stages.
         let tokens = f(s, "tokens_per_gpu_s") * f(s, "step_ms") * 1e-3 * 64.0 / 8.0;
         assert!(tokens > 30_000.0 && tokens <= 32_768.0 + 1e-6, "{tokens}");
@@ -624,7 +629,12 @@ fn compare_prices_each_scheme_s_step_over_its_batches() {
         let layers = 3.0 * 32.0 * f(r, "layer_time_ms");
         let heads = 3.0 * f(s, "output_layer_ms");
         assert!((f(s, "pipeline_ms") - layers - heads).abs() < 1e-6, "{r}");
-        assert!((f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms")).abs() < 1e-6);
+        assert!(
+            (f(s, "step_ms") - f(s, "pipeline_ms") - f(s, "dp_exposed_ms") - f(s, "optimizer_ms"))
+                .abs()
+                < 1e-6
+        );
+        assert!(f(s, "optimizer_ms") > 0.0);
     }
     let csv = stdout_of(fcp().args(args).arg("--csv"));
     assert!(

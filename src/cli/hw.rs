@@ -302,6 +302,11 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
             hw.hbm_gb
                 .map_or("-".to_string(), |g| format!("{} GB", num(g))),
         ),
+        (
+            "hbm_gbs",
+            hw.hbm_gbs
+                .map_or("-".to_string(), |g| format!("{} GB/s", num(g))),
+        ),
     ];
     debug_assert_eq!(values.len(), NUMERIC_FIELDS.len());
     for (field, value) in values {

@@ -393,9 +393,9 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     outln!(
         "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
         match (step.is_some(), opts.training.gathers_weights() && model.stack.is_some()) {
-            (true, _) => "the loss's element-wise work, the optimizer step and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
+            (true, _) => "the loss's element-wise work and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
             (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own",
-            (false, false) => "the pipeline's bubble and the data-parallel gradient reduction and parameter all-gather (once a step, after the last layer; --micro-batches prices them)",
+            (false, false) => "the pipeline's bubble, the data-parallel gradient reduction and parameter all-gather and the optimizer step (once a step, after the last layer; --micro-batches prices them)",
         }
     );
     Ok(())
@@ -653,7 +653,7 @@ fn table(rows: &[TpCpRow]) -> String {
         },
         if stepped {
             let steps = rows.iter().find_map(|r| r.priced.over_steps).map_or(1, |o| o.steps);
-            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({} running the output layer; the bubble, stalls behind heavy windows and the sends between stages included){}, and dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed{}; tok/s/GPU real tokens {} per GPU-second",
+            format!("; step_ms a training step of the slowest replica: its micro-batches (the windows in turn, or as --deal dealt them) through a 1F1B pipeline of its stages ({} running the output layer; the bubble, stalls behind heavy windows and the sends between stages included){}, dp_ms, the data-parallel gradient reduction and weight gather it leaves exposed{}, and the optimizer step (Adam over the GPU's share of the parameters at the hardware's hbm_gbs); tok/s/GPU real tokens {} per GPU-second",
                 match rows.iter().find_map(|r| r.priced.first().filter(|s| s.vp > 1)) {
                     Some(s) => format!("each stage's layers in {} interleaved chunks, the last stage's last chunk", s.vp),
                     None => "the last one".to_string(),

@@ -50,6 +50,12 @@ pub struct Hardware {
     /// ([`crate::footprint`]); absent, the footprint is reported without a verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hbm_gb: Option<f64>,
+    /// Memory bandwidth of one GPU, GB/s (10^9 B/s): what the optimizer step, a stream over
+    /// the parameters, runs at ([`crate::sim::step`]). Bundled profiles give the datasheet
+    /// figure, which a streaming kernel approaches but does not pass, so the step it prices is
+    /// a floor; absent, the optimizer step is not priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hbm_gbs: Option<f64>,
     /// Kernel throughput table: a bundled name (`h100-fa3`) or a CSV path (relative paths are
     /// resolved against the TOML's directory at load time).
     pub kernel_profile: String,
@@ -74,6 +80,7 @@ pub const NUMERIC_FIELDS: &[&str] = &[
     "launch_overhead_us",
     "gemm_tflops",
     "hbm_gb",
+    "hbm_gbs",
 ];
 
 /// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
@@ -225,6 +232,17 @@ impl Hardware {
                 ));
             }
         }
+        if let Some(b) = self.hbm_gbs {
+            if !(b.is_finite() && (1.0..=1e6).contains(&b)) {
+                return Err(bad(
+                    "hbm_gbs",
+                    format!(
+                        "{} GB/s is outside 1..=1e6 GB/s (one GPU's memory bandwidth, in 10^9 bytes a second)",
+                        shown(b)
+                    ),
+                ));
+            }
+        }
         if self.sm_count == 0 {
             return Err(bad("sm_count", "must be >= 1".into()));
         }
@@ -285,6 +303,12 @@ impl Hardware {
     pub fn gemm_flops_per_s(&self) -> Option<f64> {
         self.gemm_tflops
             .map(|g| g * 1e12 * self.compute_sm_fraction())
+    }
+
+    /// One GPU's memory bandwidth in bytes a second (`hbm_gbs` × 10^9), when the profile
+    /// gives it.
+    pub fn hbm_bytes_per_s(&self) -> Option<f64> {
+        self.hbm_gbs.map(|g| g * 1e9)
     }
 
     /// One GPU's memory in bytes (`hbm_gb` × 10^9), when the profile gives it.
@@ -434,6 +458,21 @@ kernel_profile = "h100-fa3"
         for name in bundled::names(bundled::HARDWARE) {
             let hw = Hardware::load(name).unwrap();
             assert!(hw.gemm_tflops.unwrap() < hw.peak_tflops, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_memory_bandwidth_is_optional_and_in_range() {
+        let hw = Hardware::from_toml_str(MINIMAL, "x").unwrap();
+        assert_eq!(hw.hbm_bytes_per_s(), None);
+        let with = |b: &str| Hardware::from_toml_str(&format!("hbm_gbs = {b}\n{MINIMAL}"), "x");
+        assert_eq!(with("3350.0").unwrap().hbm_bytes_per_s(), Some(3.35e12));
+        for bad in ["0.0", "-1.0", "0.5", "2e6", "nan", "inf"] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("hbm_gbs"), "{bad}: {e}");
+        }
+        for name in bundled::names(bundled::HARDWARE) {
+            assert!(Hardware::load(name).unwrap().hbm_gbs.is_some(), "{name}");
         }
     }
 

@@ -184,7 +184,14 @@ impl Simulator {
             ));
         }
         let coll = CollectiveModel::new(&self.net, self.nccl.as_ref());
-        let sync = step::DpSync::new(&self.model, training, cp, self.hw.gpus_per_node, &coll)?;
+        let sync = step::DpSync::new(
+            &self.model,
+            training,
+            cp,
+            self.hw.gpus_per_node,
+            &coll,
+            self.hw.hbm_bytes_per_s(),
+        )?;
         let stage = training.fullest_stage_params(&self.model)?;
         let rate = self.layer.as_ref().map_or(0.0, |l| l.flops_per_s);
         let priced: Vec<step::MicroBatch> = windows

@@ -199,8 +199,10 @@ impl StepOptions {
     }
 }
 
-/// The data-parallel collectives of one step on one GPU, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What keeps the replicas' weights in step once a step, on one GPU, in nanoseconds: the
+/// data-parallel collectives and, between the gradients' reduction and the weights' gather,
+/// the optimizer step on the GPU's share of the parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DpSync {
     /// ZeRO 2: the gradients' reduce-scatter after every micro-batch's backward pass (only a
     /// shard of them is kept between micro-batches); 0 otherwise.
@@ -210,19 +212,35 @@ pub struct DpSync {
     pub reduce_ns: u64,
     /// The updated weights' all-gather (distributed optimizer).
     pub gather_ns: u64,
+    /// The optimizer step: [`crate::footprint::optimizer_step_bytes_per_param`] for each
+    /// parameter the GPU updates ([`Training::optimizer_params`]) at the hardware's memory
+    /// bandwidth; 0 when the profile gives none. It follows the reduction and precedes the
+    /// gather, so no compute hides it.
+    pub optimizer_ns: u64,
 }
 
 impl DpSync {
-    /// What one step's data-parallel collectives cost a GPU of the fullest pipeline stage of
-    /// `model` (one GPU's TP share) under `training`, for a CP group of `cp` ranks on nodes
-    /// of `gpus_per_node` (the CP view of the hardware, [`crate::tp::split`]).
+    /// What one step's data-parallel collectives and optimizer step cost a GPU of the
+    /// fullest pipeline stage of `model` (one GPU's TP share) under `training`, for a CP
+    /// group of `cp` ranks on nodes of `gpus_per_node` (the CP view of the hardware,
+    /// [`crate::tp::split`]), with memory bandwidth `hbm_bytes_per_s` (none: the optimizer
+    /// step is not priced).
     pub fn new(
         model: &Model,
         training: Training,
         cp: u32,
         gpus_per_node: u32,
         coll: &CollectiveModel<'_>,
+        hbm_bytes_per_s: Option<f64>,
     ) -> Result<DpSync, SimError> {
+        let optimizer_ns = match hbm_bytes_per_s {
+            Some(bw) => {
+                let bytes = training.optimizer_params(model, cp)? as f64
+                    * crate::footprint::optimizer_step_bytes_per_param(model.dtype_bytes) as f64;
+                (bytes / bw * 1e9).round() as u64
+            }
+            None => 0,
+        };
         let params = training.fullest_stage_params(model)?.total();
         // Megatron orders ranks TP, CP, DP, then PP: the stages' groups follow each other.
         let stages = u64::from(training.pp);
@@ -251,22 +269,26 @@ impl DpSync {
                 per_micro_batch_ns: 0,
                 reduce_ns: ring(Collective::AllReduce, replicas, all_spans, grads)?,
                 gather_ns: 0,
+                optimizer_ns,
             },
             1 => DpSync {
                 per_micro_batch_ns: 0,
                 reduce_ns: scatter()? + across,
                 gather_ns: gather()?,
+                optimizer_ns,
             },
             2 => DpSync {
                 per_micro_batch_ns: scatter()?,
                 reduce_ns: across,
                 gather_ns: gather()?,
+                optimizer_ns,
             },
             // ZeRO 3 gathers and scatters layer by layer, in the layer's time.
             _ => DpSync {
                 per_micro_batch_ns: 0,
                 reduce_ns: across,
                 gather_ns: 0,
+                optimizer_ns,
             },
         })
     }
@@ -363,6 +385,10 @@ pub struct StepMetrics {
     /// What of them the slowest replica's compute does not hide, ms: all of it without
     /// `dp_overlap`.
     pub dp_exposed_ms: f64,
+    /// The optimizer step on one GPU of the fullest stage, ms ([`DpSync::optimizer_ns`]):
+    /// Adam streaming its share of the parameters' state through HBM, after the reduction
+    /// and before the gather. 0 when the hardware gives no `hbm_gbs`.
+    pub optimizer_ms: f64,
     /// The order each replica ran its micro-batches in: `stream` or `hill`
     /// ([`MicroBatchOrder`]).
     pub micro_batch_order: MicroBatchOrder,
@@ -374,7 +400,7 @@ pub struct StepMetrics {
     /// How long the replicas wait for the slowest at the reduction, ms, on the mean over
     /// replicas: their micro-batches differ (0 when one replica, or all drew alike).
     pub dp_wait_ms: f64,
-    /// The slowest replica's `pipeline_ms + dp_exposed_ms`.
+    /// The slowest replica's `pipeline_ms + dp_exposed_ms`, plus `optimizer_ms`.
     pub step_ms: f64,
     /// Real tokens a step trains per GPU-second: the measure that compares layouts on
     /// different numbers of GPUs (a pipeline's stages multiply them).
@@ -455,6 +481,7 @@ pub fn step_metrics(
         sync.gather_ns as f64 * MS,
     );
     let dp_comm_ms = m as f64 * each + reduce + gather;
+    let optimizer_ms = sync.optimizer_ns as f64 * MS;
     let replica = |drawn: Vec<MicroBatch>| -> Replica {
         let drawn = opts.order.arrange(drawn);
         let loads: Vec<Load> = drawn.iter().map(|b| b.load(layers)).collect();
@@ -519,7 +546,8 @@ pub fn step_metrics(
         .map(|(r, _)| *r)
         .reduce(|a, b| if b.step_ms() > a.step_ms() { b } else { a })
         .expect("at least one replica");
-    let step_ms = slowest.step_ms();
+    // Every replica updates its weights alike after the reduction: no compute hides it.
+    let step_ms = slowest.step_ms() + optimizer_ms;
     // Without a pipeline a stage never waits (bug hunt: summing the ops in another order
     // left a 1e-12 ms "bubble" the report then named).
     let (bubble_ms, stall_ms) = if training.pp > 1 {
@@ -535,7 +563,8 @@ pub fn step_metrics(
         .iter()
         .map(|(r, n)| r.step_ms() * *n as f64)
         .sum::<f64>()
-        / dp as f64;
+        / dp as f64
+        + optimizer_ms;
     let tokens: f64 = runs.iter().map(|(r, n)| r.tokens * *n as f64).sum();
     let used = w.min(dp.saturating_mul(m));
     // The windows drawn: one micro-batch through a stage, and on the mean what one of them
@@ -558,6 +587,7 @@ pub fn step_metrics(
         output_layer_ms: drawn.head.total_ms(),
         dp_comm_ms,
         dp_exposed_ms: slowest.exposed_ms,
+        optimizer_ms,
         micro_batch_order: opts.order,
         deal: opts.deal,
         dp_overlap: opts.dp_overlap,
@@ -672,7 +702,7 @@ mod tests {
         let net = Network::new(&hw);
         let nccl = hw.nccl_table().unwrap();
         let coll = CollectiveModel::new(&net, nccl.as_ref());
-        DpSync::new(&llama70(), t, cp, 8, &coll).unwrap()
+        DpSync::new(&llama70(), t, cp, 8, &coll, None).unwrap()
     }
 
     fn mb(layer_ms: f64, backward_ms: f64, tokens: f64) -> MicroBatch {
@@ -684,6 +714,78 @@ mod tests {
         }
     }
 
+    /// The optimizer step streams 30 bytes for each bf16 parameter the GPU updates: all of
+    /// its stage's under ZeRO 0, its shard of the `dp × cp` group from ZeRO 1 on; nothing
+    /// without a memory bandwidth.
+    #[test]
+    fn the_optimizer_step_streams_each_parameter_it_updates_once() {
+        let hw = Hardware::load("h100").unwrap();
+        let net = Network::new(&hw);
+        let coll = CollectiveModel::new(&net, None);
+        let m = llama70();
+        assert_eq!(
+            crate::footprint::optimizer_step_bytes_per_param(m.dtype_bytes),
+            30
+        );
+        let bw = 3.35e12;
+        let at = |t: Training, cp| DpSync::new(&m, t, cp, 8, &coll, Some(bw)).unwrap();
+        let replicated = Training::new(0, 2, 1).unwrap();
+        let params = replicated.fullest_stage_params(&m).unwrap().total();
+        let want = |p: u64| (p as f64 * 30.0 / bw * 1e9).round() as u64;
+        assert_eq!(at(replicated, 8).optimizer_ns, want(params));
+        // ZeRO 1 over 2 replicas × 8 CP ranks: a sixteenth each.
+        let sharded = Training::new(1, 2, 1).unwrap();
+        assert_eq!(at(sharded, 8).optimizer_ns, want(params.div_ceil(16)));
+        // Hybrid sharding over one replica: an eighth.
+        let hybrid = sharded.with_shard_dp(1).unwrap();
+        assert_eq!(at(hybrid, 8).optimizer_ns, want(params.div_ceil(8)));
+        // llama3-70b's 70.6 B parameters on one GPU: 2.1 TB of state streamed, about 632 ms
+        // at 3.35 TB/s replicated.
+        assert_eq!(m.tp, 1);
+        let ms = at(replicated, 8).optimizer_ns as f64 * 1e-6;
+        assert!(
+            (625.0..640.0).contains(&ms),
+            "{ms} ms for {params} parameters"
+        );
+        assert_eq!(
+            DpSync::new(&m, replicated, 8, 8, &coll, None)
+                .unwrap()
+                .optimizer_ns,
+            0
+        );
+    }
+
+    /// It follows the reduction on every replica alike: added to the step whole, it moves
+    /// neither which replica is slowest nor how long the others wait.
+    #[test]
+    fn the_optimizer_step_adds_to_the_step_and_to_no_wait() {
+        let t = Training::new(1, 2, 1).unwrap();
+        let sync = DpSync {
+            reduce_ns: 5_000_000,
+            gather_ns: 1_000_000,
+            ..DpSync::default()
+        };
+        let windows = [mb(2.0, 1.5, 1000.0), mb(3.0, 2.0, 1000.0)];
+        let opts = StepOptions::new(1, false, t).unwrap();
+        let without = step_metrics(&windows, 10, t, sync, opts, 8);
+        let with = step_metrics(
+            &windows,
+            10,
+            t,
+            DpSync {
+                optimizer_ns: 7_000_000,
+                ..sync
+            },
+            opts,
+            8,
+        );
+        assert_eq!((without.optimizer_ms, with.optimizer_ms), (0.0, 7.0));
+        assert!((with.step_ms - without.step_ms - 7.0).abs() < 1e-9);
+        assert_eq!(with.dp_wait_ms, without.dp_wait_ms);
+        assert_eq!(with.dp_exposed_ms, without.dp_exposed_ms);
+        assert!(with.tokens_per_gpu_s < without.tokens_per_gpu_s);
+    }
+
     #[test]
     fn the_bubble_is_p_minus_one_slots_of_the_stage() {
         let t = Training::new(1, 1, 4).unwrap();
@@ -691,6 +793,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 0,
             gather_ns: 0,
+            optimizer_ns: 0,
         };
         let opts = StepOptions::new(8, false, t).unwrap();
         let s = step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 64);
@@ -713,6 +816,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 0,
             gather_ns: 0,
+            optimizer_ns: 0,
         };
         let plain = Training::new(1, 1, 4).unwrap();
         let two = plain.with_virtual_stages(2).unwrap();
@@ -737,6 +841,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 50_000_000,
             gather_ns: 10_000_000,
+            optimizer_ns: 0,
         };
         let l = [mb(1.0, 0.75, 1.0)];
         let at = |sync, overlap| {
@@ -752,6 +857,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 70_000_000,
             gather_ns: 25_000_000,
+            optimizer_ns: 0,
         };
         let over = at(slow, true);
         assert!((over.dp_exposed_ms - 15.0).abs() < 1e-9, "{over:?}");
@@ -796,7 +902,7 @@ mod tests {
         let (_, m2) = crate::tp::split(&hw, &m, 2).unwrap();
         let at = |pp| {
             let t = Training::new(1, 1, pp).unwrap();
-            DpSync::new(&m2, t, 3, 4, &coll).unwrap()
+            DpSync::new(&m2, t, 3, 4, &coll, None).unwrap()
         };
         // One stage: 3 of a node's 4 CP slots. Two: the second group straddles the edge.
         let (one, two) = (at(1), at(2));
@@ -866,6 +972,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 0,
             gather_ns: 0,
+            optimizer_ns: 0,
         }
     }
 
@@ -909,6 +1016,7 @@ mod tests {
             per_micro_batch_ns: 0,
             reduce_ns: 1_000_000,
             gather_ns: 0,
+            optimizer_ns: 0,
         };
         // Replica 0 trains windows 0 and 1, replica 1 windows 2 and 3.
         let windows = [

@@ -797,9 +797,19 @@ mod tests {
             8192,
             hw.gemm_flops_per_s().unwrap(),
         );
+        // The optimizer step: each of the 2 CP ranks updates half the parameters (ZeRO 1).
+        let llama8 = Model::load("llama3-8b").unwrap();
+        let shard = crate::footprint::Training::new(1, 1, 1)
+            .unwrap()
+            .optimizer_params(&llama8, 2)
+            .unwrap();
+        let optimizer = shard as f64
+            * crate::footprint::optimizer_step_bytes_per_param(llama8.dtype_bytes) as f64
+            / hw.hbm_bytes_per_s().unwrap()
+            * 1e3;
         // Each batch's output layer runs on its busiest rank's tokens: at most the 8,192 a
         // rank holds.
-        let layers = 8.0 * 32.0 * layer(&rows) + dp.mean;
+        let layers = 8.0 * 32.0 * layer(&rows) + dp.mean + optimizer;
         let full = layers + 8.0 * head.total_ms();
         assert!(
             step.mean > layers && step.mean <= full + 1e-6,
