@@ -671,3 +671,30 @@ fn an_option_of_the_other_scheme_is_refused_and_the_mode_is_spelt_as_its_flag() 
         .success()
         .stdout(predicate::str::contains("mode min-comm ·"));
 }
+
+/// Regression (bug hunt): `--microlp` built its model before its time limit started, so a
+/// 1 s limit at 128 ranks ran 3.5 s and 2.6 GB, and 256 ranks aborted out of memory with a
+/// backtrace. A model past a million variables is refused up front (exit 2, at once, with
+/// nothing on stdout); the branch and bound on the same batch keeps to the limit.
+#[test]
+fn regression_microlp_refuses_a_model_too_large_to_build() {
+    let args = [
+        "ilp",
+        "--scheme",
+        "flashcp",
+        "--ranks",
+        "96",
+        "--time-limit",
+        "1",
+    ];
+    fcp()
+        .args(args)
+        .arg("--microlp")
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::contains(
+            "more than the 1000000 microlp is given",
+        ));
+    fcp().args(args).assert().success();
+}

@@ -599,3 +599,50 @@ fn oversized_plans_are_refused_before_they_are_built() {
         assert!(!out.exists());
     }
 }
+
+/// Regression (bug hunt): under window packing `--tokens-per-rank` is the cap fcp and hybrid
+/// plan under, yet one below a rank's share of the window was replaced by the share without a
+/// word (caps of 1024, 8192 and 16384 gave byte-identical plans). It is refused, with nothing
+/// written; the share itself and more are taken.
+#[test]
+fn regression_a_window_cap_below_a_ranks_share_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.json");
+    let plan = |t: &str, pack: &[&str]| {
+        let mut c = fcp();
+        c.args(["plan", "--scheme", "fcp", "--ranks", "4"])
+            .args(pack)
+            .args(["--tokens-per-rank", t, "-o"])
+            .arg(&out);
+        c
+    };
+    let window = ["--pack", "window", "--context", "65536"];
+    plan("8192", &window)
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "--tokens-per-rank 8192 is less than each of the 4 ranks' share of a --context 65536 window (16384)",
+        ));
+    assert!(!out.exists());
+    let wlb = [
+        "--pack",
+        "wlb",
+        "--context",
+        "65536",
+        "--wlb-max-len",
+        "32768",
+    ];
+    plan("4096", &wlb)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "share of a --wlb-max-len 32768 tokens (8192)",
+        ));
+    for t in ["16384", "20000"] {
+        plan(t, &window).assert().success();
+        let p: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(p["memory_cap_tokens"], t.parse::<u64>().unwrap(), "{t}");
+    }
+}

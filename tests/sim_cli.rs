@@ -985,3 +985,94 @@ fn regression_auto_judged_the_layer_without_recompute() {
     );
     assert_eq!(params["objective_recompute"], "full");
 }
+
+/// Regression (bug hunt): a plan chosen for the forward pass (`objective_pass`) or under full
+/// recomputation (`objective_recompute`) was simulated for both passes and no recomputation
+/// without a word. `simulate` now defaults to what the plan was chosen for and says so, and
+/// says when a flag overrides it.
+#[test]
+fn regression_simulate_defaults_to_the_pass_and_recompute_the_plan_was_chosen_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let fwd = dir.path().join("fwd.json");
+    fcp()
+        .args([
+            "plan", "--scheme", "hybrid", "--ranks", "4", "--pass", "fwd",
+        ])
+        .args(["--tokens-per-rank", "8192", "-o"])
+        .arg(&fwd)
+        .assert()
+        .success();
+    let sim = |args: &[&str]| {
+        let out = fcp()
+            .arg("simulate")
+            .arg(&fwd)
+            .args(args)
+            .arg("--json")
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v, String::from_utf8(out.stderr).unwrap())
+    };
+    let (chosen, note) = sim(&[]);
+    assert_eq!(chosen["pass"], "fwd");
+    assert!(
+        note.contains("simulating --pass fwd, what the plan was chosen for (objective_pass)"),
+        "{note}"
+    );
+    let (asked, note) = sim(&["--pass", "fwd"]);
+    assert_eq!(asked, chosen);
+    assert!(note.is_empty(), "{note}");
+    let (both, note) = sim(&["--pass", "both"]);
+    assert_eq!(both["pass"], "both");
+    assert!(
+        note.contains(
+            "the plan was chosen for --pass fwd (objective_pass); simulating --pass both"
+        ),
+        "{note}"
+    );
+    // Recomputation, with the whole layer.
+    let full = dir.path().join("full.json");
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "hybrid",
+            "--ranks",
+            "4",
+            "--recompute",
+            "full",
+        ])
+        .args(["--tokens-per-rank", "8192", "-o"])
+        .arg(&full)
+        .assert()
+        .success();
+    let layer = |args: &[&str]| {
+        json(
+            fcp()
+                .arg("simulate")
+                .arg(&full)
+                .arg("--layer")
+                .args(args)
+                .arg("--json"),
+        )
+    };
+    let chosen = layer(&[]);
+    assert_eq!(chosen, layer(&["--recompute", "full"]));
+    assert_ne!(chosen, layer(&["--recompute", "none"]));
+    // A plan that records no choice simulates as before: both passes.
+    let zigzag = plan(dir.path(), "zigzag", 4);
+    let out = fcp()
+        .arg("simulate")
+        .arg(&zigzag)
+        .arg("--json")
+        .assert()
+        .success()
+        .stderr("")
+        .get_output()
+        .stdout
+        .clone();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["pass"], "both");
+}

@@ -25,8 +25,8 @@ pub struct BatchArgs {
     pub ranks: u32,
     /// Tokens per rank. Budget and carry packing: a batch holds ranks × this many tokens
     /// (default 32768, the FCP paper's setting, §6.1). Window packing: the per-rank token cap
-    /// memory-capped schemes (fcp, hybrid) plan under (default: the window split evenly over
-    /// the ranks, as `fcp sweep` derives it).
+    /// memory-capped schemes (fcp, hybrid) plan under (default and least: the window split
+    /// evenly over the ranks, as `fcp sweep` derives it).
     #[arg(long)]
     pub tokens_per_rank: Option<u64>,
     #[command(flatten)]
@@ -589,7 +589,8 @@ pub enum DealArg {
 }
 
 /// What a priced step spends besides its micro-batches' layers: the pipeline's bubble (when
-/// there is one) and the data-parallel collectives, or why there are none once a step.
+/// there is one), the data-parallel collectives, or why there are none once a step, and the
+/// optimizer step.
 pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     // Micro-batches of unequal lengths stall the pipeline beyond filling and draining it.
     let bubble = if s.bubble_ms > 0.0 {
@@ -644,7 +645,15 @@ pub fn step_parts(s: &fcp::sim::step::StepMetrics, zero3: bool) -> String {
     } else {
         String::new()
     };
-    format!("{head}{bubble}{dp}{wait}")
+    let optimizer = if s.optimizer_ms > 0.0 {
+        format!(
+            "; the optimizer step {:.1} ms (Adam over the GPU's share of the parameters at the HBM bandwidth)",
+            s.optimizer_ms
+        )
+    } else {
+        String::new()
+    };
+    format!("{head}{bubble}{dp}{wait}{optimizer}")
 }
 
 /// The note when a step draws `needed` micro-batches (`per` on each of `dp` replicas) from
@@ -980,6 +989,8 @@ impl BatchArgs {
         if self.tokens_per_rank == Some(0) {
             bail!("--tokens-per-rank must be at least 1");
         }
+        self.pack
+            .check_tokens_per_rank(self.ranks, self.tokens_per_rank)?;
         let opts = self.pack.options(self.ranks, self.tokens_per_rank(), hints);
         let trace = match &self.trace {
             // A sweep's generated trace, grown as the sweep grows it (every size a prefix of

@@ -182,10 +182,13 @@ pub fn run(a: DemoArgs) -> Result<()> {
     }
     // The figures above are means over the batches; the plan is of one (bug hunt: the advice
     // reproduced a different number with nothing saying why).
-    let which = match batches.len() {
+    let mut which = match batches.len() {
         1 => String::new(),
         n => format!(" (that plans batch 0 of the {n} above: add `--batch K` for another)"),
     };
+    if a.trace.as_deref().and_then(|t| t.to_str()) == Some("-") {
+        which += "; the trace came on stdin: save it as trace.csv first";
+    }
     outln!(
         "Next: `fcp plan --scheme {} --ranks {}{plan_flags} -o plan.json`, then `fcp simulate plan.json{simulate_flags}` for per-rank detail{which}.",
         best.scheme, a.ranks
@@ -200,7 +203,13 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
     let mut plan = String::new();
     let mut simulate = String::new();
     if let Some(t) = &a.trace {
-        plan += &format!(" --trace {}", shell_word(&t.display().to_string()));
+        // A trace read from stdin is gone once read: the advice names a file to save it in
+        // (bug hunt: it said `--trace -`, which cannot be replayed).
+        let t = match t.to_str() {
+            Some("-") => "trace.csv".to_string(),
+            _ => t.display().to_string(),
+        };
+        plan += &format!(" --trace {}", shell_word(&t));
     }
     if let Some(t) = a.tokens_per_rank {
         plan += &format!(" --tokens-per-rank {t}");

@@ -46,7 +46,8 @@ pub struct IlpArgs {
     /// [default: 1024]. Refused with `--scheme fcp`, whose cuts are its blocks.
     #[arg(long)]
     granularity: Option<u64>,
-    /// Weight of the comm term (max exchanged K/V per rank over ⌈C/N⌉ tokens).
+    /// Weight of the comm term: the most K/V tokens a rank exchanges, over ⌈C/N⌉ tokens
+    /// (flashcp) or the token cap a rank may hold (fcp; docs/ilp.md).
     #[arg(long, default_value_t = 0.1)]
     lambda: f64,
     /// `objective`: imbalance + λ·comm; `min-comm`: comm s.t. imbalance ≤ R.
@@ -64,7 +65,8 @@ pub struct IlpArgs {
     block: Option<u64>,
     /// Solve with good_lp's microlp MILP instead of the branch and bound (measurement only:
     /// microlp reports no bound; a time-out keeps the better of its incumbent and the
-    /// heuristic's plan).
+    /// heuristic's plan). Its model is built before the time limit starts: one of more than
+    /// a million variables is refused.
     #[arg(long)]
     microlp: bool,
     /// Write the ILP's plan here.

@@ -20,9 +20,10 @@ pub struct SimulateArgs {
     plan: PathBuf,
     #[command(flatten)]
     profile: PlanProfileArgs,
-    /// Passes: fwd (inference), bwd, or both (training).
-    #[arg(long, value_enum, default_value_t = PassArg::Both)]
-    pass: PassArg,
+    /// Passes: fwd (inference), bwd, or both (training). Default: the pass the plan was
+    /// chosen for where it records one (`objective_pass`, hybrid and auto), else both.
+    #[arg(long, value_enum)]
+    pass: Option<PassArg>,
     /// Print JSON (plan metrics plus a `ranks` array).
     #[arg(long)]
     json: bool,
@@ -36,7 +37,8 @@ pub struct SimulateArgs {
     /// With `--layer`: what the backward pass recomputes. `mlp` drops the MLP's wide tensors
     /// and reruns its forward GEMMs; `full` keeps each layer's input alone and reruns the
     /// layer's forward pass, attention and its communication included. Changes the
-    /// activations kept and the layer's time (not attention's).
+    /// activations kept and the layer's time (not attention's). Default: what the plan was
+    /// chosen under where it records it (`objective_recompute`), else none.
     #[arg(long, value_enum, requires = "layer")]
     recompute: Option<RecomputeArg>,
     /// With `--layer` under `--tp`: each TP collective overlaps the GEMM it feeds or drains
@@ -66,14 +68,24 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         anyhow::bail!("--micro-batches prices a training step from the memory count's setting: it needs --layer --memory");
     }
     let (hw, model) = a.profile.load(&plan)?;
-    let sim = layer_sim(
-        Simulator::new(hw, model)?,
-        a.layer,
-        a.recompute,
-        a.tp_overlap,
-    )?;
+    // What the plan was chosen for (hybrid and auto record it), as the hardware and model
+    // it was made for are the defaults (bug hunt: a plan chosen for the forward pass was
+    // simulated for both without a word).
+    let pass = chosen(&plan, "objective_pass", "--pass", a.pass, PassArg::Both);
+    let recompute = if a.layer {
+        Some(chosen(
+            &plan,
+            "objective_recompute",
+            "--recompute",
+            a.recompute,
+            RecomputeArg::None,
+        ))
+    } else {
+        a.recompute
+    };
+    let sim = layer_sim(Simulator::new(hw, model)?, a.layer, recompute, a.tp_overlap)?;
     let sim = memory_sim(sim, training, step)?;
-    let mut report = sim.simulate(&plan, a.pass.into())?;
+    let mut report = sim.simulate(&plan, pass.into())?;
     if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
         let tokens: u64 = plan.documents.iter().map(|d| d.len).sum();
         let window = MicroBatch::of(layer, tokens as f64);
@@ -89,6 +101,48 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         print_table(&report)?;
     }
     Ok(())
+}
+
+/// The value of `flag`: as given, else what the plan records it was chosen for under `key`,
+/// else `default`. Says so when the plan's choice is taken or overridden.
+fn chosen<T: clap::ValueEnum + Copy + PartialEq>(
+    plan: &fcp::plan::Plan,
+    key: &str,
+    flag: &str,
+    given: Option<T>,
+    default: T,
+) -> T {
+    let name = |v: T| {
+        v.to_possible_value()
+            .map_or_else(String::new, |p| p.get_name().to_string())
+    };
+    let recorded = plan
+        .scheme
+        .params
+        .get(key)
+        .and_then(|v| v.as_str())
+        .and_then(|s| T::from_str(s, false).ok());
+    match (given, recorded) {
+        (None, Some(r)) => {
+            if r != default {
+                eprintln!(
+                    "note: simulating {flag} {}, what the plan was chosen for ({key}); {flag} {} to simulate otherwise",
+                    name(r),
+                    name(default)
+                );
+            }
+            r
+        }
+        (Some(g), Some(r)) if g != r => {
+            eprintln!(
+                "note: the plan was chosen for {flag} {} ({key}); simulating {flag} {} as asked",
+                name(r),
+                name(g)
+            );
+            g
+        }
+        (g, _) => g.unwrap_or(default),
+    }
 }
 
 /// Human-readable report: plan metrics, then one row per rank.

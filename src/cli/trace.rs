@@ -304,6 +304,29 @@ impl PackArgs {
         })
     }
 
+    /// Refuse a `--tokens-per-rank` below a rank's even share of a window under window or
+    /// WLB packing, where it is the cap memory-capped schemes plan under: a full window cannot
+    /// fit it, and the planners quietly planned under the share instead (bug hunt: three
+    /// caps gave byte-identical plans recording another).
+    pub fn check_tokens_per_rank(&self, ranks: u32, given: Option<u64>) -> anyhow::Result<()> {
+        let (Some(t), PackModeArg::Window | PackModeArg::Wlb) = (given, self.pack) else {
+            return Ok(());
+        };
+        let mode = self.mode(WlbHints::default());
+        let share = mode.default_tokens_per_rank(ranks, self.context());
+        if t < share {
+            let window = match mode {
+                PackMode::Wlb(p) => format!("--wlb-max-len {} tokens", p.max_len),
+                _ => format!("--context {} window", self.context()),
+            };
+            anyhow::bail!(
+                "--tokens-per-rank {t} is less than each of the {ranks} ranks' share of a {window} ({share}): under --pack {} it is the token cap fcp and hybrid plan under, and a full window cannot fit it; give at least {share}, or leave it out (the share is the default)",
+                if matches!(mode, PackMode::Wlb(_)) { "wlb" } else { "window" }
+            );
+        }
+        Ok(())
+    }
+
     /// Library options for a CP group of `ranks` ranks holding `tokens_per_rank` tokens each.
     pub fn options(&self, ranks: u32, tokens_per_rank: u64, hints: WlbHints) -> PackOptions {
         PackOptions {

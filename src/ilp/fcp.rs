@@ -144,7 +144,7 @@ pub fn solve(
     let p = &inst.problem;
     // Without a whole-unit warm start both solvers start from nothing (microlp included:
     // `--microlp` is honoured either way).
-    let o = super::outcome(p, inst.warm.as_deref(), opts);
+    let o = super::outcome(p, inst.warm.as_deref(), opts)?;
     let heuristic = heuristic_side(p, &inst.heuristic);
     let ilp = ilp_side(p, &o);
     let mut notes = Vec::new();

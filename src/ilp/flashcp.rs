@@ -166,7 +166,7 @@ pub fn solve(batch: &Batch, ctx: &PlanContext<'_>, opts: &Options) -> Result<Rep
     let inst = instance(batch, ctx, opts)?;
     let p = &inst.problem;
     let heuristic = side(p, &inst.warm);
-    let o = super::outcome(p, Some(&inst.warm), opts);
+    let o = super::outcome(p, Some(&inst.warm), opts)?;
     let ilp = ilp_side(p, &o);
     // Nothing feasible (min-comm's R out of reach, or not reached in time): the search's
     // incumbent is still the warm start, so the plan below is the heuristic's; say why.

@@ -51,6 +51,22 @@ pub struct MilpResult {
 /// when [`super::time_limit`] says it is too large to hold). The error says why microlp
 /// returned nothing: [`ResolutionError::Infeasible`] is a proof that no assignment meets the
 /// constraints; a time-out is [`ResolutionError::Other`].
+/// The most variables [`solve`] builds a model of. microlp's model takes about a kilobyte a
+/// variable before its time limit starts (flashcp at 64 ranks: 0.5 M variables, 0.6 GB; at
+/// 128: 2.4 M, 2.6 GB and 3 s past a 1 s limit; at 256 it aborted out of memory: bug hunt).
+pub const MAX_VARS: usize = 1_000_000;
+
+/// Variables the MILP of `p` has: an assignment per item and rank, an exchange and a buffer
+/// per document segment (per rank for the buffer), and the two objective terms.
+pub fn model_vars(p: &Problem) -> usize {
+    let n = p.ranks as usize;
+    let segs: usize = p.items.iter().map(|i| i.segs.len()).sum();
+    (p.items.len() + segs)
+        .saturating_mul(n)
+        .saturating_add(segs)
+        .saturating_add(2)
+}
+
 pub fn solve(
     p: &Problem,
     warm: Option<&[u32]>,

@@ -24,6 +24,8 @@ use serde::Serialize;
 
 use std::time::Duration;
 
+use crate::plan::PlanError;
+
 pub use search::{Outcome, Problem, Status};
 
 /// What the solver minimises.
@@ -93,12 +95,22 @@ pub fn time_limit(secs: f64) -> Option<Duration> {
 }
 
 /// Solve `p` with the solver `opts` names (the search, or microlp with `--microlp`), from the
-/// warm start when there is one.
-fn outcome(p: &Problem, warm: Option<&[u32]>, opts: &Options) -> Outcome {
+/// warm start when there is one. A model too large for microlp ([`milp::MAX_VARS`]) is
+/// refused before it is built: building it ignores the time limit.
+fn outcome(p: &Problem, warm: Option<&[u32]>, opts: &Options) -> Result<Outcome, PlanError> {
     if opts.microlp {
-        milp_outcome(p, warm, opts.time_limit)
+        let vars = milp::model_vars(p);
+        if vars > milp::MAX_VARS {
+            return Err(PlanError::Planning(format!(
+                "ilp --microlp: this batch's model has {vars} variables ({} items on {} ranks), more than the {} microlp is given (it takes about a kilobyte each, before its time limit starts); use the default branch and bound, which keeps to --time-limit at any size",
+                p.items.len(),
+                p.ranks,
+                milp::MAX_VARS
+            )));
+        }
+        Ok(milp_outcome(p, warm, opts.time_limit))
     } else {
-        search::solve(p, warm, opts.time_limit)
+        Ok(search::solve(p, warm, opts.time_limit))
     }
 }
 

@@ -121,6 +121,16 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
     ))
 }
 
+/// Decimals a time axis of `span` ms needs for ticks about a tenth of it apart to differ:
+/// one from 1 ms up, more below, at most six.
+fn tick_decimals(span: f64) -> usize {
+    let step = span / 10.0;
+    if !(step.is_finite() && step > 0.0) {
+        return 1;
+    }
+    (-step.log10()).ceil().clamp(1.0, 6.0) as usize
+}
+
 /// Pixels kept right of the chart for the legend (its longest label is about 270 px).
 const LEGEND_WIDTH: i32 = 300;
 
@@ -147,6 +157,9 @@ fn draw<DB: DrawingBackend>(
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..total, -0.5f64..(n as f64 - 0.5))
         .map_err(draw_err)?;
+    // Enough decimals for ticks about a tenth of the span apart (bug hunt: a 0.01 ms plan's
+    // ticks all read 0.0).
+    let decimals = tick_decimals(total);
     let rank_fmt = |v: &f64| {
         let k = v.round();
         if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < n {
@@ -160,7 +173,7 @@ fn draw<DB: DrawingBackend>(
         .y_desc("")
         .y_labels(n.min(32) + 1)
         .y_label_formatter(&rank_fmt)
-        .x_label_formatter(&|v| format!("{v:.1}"))
+        .x_label_formatter(&|v| format!("{v:.decimals$}"))
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 18))
         .disable_y_mesh()
@@ -256,4 +269,30 @@ fn draw<DB: DrawingBackend>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tick_decimals;
+
+    /// Regression (bug hunt): a plan of 0.01 ms labelled every tick 0.0.
+    #[test]
+    fn regression_short_timelines_get_ticks_that_differ() {
+        for (span, want) in [
+            (0.01, 3),
+            (0.5, 2),
+            (1.0, 1),
+            (250.0, 1),
+            (1e-9, 6),
+            (0.0, 1),
+        ] {
+            assert_eq!(tick_decimals(span), want, "{span}");
+        }
+        // Ticks a tenth of the span apart read differently at that many decimals.
+        for span in [0.013, 0.2, 3.7, 0.0009] {
+            let d = tick_decimals(span);
+            let (a, b) = (format!("{:.d$}", span * 0.3), format!("{:.d$}", span * 0.4));
+            assert_ne!(a, b, "{span}");
+        }
+    }
 }
