@@ -795,21 +795,28 @@ fn duplicates_are_refused_naming_the_duplicate() {
         ),
     )
     .unwrap();
-    let before = std::fs::read(&base).unwrap();
+    regress_refuses(
+        &base,
+        "the cell default · zigzag · 4 ranks × 8192 tok · h100 · llama3-70b is recorded twice (cells[0] and cells[2])",
+    );
+}
+
+/// `fcp regress` on `base`, checking and with `--update`, exits 2 saying `says`, and leaves
+/// the file as it was.
+fn regress_refuses(base: &Path, says: &str) {
+    let before = std::fs::read(base).unwrap();
     for update in [&[][..], &["--update"]] {
         fcp()
             .arg("regress")
             .args(update)
             .arg("--baseline")
-            .arg(&base)
+            .arg(base)
             .assert()
             .code(2)
             .stdout("")
-            .stderr(predicate::str::contains(
-                "the cell default · zigzag · 4 ranks × 8192 tok · h100 · llama3-70b is recorded twice (cells[0] and cells[2])",
-            ));
+            .stderr(predicate::str::contains(says));
     }
-    assert_eq!(std::fs::read(&base).unwrap(), before);
+    assert_eq!(std::fs::read(base).unwrap(), before);
 }
 
 /// Regression (bug hunt): a baseline recording a negative time gated against it ("REGRESSED
@@ -843,19 +850,7 @@ fn regression_a_baseline_with_a_negative_number_or_an_unknown_key_is_refused() {
             ),
         )
         .unwrap();
-        let before = std::fs::read(&base).unwrap();
-        for update in [&[][..], &["--update"]] {
-            fcp()
-                .arg("regress")
-                .args(update)
-                .arg("--baseline")
-                .arg(&base)
-                .assert()
-                .code(2)
-                .stdout("")
-                .stderr(predicate::str::contains(says));
-        }
-        assert_eq!(std::fs::read(&base).unwrap(), before);
+        regress_refuses(&base, says);
     }
 }
 

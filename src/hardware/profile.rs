@@ -221,25 +221,28 @@ impl Hardware {
                 ));
             }
         }
-        if let Some(m) = self.hbm_gb {
-            if !(m.is_finite() && (0.001..=1e6).contains(&m)) {
+        // Optional fields, each within a range no GPU comes near the ends of.
+        let optional = [
+            (
+                "hbm_gb",
+                self.hbm_gb,
+                0.001,
+                "GB",
+                "one GPU's memory, in 10^9 bytes",
+            ),
+            (
+                "hbm_gbs",
+                self.hbm_gbs,
+                1.0,
+                "GB/s",
+                "one GPU's memory bandwidth, in 10^9 bytes a second",
+            ),
+        ];
+        for (field, v, lo, unit, what) in optional {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && (lo..=1e6).contains(v))) {
                 return Err(bad(
-                    "hbm_gb",
-                    format!(
-                        "{} GB is outside 0.001..=1e6 GB (one GPU's memory, in 10^9 bytes)",
-                        shown(m)
-                    ),
-                ));
-            }
-        }
-        if let Some(b) = self.hbm_gbs {
-            if !(b.is_finite() && (1.0..=1e6).contains(&b)) {
-                return Err(bad(
-                    "hbm_gbs",
-                    format!(
-                        "{} GB/s is outside 1..=1e6 GB/s (one GPU's memory bandwidth, in 10^9 bytes a second)",
-                        shown(b)
-                    ),
+                    field,
+                    format!("{} {unit} is outside {lo}..=1e6 {unit} ({what})", shown(v)),
                 ));
             }
         }

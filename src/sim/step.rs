@@ -789,12 +789,7 @@ mod tests {
     #[test]
     fn the_bubble_is_p_minus_one_slots_of_the_stage() {
         let t = Training::new(1, 1, 4).unwrap();
-        let none = DpSync {
-            per_micro_batch_ns: 0,
-            reduce_ns: 0,
-            gather_ns: 0,
-            optimizer_ns: 0,
-        };
+        let none = DpSync::default();
         let opts = StepOptions::new(8, false, t).unwrap();
         let s = step_metrics(&[mb(2.0, 1.5, 1000.0)], 20, t, none, opts, 64);
         // 20 layers × 2 ms a slot, 8 + 3 slots, 3 of them the bubble.
@@ -812,12 +807,7 @@ mod tests {
 
     #[test]
     fn interleaving_cuts_the_bubble_by_the_chunks_a_stage_holds() {
-        let none = DpSync {
-            per_micro_batch_ns: 0,
-            reduce_ns: 0,
-            gather_ns: 0,
-            optimizer_ns: 0,
-        };
+        let none = DpSync::default();
         let plain = Training::new(1, 1, 4).unwrap();
         let two = plain.with_virtual_stages(2).unwrap();
         let at = |t| {
@@ -967,15 +957,6 @@ mod tests {
         }
     }
 
-    fn no_sync() -> DpSync {
-        DpSync {
-            per_micro_batch_ns: 0,
-            reduce_ns: 0,
-            gather_ns: 0,
-            optimizer_ns: 0,
-        }
-    }
-
     /// The pipeline module's worked example: four windows, the second 3× as heavy as the
     /// others, with `tokens` real tokens each and `heavy` in the heavy one.
     fn worked_example(tokens: f64, heavy: f64) -> [MicroBatch; 4] {
@@ -989,7 +970,7 @@ mod tests {
         let opts = StepOptions::new(4, false, t).unwrap();
         // One layer a stage; a window 3× as heavy as the others, second in the stream.
         let windows = worked_example(100.0, 300.0);
-        let s = step_metrics(&windows, 1, t, no_sync(), opts, 8);
+        let s = step_metrics(&windows, 1, t, DpSync::default(), opts, 8);
         // The pipeline module's worked example: 25 ms, where four mean windows take 22.5.
         assert_eq!(s.pipeline_ms, 25.0);
         assert_eq!((s.micro_batch_mean_ms, s.micro_batch_max_ms), (4.5, 9.0));
@@ -997,10 +978,17 @@ mod tests {
         assert_eq!((s.windows, s.dp_wait_ms, s.pp_send_ms), (4, 0.0, 0.0));
         assert!((s.tokens_per_gpu_s - 600.0 / 0.025 / 16.0).abs() < 1e-9);
         // Equal windows of the same mean: the closed form, (m + P − 1) slots.
-        let even = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, no_sync(), opts, 8);
+        let even = step_metrics(&[mb(4.5, 3.0, 150.0)], 1, t, DpSync::default(), opts, 8);
         assert_eq!((even.pipeline_ms, even.bubble_ms), (22.5, 4.5));
         // Each send between the stages delays both the fill and the drain.
-        let with_sends = step_metrics(&[sent(mb(4.5, 3.0, 150.0), 0.25)], 1, t, no_sync(), opts, 8);
+        let with_sends = step_metrics(
+            &[sent(mb(4.5, 3.0, 150.0), 0.25)],
+            1,
+            t,
+            DpSync::default(),
+            opts,
+            8,
+        );
         assert_eq!(with_sends.pp_send_ms, 0.25);
         assert!(
             with_sends.pipeline_ms >= even.pipeline_ms + 0.5,
@@ -1078,7 +1066,7 @@ mod tests {
                 .unwrap()
                 .with_deal(deal, t)
                 .unwrap();
-            step_metrics(&windows, 1, t, no_sync(), o, 4)
+            step_metrics(&windows, 1, t, DpSync::default(), o, 4)
         };
         // The stream gives replica 0 both heavy windows: 8 ms against 4.
         let stream = at(Deal::Stream);
@@ -1116,7 +1104,7 @@ mod tests {
         let t = Training::new(1, 1, 1).unwrap();
         let windows = [0.1, 0.3, 0.7].map(|x| sent(mb(x, 0.4 * x, 1.0), 0.01));
         let o = StepOptions::new(3, false, t).unwrap();
-        let s = step_metrics(&windows, 7, t, no_sync(), o, 8);
+        let s = step_metrics(&windows, 7, t, DpSync::default(), o, 8);
         assert_eq!((s.bubble_ms, s.stall_ms, s.pp_send_ms), (0.0, 0.0, 0.0));
     }
 
@@ -1126,9 +1114,16 @@ mod tests {
         let o = StepOptions::new(4, false, t).unwrap();
         let unequal = worked_example(1.0, 1.0);
         // The worked example: 25 ms, where four mean micro-batches take 22.5.
-        let s = step_metrics(&unequal, 1, t, no_sync(), o, 8);
+        let s = step_metrics(&unequal, 1, t, DpSync::default(), o, 8);
         assert_eq!((s.bubble_ms, s.stall_ms), (7.0, 2.5));
-        let even = step_metrics(&[sent(mb(4.5, 3.0, 1.0), 0.5)], 1, t, no_sync(), o, 8);
+        let even = step_metrics(
+            &[sent(mb(4.5, 3.0, 1.0), 0.5)],
+            1,
+            t,
+            DpSync::default(),
+            o,
+            8,
+        );
         assert_eq!(even.stall_ms, 0.0);
         assert!(even.bubble_ms > 4.5, "{even:?}");
     }
@@ -1142,7 +1137,7 @@ mod tests {
         let windows = [mb(9.0, 8.0, 1.0), mb(8.0, 2.0, 1.0)];
         let at = |order| {
             let o = StepOptions::new(2, false, t).unwrap().with_order(order);
-            step_metrics(&windows, 1, t, no_sync(), o, 8).pipeline_ms
+            step_metrics(&windows, 1, t, DpSync::default(), o, 8).pipeline_ms
         };
         assert_eq!(at(MicroBatchOrder::Stream), 20.0);
         assert_eq!(at(MicroBatchOrder::Hill), 31.0);
@@ -1174,7 +1169,7 @@ mod tests {
             with(mb(1.0, 0.5, 1.0), full),
             with(mb(1.0, 0.5, 1.0), short),
         ];
-        let s = step_metrics(&windows, 1, t, no_sync(), o, 8);
+        let s = step_metrics(&windows, 1, t, DpSync::default(), o, 8);
         assert!((s.pipeline_ms - (2.0 + full.total_ms() + short.total_ms())).abs() < 1e-9);
         assert!((s.output_layer_ms - (full.total_ms() + short.total_ms()) / 2.0).abs() < 1e-9);
     }
