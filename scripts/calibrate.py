@@ -57,6 +57,9 @@ def parse_args(argv):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=0.0, help="stop the grid after this long (0: no limit)")
+    ap.add_argument("--hbm-mib", type=int, default=0,
+                    help="also measure memory bandwidth: copy a buffer of this many MiB (0: no), "
+                         "a hardware profile's hbm_gbs, noted in the CSV's header")
     return ap.parse_args(argv)
 
 
@@ -105,6 +108,18 @@ class Timer:
                 fn()
                 times.append(time.perf_counter() - t0)
         return statistics.median(times)
+
+
+def measure_hbm(timer, device, mib, warmup, iters):
+    """Memory bandwidth in GB/s: a device-to-device copy of `mib` MiB reads and writes every
+    byte once, the access pattern of a fused optimizer step (docs/cost-model.md § Training
+    step), so this is what a profile's `hbm_gbs` means."""
+    n = mib << 20
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    src.fill_(1)
+    dst = torch.empty_like(src)
+    secs = timer.run(lambda: dst.copy_(src), warmup, iters)
+    return 2 * n / secs / 1e9
 
 
 def measure(backend, timer, device, dtype, hq, hk, d, mask, pas, docs, warmup, iters):
@@ -198,6 +213,15 @@ def main(argv=None):
         # refuses ("same series and length"). Calibrate each count into its own file.
         raise SystemExit("error: --varlen-docs takes one document count per profile (fcp keys varlen rows "
                          "by length alone); run once per count with its own -o")
+    if a.hbm_mib < 0:
+        raise SystemExit(f"error: --hbm-mib {a.hbm_mib}: give a buffer size in MiB, or 0 for none")
+    header = []
+    if a.hbm_mib:
+        gbs = measure_hbm(timer, device, a.hbm_mib, max(1, a.warmup), max(3, a.iters))
+        note = (f"hbm_gbs = {gbs:.1f} (copy of {a.hbm_mib} MiB, read + write, median of "
+                f"{max(3, a.iters)}; a hardware profile's hbm_gbs)")
+        header.append(note)
+        print(f"calibrate: memory bandwidth {gbs:.1f} GB/s: {note}", file=sys.stderr)
     rows, start = [], time.monotonic()
     incremental = not os.path.exists(a.output) or os.path.isfile(a.output)
     # Every dense series before any varlen one (the simulator prices dense rows), so a grid cut
@@ -243,17 +267,19 @@ def main(argv=None):
             # or a device, which take one write (a second one waited forever on a named
             # pipe whose reader had gone).
             if incremental:
-                save(a.output, dev_name, versions, today, rows)
+                save(a.output, dev_name, versions, today, rows, header)
     if not rows:
         raise SystemExit("error: no row measured")
     if not incremental:
-        save(a.output, dev_name, versions, today, rows)
+        save(a.output, dev_name, versions, today, rows, header)
     print(f"calibrate: wrote {len(rows)} rows to {a.output}")
 
 
-def save(path, dev_name, versions, today, rows):
-    """Write the profile CSV of `rows` to `path` (temporary file, then rename)."""
+def save(path, dev_name, versions, today, rows, header=()):
+    """Write the profile CSV of `rows` to `path` (temporary file, then rename), `header`
+    lines as comments after the first."""
     text = f"# Calibrated by scripts/calibrate.py on {dev_name} ({versions}), {today}\n"
+    text += "".join(f"# {h}\n" for h in header)
     text += "pass,mask,head_dim,varlen,len_kind,q_len,kv_len,tflops,source\n"
     for r in rows:
         text += ",".join(str(x) for x in r[:-1]) + ',"' + r[-1].replace('"', "'") + '"\n'

@@ -34,7 +34,8 @@
 # .gpu-session), GPU_SESSION_DEVICE=cpu (plain PyTorch in float32, no preflight),
 # GPU_SESSION_TOKENS and GPU_SESSION_CHECK_TOKENS (tokens per rank of the timed and the checked
 # plans), GPU_SESSION_LENS and
-# GPU_SESSION_LONG (the calibration grid's lengths and the long rows' length).
+# GPU_SESSION_LONG (the calibration grid's lengths and the long rows' length), GPU_SESSION_HBM_MIB
+# (the buffer the memory bandwidth is measured with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-}
@@ -48,6 +49,7 @@ TOKENS=${GPU_SESSION_TOKENS:-32768}
 CHECK_TOKENS=${GPU_SESSION_CHECK_TOKENS:-256}
 LENS=${GPU_SESSION_LENS:-128,256,512,1024,2048,4096,8192,16384,32768}
 LONG=${GPU_SESSION_LONG:-65536}
+HBM_MIB=${GPU_SESSION_HBM_MIB:-2048}
 case ${GPU_SESSION_DEVICE:-cuda} in
 cuda) KERNELS=(--device cuda --backend sdpa --dtype bfloat16) ;;
 cpu) KERNELS=(--device cpu --backend torch --dtype float32) ;;
@@ -105,7 +107,7 @@ PY
         t=$(date +%s)
         timeout 150 "$PY" scripts/calibrate.py -o "$OUT/kernels.csv" "${KERNELS[@]}" \
             --lens "$LENS" --varlen-docs 0 --q-heads 64 --kv-heads 8 --head-dims 128 \
-            --warmup 2 --iters 5 --max-seconds 120 || echo "calibrate failed (exit $?)"
+            --warmup 2 --iters 5 --max-seconds 120 --hbm-mib "$HBM_MIB" || echo "calibrate failed (exit $?)"
         echo "calibrate: $(( $(date +%s) - t )) s"
         # The three timed plans, one launch (start-up paid once): <scheme>.measured.json each.
         t=$(date +%s)
@@ -131,10 +133,14 @@ validate)
     # absolute path.
     dir=$(cd "$dir" && pwd)
     cal=$(mktemp -d)/h200-calibrated.toml
+    # The memory bandwidth calibrate.py measured (a 2 GiB copy), when it did: hbm_gbs.
+    hbm=$(sed -n 's/^# hbm_gbs = \([0-9.]*\) .*/\1/p' "$dir/kernels.csv" | head -n 1)
     sed -e 's/^name = .*/name = "h200-calibrated"/' \
         -e "s|^kernel_profile = .*|kernel_profile = \"$dir/kernels.csv\"|" \
+        ${hbm:+-e "/^\[sources\]/,\$!s|^hbm_gbs = .*|hbm_gbs = $hbm|"} \
+        ${hbm:+-e "/^\[sources\]/,\$s|^hbm_gbs = .*|hbm_gbs = \"measured: scripts/calibrate.py --hbm-mib, $dir/kernels.csv\"|"} \
         configs/hardware/h200.toml >"$cal"
-    echo "calibrated profile: $cal"
+    echo "calibrated profile: $cal${hbm:+ (hbm_gbs $hbm GB/s measured)}"
     for s in $SCHEMES; do
         m="$dir/$s.measured.json"
         [[ -f $m ]] || { echo "no $m"; continue; }

@@ -417,7 +417,8 @@ fi
 # missing output folder once cost a whole GPU calibration).
 tiny="--device cpu --dtype float32 --q-heads 2 --kv-heads 1 --head-dims 16 --lens 64 --passes fwd --masks full --warmup 0 --iters 1"
 for args in "--lens 64,128,64 -o $work/k.csv" "--masks full,full -o $work/k.csv" "-o $work/no/such/dir/k.csv" "--lens 64,abc -o $work/k.csv" "--varlen-docs 2,4 -o $work/k.csv" \
-    "--passes fwd,bogus -o $work/k.csv" "--masks full,causal --kv-ratio 2 -o $work/k.csv" "--kv-ratio nan -o $work/k.csv"; do
+    "--passes fwd,bogus -o $work/k.csv" "--masks full,causal --kv-ratio 2 -o $work/k.csv" "--kv-ratio nan -o $work/k.csv" \
+    "--hbm-mib -1 -o $work/k.csv"; do
     # shellcheck disable=SC2086
     if "$PY" scripts/calibrate.py $tiny $args >"$work/calibrate-bad.log" 2>&1 ||
         ! grep -q '^error: ' "$work/calibrate-bad.log" || grep -q Traceback "$work/calibrate-bad.log"; then
@@ -436,6 +437,17 @@ if "$PY" scripts/calibrate.py $tiny --lens 64,65 --varlen-docs 2 -o "$work/k-var
     ok "calibrate.py --varlen-docs 2 --lens 64,65 writes a profile fcp reads"
 else
     bad "calibrate.py --varlen-docs 2 --lens 64,65"; cat "$work/calibrate-varlen.log"
+fi
+
+# --hbm-mib measures the memory bandwidth a profile's hbm_gbs gives (the optimizer step's
+# rate): noted in the CSV's header, which fcp still reads as a kernel profile.
+if "$PY" scripts/calibrate.py $tiny --hbm-mib 4 -o "$work/k-hbm.csv" >"$work/calibrate-hbm.log" 2>&1 &&
+    grep -Eq '^# hbm_gbs = [0-9.]+ \(copy of 4 MiB' "$work/k-hbm.csv" &&
+    "$FCP" hw kernel --hardware h100 --profile "$work/k-hbm.csv" --head-dim 16 --pass fwd --mask full \
+        --q-len 64 --kv-len 64 >/dev/null 2>>"$work/calibrate-hbm.log"; then
+    ok "calibrate.py --hbm-mib 4: $(grep -m1 '^# hbm_gbs' "$work/k-hbm.csv")"
+else
+    bad "calibrate.py --hbm-mib"; cat "$work/calibrate-hbm.log"
 fi
 
 # scripts/check-docs.py: a stale output is named (exit 1), `--update` rewrites it keeping the
@@ -461,7 +473,8 @@ fi
 # the device tool hands back read-only.
 gs="$work/gpu-session"
 gsenv=(GPU_SESSION_DIR="$gs" FCP="$FCP" PYTHON="$PY" GPU_SESSION_DEVICE=cpu GPU_SESSION_TOKENS=64
-    GPU_SESSION_CHECK_TOKENS=32 GPU_SESSION_LENS=32,64 GPU_SESSION_LONG=128 OUT="$gs/out")
+    GPU_SESSION_CHECK_TOKENS=32 GPU_SESSION_LENS=32,64 GPU_SESSION_LONG=128 GPU_SESSION_HBM_MIB=8
+    OUT="$gs/out")
 mkdir -p "$gs/out"
 if env "${gsenv[@]}" bash scripts/gpu-session.sh prepare >"$work/gs-prepare.log" 2>&1 &&
     env "${gsenv[@]}" bash scripts/gpu-session.sh device >"$work/gs-device.log" 2>&1 &&
@@ -471,8 +484,9 @@ if env "${gsenv[@]}" bash scripts/gpu-session.sh prepare >"$work/gs-prepare.log"
     env "${gsenv[@]}" bash scripts/gpu-session.sh validate "$gs/out" >"$work/gs-validate.log" 2>&1 &&
     (cd "$gs/out" && find . | sort | cmp -s - "$work/gs-before") &&
     [[ $(grep -c "compute per rank: mean" "$work/gs-validate.log") -eq 6 ]] &&
-    [[ $(grep -c "lookup .* TFLOP/s, measured [0-9]" "$work/gs-validate.log") -eq 4 ]]; then
-    ok "gpu-session.sh rehearsed on the CPU: prepare, device (checks pass, calibrate, replays, long rows), validate (6 comparisons, DIR untouched)"
+    [[ $(grep -c "lookup .* TFLOP/s, measured [0-9]" "$work/gs-validate.log") -eq 4 ]] &&
+    grep -Eq "^calibrated profile: .* \(hbm_gbs [0-9.]+ GB/s measured\)" "$work/gs-validate.log"; then
+    ok "gpu-session.sh rehearsed on the CPU: prepare, device (checks pass, calibrate with hbm_gbs, replays, long rows), validate (6 comparisons against the measured hbm_gbs, DIR untouched)"
 else
     bad "gpu-session.sh rehearsal"; cat "$work"/gs-*.log
 fi

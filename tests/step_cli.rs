@@ -1281,3 +1281,51 @@ fn tpcp_steps_refusals_and_a_short_trace() {
         .unwrap();
     assert_eq!(row["over_steps"]["steps"], 2, "{row}");
 }
+
+/// A hardware profile without `hbm_gbs` (one written before the field existed) prices the
+/// step as before, without the optimizer step, and says so once; the bundled one prices it.
+#[test]
+fn a_profile_without_memory_bandwidth_leaves_the_optimizer_step_out_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let h100 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    let without: String = h100
+        .lines()
+        .filter(|l| !l.starts_with("hbm_gbs"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let hw = dir.path().join("old-h100.toml");
+    std::fs::write(&hw, without).unwrap();
+    let step = ["--json", "--pp", "4", "--micro-batches", "8"];
+    let run = |hardware: &[&std::ffi::OsStr]| {
+        let out = fcp()
+            .args(tpcp_16("hybrid:quick=true"))
+            .args(step)
+            .args(hardware)
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (rows, String::from_utf8(out.stderr).unwrap())
+    };
+    let (old, note) = run(&["--hardware".as_ref(), hw.as_os_str()]);
+    assert_eq!(
+        note.matches("gives no `hbm_gbs`: the training step leaves out the optimizer step")
+            .count(),
+        1,
+        "{note}"
+    );
+    let (bundled, note) = run(&[]);
+    assert!(!note.contains("hbm_gbs"), "{note}");
+    let pairs: Vec<_> = ran_pairs(&old, &bundled).collect();
+    assert!(pairs.len() >= 2, "{old}");
+    for (o, b) in pairs {
+        let (so, sb) = (&o["step"], &b["step"]);
+        assert_eq!(f(so, "optimizer_ms"), 0.0);
+        assert!(f(sb, "optimizer_ms") > 0.0);
+        assert!((f(sb, "step_ms") - f(so, "step_ms") - f(sb, "optimizer_ms")).abs() < 1e-6);
+    }
+}

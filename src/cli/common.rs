@@ -334,10 +334,26 @@ pub fn memory_sim(
     training: Option<fcp::footprint::Training>,
     step: Option<fcp::sim::step::StepOptions>,
 ) -> Result<fcp::sim::Simulator> {
+    optimizer_note(sim.hardware(), step.is_some());
     Ok(match training {
         Some(t) => sim.with_training(t.with_micro_batches(step.map(|s| s.micro_batches)))?,
         None => sim,
     })
+}
+
+/// When a training step is priced on hardware that gives no memory bandwidth, say that its
+/// optimizer step is left out (a profile written before `hbm_gbs` existed prices the rest as
+/// it did). Said once a process.
+pub fn optimizer_note(hw: &fcp::hardware::Hardware, stepped: bool) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if stepped && hw.hbm_gbs.is_none() {
+        SAID.call_once(|| {
+            eprintln!(
+                "note: hardware {} gives no `hbm_gbs`: the training step leaves out the optimizer step (docs/hardware.md)",
+                hw.name
+            )
+        });
+    }
 }
 
 /// One line on what the fullest GPU holds: its total against the GPU's memory, the verdict,

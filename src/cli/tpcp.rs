@@ -101,6 +101,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let model = Model::load(&a.model)?;
     let training = a.training.training()?;
     let step = a.levers.apply(a.step.step(training)?, training)?;
+    super::common::optimizer_note(&hw, step.is_some());
     // Window packing depends on the context alone, WLB packing on the step and the model
     // too (TP splits attention and the linear layers alike): every split sees these.
     let source = BatchArgs {
