@@ -833,6 +833,7 @@ proptest! {
                     send_ms: f64::from(send * tok) * 0.01,
                     head: StageWork { forward_ms: f64::from(tok) * 0.07, backward_ms: f64::from(tok) * 0.14 },
                 },
+                nic_ms: [0.0; 2],
             })
             .collect();
         // Interleaved over two chunks of one layer where a pipeline allows it, in groups of

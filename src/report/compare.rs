@@ -300,6 +300,8 @@ fn aggregate_layer(all: &[PlanMetrics], f: &impl Fn(&[f64]) -> f64) -> Option<La
             .iter()
             .filter_map(|l| l.footprint)
             .max_by_key(|f| f.total_bytes),
+        nic_fwd_ms: col(&|l| l.nic_fwd_ms),
+        nic_bwd_ms: col(&|l| l.nic_bwd_ms),
         // A step is priced from a layer by its caller, not aggregated over batches.
         step: None,
     })

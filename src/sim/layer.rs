@@ -538,6 +538,15 @@ pub struct LayerMetrics {
     /// ([`super::Simulator::with_training`]); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<crate::footprint::Footprint>,
+    /// The busiest NIC direction's time with CP's own messages in the forward pass, ms
+    /// ([`super::program::Program::nic_busy_ms`]): what an overlapped weight gather shares
+    /// the NICs with. Set by the simulator; not reported.
+    #[serde(skip)]
+    pub nic_fwd_ms: f64,
+    /// The same in the backward pass (the rerun forward pass's too under full
+    /// recomputation): what an overlapped gradient reduction shares the NICs with.
+    #[serde(skip)]
+    pub nic_bwd_ms: f64,
     /// The training step around this layer, when the caller priced one
     /// ([`super::Simulator::step`], `fcp simulate --micro-batches`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -624,6 +633,8 @@ pub fn metrics(
         zero3_comm_ms,
         zero3_exposed_ms: zero3_ms(|p| p.zero3_exposed_ns),
         footprint: None,
+        nic_fwd_ms: 0.0,
+        nic_bwd_ms: 0.0,
         step: None,
     }
 }

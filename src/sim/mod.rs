@@ -360,8 +360,12 @@ impl Simulator {
         let mut run = self.start(plan)?;
         let mut outcomes = Vec::new();
         let mut layers = Vec::new();
+        // Each pass's own NIC traffic, for a data-parallel collective that overlaps it.
+        let mut nic_ms = [0.0f64; 2];
         for &pass in passes.passes() {
             let program = run.program(pass)?;
+            nic_ms[usize::from(pass == Pass::Bwd)] =
+                program.nic_busy_ms(&self.net, self.hw.nic_gbs * 1e9);
             outcomes.push(engine::run(&program, &[], &self.net, &run.coll)?);
             if let Some(cost) = &self.layer {
                 run.push_layer_pass(cost, &program, &mut layers)?;
@@ -432,6 +436,15 @@ impl Simulator {
             if let Some(l) = report.metrics.layer.as_mut() {
                 l.footprint = fullest;
             }
+        }
+        if let (Some(l), Some(cost)) = (report.metrics.layer.as_mut(), &self.layer) {
+            l.nic_fwd_ms = nic_ms[0];
+            l.nic_bwd_ms = nic_ms[1]
+                + if cost.reruns_forward() {
+                    nic_ms[0]
+                } else {
+                    0.0
+                };
         }
         Ok((report, outcomes, layers))
     }

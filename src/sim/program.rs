@@ -291,6 +291,41 @@ impl Call {
 }
 
 impl Program {
+    /// Milliseconds the busiest NIC direction of any rank spends on this pass's own traffic:
+    /// the bytes each rank sends and receives across nodes over `nic_bytes_per_s` (a message
+    /// to another node; every piece of a collective whose members span nodes). What a
+    /// data-parallel collective overlapping the pass must share the NICs with
+    /// ([`super::step::step_metrics`]).
+    pub fn nic_busy_ms(&self, net: &super::network::Network, nic_bytes_per_s: f64) -> f64 {
+        let mut sent: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut recv: BTreeMap<u32, u64> = BTreeMap::new();
+        for f in self.flows.iter().filter(|f| !net.same_node(f.src, f.dst)) {
+            *sent.entry(f.src).or_default() += f.bytes;
+            *recv.entry(f.dst).or_default() += f.bytes;
+        }
+        for c in &self.collectives {
+            let first = c.members.first().copied().unwrap_or(0);
+            if c.members.iter().all(|&m| net.same_node(m, first)) {
+                continue;
+            }
+            for (i, &m) in c.members.iter().enumerate() {
+                *sent.entry(m).or_default() += c.sent[i];
+                *recv.entry(m).or_default() += c.recv[i];
+            }
+        }
+        let most = sent
+            .values()
+            .chain(recv.values())
+            .copied()
+            .max()
+            .unwrap_or(0);
+        if nic_bytes_per_s > 0.0 {
+            most as f64 / nic_bytes_per_s * 1e3
+        } else {
+            0.0
+        }
+    }
+
     /// The forward pass exactly as planned.
     pub fn forward(
         plan: &Plan,
@@ -407,5 +442,54 @@ impl Program {
             flows,
             collectives,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::network::Network;
+
+    /// The busiest NIC direction: messages between nodes count at both ends, messages inside
+    /// a node not at all, and a collective spanning nodes with every piece.
+    #[test]
+    fn nic_busy_time_counts_what_crosses_nodes_at_its_busiest_end() {
+        let net = Network::custom(2, 100.0, 10.0, 0, 0);
+        let flow = |src, dst, bytes| Flow {
+            src,
+            dst,
+            bytes,
+            issue_at: 0,
+            need_by: Some(1),
+            forwards: false,
+        };
+        let mut p = Program {
+            pass: Pass::Bwd,
+            steps: vec![Vec::new(); 4],
+            // Rank 0 sends 3 MB across (to 2 and 3), 1 MB inside its node (to 1).
+            flows: vec![
+                flow(0, 2, 2_000_000),
+                flow(0, 3, 1_000_000),
+                flow(0, 1, 1_000_000),
+            ],
+            collectives: Vec::new(),
+        };
+        // 3 MB at 1 GB/s: 3 ms.
+        assert!((p.nic_busy_ms(&net, 1e9) - 3.0).abs() < 1e-12);
+        let coll = |members: Vec<u32>, bytes| CollectiveOp {
+            kind: CollectiveKind::AllGather,
+            issue_at: vec![0; members.len()],
+            need_by: vec![Some(1); members.len()],
+            sent: vec![bytes; members.len()],
+            recv: vec![bytes; members.len()],
+            size_bytes: bytes,
+            members,
+        };
+        // Inside node 1: nothing; across nodes: rank 2 receives 2 MB + 2.5 MB.
+        p.collectives = vec![coll(vec![2, 3], 9_000_000), coll(vec![1, 2], 2_500_000)];
+        assert!((p.nic_busy_ms(&net, 1e9) - 4.5).abs() < 1e-12);
+        p.flows.clear();
+        p.collectives.clear();
+        assert_eq!(p.nic_busy_ms(&net, 1e9), 0.0);
     }
 }

@@ -217,6 +217,9 @@ pub struct DpSync {
     /// bandwidth; 0 when the profile gives none. It follows the reduction and precedes the
     /// gather, so no compute hides it.
     pub optimizer_ns: u64,
+    /// Whether the collectives cross nodes: overlapped with a pass, they then share the NICs
+    /// with its own messages ([`MicroBatch::nic_ms`]).
+    pub over_nic: bool,
 }
 
 impl DpSync {
@@ -270,18 +273,21 @@ impl DpSync {
                 reduce_ns: ring(Collective::AllReduce, replicas, all_spans, grads)?,
                 gather_ns: 0,
                 optimizer_ns,
+                over_nic: all_spans,
             },
             1 => DpSync {
                 per_micro_batch_ns: 0,
                 reduce_ns: scatter()? + across,
                 gather_ns: gather()?,
                 optimizer_ns,
+                over_nic: shard_spans || (groups > 1 && all_spans),
             },
             2 => DpSync {
                 per_micro_batch_ns: scatter()?,
                 reduce_ns: across,
                 gather_ns: gather()?,
                 optimizer_ns,
+                over_nic: shard_spans || (groups > 1 && all_spans),
             },
             // ZeRO 3 gathers and scatters layer by layer, in the layer's time.
             _ => DpSync {
@@ -289,6 +295,7 @@ impl DpSync {
                 reduce_ns: across,
                 gather_ns: 0,
                 optimizer_ns,
+                over_nic: groups > 1 && all_spans,
             },
         })
     }
@@ -309,6 +316,10 @@ pub struct MicroBatch {
     /// Its output layer and sends ([`crate::sim::Simulator::step`] prices them from
     /// `rank_tokens`).
     pub extras: StageExtras,
+    /// One layer's forward and backward passes' own NIC time on the busiest NIC, ms
+    /// ([`LayerMetrics::nic_fwd_ms`], [`LayerMetrics::nic_bwd_ms`]): an overlapped
+    /// data-parallel collective over the NICs hides only in the rest.
+    pub nic_ms: [f64; 2],
 }
 
 impl MicroBatch {
@@ -320,6 +331,7 @@ impl MicroBatch {
             tokens,
             rank_tokens: layer.max_rank_tokens,
             extras: StageExtras::default(),
+            nic_ms: [layer.nic_fwd_ms, layer.nic_bwd_ms],
         }
     }
 
@@ -488,16 +500,31 @@ pub fn step_metrics(
         let work: Vec<StageWork> = loads.iter().map(|l| l.work).collect();
         let exposed_ms = if opts.dp_overlap {
             // Each micro-batch's reduction hides under its own backward pass; the last one's
-            // carries the step's too; the gather hides under the first forward pass.
+            // carries the step's too; the gather hides under the first forward pass. Over
+            // the NICs, only in what the pass's own messages leave of them.
+            let hides = |b: &MicroBatch, s: &StageWork| {
+                let busy = |pass: usize| match sync.over_nic {
+                    true => layers * b.nic_ms[pass],
+                    false => 0.0,
+                };
+                (
+                    (s.forward_ms - busy(0)).max(0.0),
+                    (s.backward_ms - busy(1)).max(0.0),
+                )
+            };
             let n = work.len();
             work.iter()
+                .zip(&drawn)
                 .enumerate()
-                .map(|(i, s)| {
+                .map(|(i, (s, b))| {
                     let mine = if i + 1 == n { each + reduce } else { each };
-                    (mine - s.backward_ms).max(0.0)
+                    (mine - hides(b, s).1).max(0.0)
                 })
                 .sum::<f64>()
-                + (gather - work.first().map_or(0.0, |s| s.forward_ms)).max(0.0)
+                + work
+                    .first()
+                    .zip(drawn.first())
+                    .map_or(gather, |(s, b)| (gather - hides(b, s).0).max(0.0))
         } else {
             dp_comm_ms
         };
@@ -774,6 +801,7 @@ mod tests {
             t,
             DpSync {
                 optimizer_ns: 7_000_000,
+                over_nic: false,
                 ..sync
             },
             opts,
@@ -832,6 +860,7 @@ mod tests {
             reduce_ns: 50_000_000,
             gather_ns: 10_000_000,
             optimizer_ns: 0,
+            over_nic: false,
         };
         let l = [mb(1.0, 0.75, 1.0)];
         let at = |sync, overlap| {
@@ -848,9 +877,41 @@ mod tests {
             reduce_ns: 70_000_000,
             gather_ns: 25_000_000,
             optimizer_ns: 0,
+            over_nic: false,
         };
         let over = at(slow, true);
         assert!((over.dp_exposed_ms - 15.0).abs() < 1e-9, "{over:?}");
+    }
+
+    /// Over the NICs, an overlapped collective shares them with the pass's own messages: it
+    /// hides only in what they leave (of the last backward pass, 60 − 80 × 0.2 = 44 ms for a
+    /// 50 ms reduction; of the first forward pass, 20 − 80 × 0.15 = 8 ms for a 10 ms gather).
+    /// Inside a node the NICs' traffic takes nothing from it.
+    #[test]
+    fn an_overlapped_collective_over_the_nics_hides_only_in_what_cp_leaves_of_them() {
+        let t = Training::default();
+        let sync = DpSync {
+            reduce_ns: 50_000_000,
+            gather_ns: 10_000_000,
+            over_nic: true,
+            ..DpSync::default()
+        };
+        let l = [MicroBatch {
+            nic_ms: [0.15, 0.2],
+            ..mb(1.0, 0.75, 1.0)
+        }];
+        let at = |sync| step_metrics(&l, 80, t, sync, StepOptions::new(4, true, t).unwrap(), 8);
+        let over = at(sync);
+        assert!((over.dp_exposed_ms - (6.0 + 2.0)).abs() < 1e-9, "{over:?}");
+        assert!((over.step_ms - (4.0 * 80.0 + 8.0)).abs() < 1e-9, "{over:?}");
+        let inside = at(DpSync {
+            over_nic: false,
+            ..sync
+        });
+        assert_eq!(inside.dp_exposed_ms, 0.0);
+        // Without overlap all of it is exposed either way.
+        let plain = step_metrics(&l, 80, t, sync, StepOptions::new(4, false, t).unwrap(), 8);
+        assert_eq!(plain.dp_exposed_ms, 60.0);
     }
 
     /// Regression (bug hunt): ZeRO 2 keeps a shard of the gradients between micro-batches,
@@ -1005,6 +1066,7 @@ mod tests {
             reduce_ns: 1_000_000,
             gather_ns: 0,
             optimizer_ns: 0,
+            over_nic: false,
         };
         // Replica 0 trains windows 0 and 1, replica 1 windows 2 and 3.
         let windows = [
