@@ -640,3 +640,41 @@ fn compare_reruns_a_sweep_cell_on_a_generated_trace() {
         .code(2)
         .stderr(predicates::str::contains("exponential needs mean="));
 }
+
+/// Regression (bug hunt): `fcp dpcp` priced every data-parallel group as if it started on a
+/// node boundary, so CP 6 on 8-GPU nodes (its second group on GPUs 6 to 11) never paid a
+/// NIC. It now says which CP degrees straddle nodes; aligned ones get no note.
+#[test]
+fn regression_dpcp_says_when_groups_straddle_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |cp: &str| {
+        let path = dir.path().join(format!("d{}.toml", cp.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "gpus = 24\ncp = [{cp}]\ntokens_per_gpu = 2048\nsteps = 1\ntrace = \"gen:exponential:mean=512,max=4096,seed=1\"\nbalance = [\"none\"]\ncost = \"sim\"\nscheme = \"zigzag\"\nmodel = \"llama3-8b\"\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let note = |path: &std::path::Path| {
+        let out = fcp()
+            .arg("dpcp")
+            .arg(path)
+            .assert()
+            .success()
+            .get_output()
+            .clone();
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let straddling = note(&cfg("6, 8, 12"));
+    assert!(
+        straddling.contains(
+            "note: at CP 6, 12 some data-parallel groups straddle two nodes (8 GPUs a node)"
+        ),
+        "{straddling}"
+    );
+    let aligned = note(&cfg("4, 8"));
+    assert!(!aligned.contains("straddle"), "{aligned}");
+}

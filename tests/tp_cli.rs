@@ -559,3 +559,28 @@ fn tpcp_packs_wlb_as_compare_does() {
             .stderr(predicate::str::contains(says));
     }
 }
+
+/// Regression (bug hunt): a scheme that ran at no split (ulysses: 32 heads do not divide 5
+/// ranks) was said to "fit at none of the splits it ran at", as if memory were the reason.
+#[test]
+fn regression_a_scheme_that_ran_nowhere_is_not_said_to_miss_memory() {
+    let out = fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "5",
+            "--model",
+            "llama3-8b",
+            "--context",
+            "8192",
+        ])
+        .args(["--batches", "1", "--schemes", "ulysses,zigzag"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("ulysses ran at no split"), "{text}");
+    assert!(!text.contains("ulysses fits at none"), "{text}");
+}

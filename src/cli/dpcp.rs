@@ -22,6 +22,18 @@ pub struct DpcpArgs {
 
 pub fn run(a: DpcpArgs) -> Result<()> {
     let cfg = DpcpConfig::load(&a.config)?;
+    let straddle = fcp::study::dpcp::straddling(&cfg)?;
+    if !straddle.is_empty() {
+        eprintln!(
+            "note: at CP {} some data-parallel groups straddle two nodes ({} GPUs a node), but each group is planned and simulated as if it started on a node boundary: their traffic between the two nodes is priced on NVLink. CP × TP dividing, or divisible by, the GPUs of a node prices every group as it runs",
+            straddle
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            fcp::hardware::Hardware::load(&cfg.hardware)?.gpus_per_node
+        );
+    }
     let start = std::time::Instant::now();
     let rows = run_dpcp(&cfg)?;
     let json = serde_json::to_string_pretty(&rows)? + "\n";

@@ -386,7 +386,15 @@ pub fn run(a: TpCpArgs) -> Result<()> {
                 step_time_words(r)
                     .unwrap_or_else(|| format!("{:.3} ms", r.layer_time_ms.unwrap_or(0.0)))
             ),
-            None if checked => format!("{scheme} fits at none of the splits it ran at"),
+            // Whether it ran anywhere (bug hunt: a scheme that ran at no split was said to fit
+            // at none, as if memory were the reason).
+            None if checked
+                && rows
+                    .iter()
+                    .any(|r| &r.scheme == scheme && r.error.is_none()) =>
+            {
+                format!("{scheme} fits at none of the splits it ran at")
+            }
             None => format!("{scheme} ran at no split"),
         })
         .collect();

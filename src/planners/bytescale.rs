@@ -53,6 +53,29 @@ pub(crate) fn apportion(tokens: &[u64], min: &[u32], n: u32) -> Vec<u32> {
     k
 }
 
+/// Ranks for a ring of `k`, taken from `free`: inside one node where a node has `k` free
+/// consecutive ranks (the lowest such), so its messages stay on NVLink; otherwise the lowest
+/// `k` free consecutive ranks, or failing that the lowest `k` free ones. Rings come longest
+/// first, so a ring that spans nodes starts where the ones before it ended, as in the
+/// consecutive layout; a small ring no longer straddles a node's edge when another node has
+/// room for it whole (bug hunt: a 3-rank ring ran across two 8-GPU nodes while the pool held a
+/// node's last three ranks).
+fn ring_ranks(free: &mut [bool], k: usize, gpn: usize) -> Vec<u32> {
+    let run_at = |free: &[bool], s: usize| s + k <= free.len() && free[s..s + k].iter().all(|&f| f);
+    let inside = (k <= gpn)
+        .then(|| (0..free.len()).find(|&s| s / gpn == (s + k - 1) / gpn && run_at(free, s)))
+        .flatten();
+    let start = inside.or_else(|| (0..free.len()).find(|&s| run_at(free, s)));
+    let ranks: Vec<usize> = match start {
+        Some(s) => (s..s + k).collect(),
+        None => (0..free.len()).filter(|&r| free[r]).take(k).collect(),
+    };
+    for &r in &ranks {
+        free[r] = false;
+    }
+    ranks.into_iter().map(|r| r as u32).collect()
+}
+
 impl Planner for ByteScale {
     fn name(&self) -> &'static str {
         "bytescale"
@@ -84,11 +107,11 @@ impl Planner for ByteScale {
         let sizes = apportion(&tokens, &min, n);
         b.param("groups", serde_json::json!(sizes));
         let mut shards: Vec<Vec<TokenRange>> = vec![Vec::new(); n as usize];
-        let mut next = 0u32;
+        let mut free = vec![true; n as usize];
+        let gpn = ctx.hardware.gpus_per_node.max(1) as usize;
         for (i, &doc) in long.iter().enumerate() {
+            let group = ring_ranks(&mut free, sizes[i] as usize, gpn);
             let k = sizes[i];
-            let group: Vec<u32> = (next..next + k).collect();
-            next += k;
             let len = batch.doc_lens[doc as usize];
             let pieces: Vec<Vec<(u64, u64)>> = match ctx.mask {
                 Mask::Causal => zigzag_pieces(len, k),
@@ -106,7 +129,8 @@ impl Planner for ByteScale {
             ring_pass_group(&mut b, &group, &shards)?;
         }
         if !short.is_empty() {
-            let pool: Vec<u32> = (next..n).collect();
+            // The pool never communicates: it takes whatever ranks the rings left.
+            let pool: Vec<u32> = (0..n).filter(|&r| free[r as usize]).collect();
             let mut load = vec![0u64; pool.len()];
             for &doc in &short {
                 let len = batch.doc_lens[doc as usize];
@@ -142,6 +166,38 @@ mod tests {
             &[1025, 1025, 1025],
         ];
         assert_plans_verify(&ByteScale, &[1, 2, 3, 4, 8, 16], batches);
+    }
+
+    /// Regression (bug hunt): rings took consecutive ranks in order, so on 8-GPU nodes a
+    /// 3-rank ring ran across two nodes while the pool held ranks of a node it fitted in
+    /// whole. A ring now takes a node's free run where one fits it whole.
+    #[test]
+    fn regression_a_ring_that_fits_a_node_stays_inside_one() {
+        let mut free = vec![true; 12];
+        let rings: Vec<Vec<u32>> = (0..3).map(|_| ring_ranks(&mut free, 3, 8)).collect();
+        assert_eq!(rings, vec![vec![0, 1, 2], vec![3, 4, 5], vec![8, 9, 10]]);
+        // A ring longer than a node takes the lowest free run, spanning nodes.
+        let mut free = vec![true; 16];
+        assert_eq!(ring_ranks(&mut free, 10, 8), (0..10).collect::<Vec<u32>>());
+        assert_eq!(ring_ranks(&mut free, 4, 8), vec![10, 11, 12, 13]);
+        // With no run left, the lowest free ranks.
+        let mut free = vec![true, false, true, false, true];
+        assert_eq!(ring_ranks(&mut free, 2, 8), vec![0, 2]);
+        // End to end: every ring's messages stay inside a node of the H100 profile.
+        let mut lens = vec![12000, 11900, 11800];
+        lens.extend([1000; 12]);
+        let plan = with_ctx(12, Mask::Causal, |ctx| {
+            assert_eq!(ctx.hardware.gpus_per_node, 8);
+            ByteScale.plan(&Batch::new(0, lens.clone()), ctx)
+        })
+        .unwrap();
+        // Rings of 4, 3 and 3 and a pool of 2: consecutive, the second 3 ran on 7 to 9.
+        assert_eq!(
+            plan.scheme.params["groups"],
+            serde_json::json!([4, 3, 3, 2])
+        );
+        assert!(plan.transfers.iter().all(|t| t.src / 8 == t.dst / 8));
+        assert_valid(&plan);
     }
 
     #[test]

@@ -337,6 +337,28 @@ fn step_stats(t: &[f64]) -> StepStats {
 }
 
 /// Run the study: one row per (CP, balancer), in config order.
+/// The CP degrees of `cfg` whose data-parallel groups straddle a node's edge (6 ranks on
+/// 8-GPU nodes: the second group runs on GPUs 6 to 11), when it simulates them: each group is
+/// planned and priced as if it started on a node boundary, so a straddling group's traffic
+/// between its two nodes is priced on NVLink (bug hunt). Empty under the ideal cost.
+pub fn straddling(cfg: &DpcpConfig) -> Result<Vec<u32>, StudyError> {
+    if cfg.cost != "sim" {
+        return Ok(Vec::new());
+    }
+    let gpn = u64::from(Hardware::load(&cfg.hardware)?.gpus_per_node.max(1));
+    let tp = u64::from(cfg.tp.max(1));
+    Ok(cfg
+        .cp
+        .iter()
+        .copied()
+        .filter(|&cp| {
+            let group = u64::from(cp) * tp;
+            let groups = u64::from(cfg.gpus) / group.max(1);
+            crate::sim::zero3::any_straddles(group, groups, gpn)
+        })
+        .collect())
+}
+
 pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     cfg.validate()?;
     let passes = cfg.pass_sel()?;
