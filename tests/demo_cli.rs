@@ -294,15 +294,11 @@ fn regression_the_next_line_under_pass_fwd_planned_for_training() {
 /// be replayed once the trace was read; it names a file and says to save the trace there.
 #[test]
 fn regression_a_trace_from_stdin_is_advised_saved_to_a_file() {
-    let out = fcp()
-        .args(["demo", "--trace", "-", "--ranks", "2"])
-        .write_stdin("doc_len\n100\n200\n")
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let next = String::from_utf8(out).unwrap();
+    let next = support::stdout_of(
+        fcp()
+            .args(["demo", "--trace", "-", "--ranks", "2"])
+            .write_stdin("doc_len\n100\n200\n"),
+    );
     let next = next.lines().last().unwrap();
     assert!(next.contains("--trace trace.csv"), "{next}");
     assert!(!next.contains("--trace -"), "{next}");

@@ -3,7 +3,7 @@
 mod support;
 
 use std::path::Path;
-use support::{fcp, json, plan_with_tp as plan, stdout_of, tpcp_16};
+use support::{fcp, h100_without, json, plan_with_tp as plan, stdout_of, tpcp_16};
 
 use predicates::prelude::*;
 use serde_json::Value;
@@ -218,16 +218,7 @@ fn a_model_without_layers_or_a_gpu_without_memory_says_so() {
         .stderr(predicate::str::contains("vocab"));
     // A profile without hbm_gb still counts, without a verdict.
     let hw = dir.path().join("hw.toml");
-    let h100 = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
-    )
-    .unwrap();
-    let without: String = h100
-        .lines()
-        .filter(|l| !l.starts_with("hbm_gb"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&hw, without).unwrap();
+    let h100 = h100_without(&hw, "hbm_gb");
     let rows = json(ring_with_memory().args(["--json", "--hardware"]).arg(&hw));
     let f = &rows[0]["footprint"];
     assert!(u(f, "total_bytes") > 0);
@@ -314,16 +305,7 @@ fn a_training_steps_memory_is_the_same_whatever_pass_is_simulated() {
 fn tpcp_says_when_memory_was_counted_but_not_checked() {
     let dir = tempfile::tempdir().unwrap();
     let hw = dir.path().join("hw.toml");
-    let h100 = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
-    )
-    .unwrap();
-    let without: String = h100
-        .lines()
-        .filter(|l| !l.starts_with("hbm_gb"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(&hw, without).unwrap();
+    h100_without(&hw, "hbm_gb");
     let out = fcp()
         .args([
             "tpcp",

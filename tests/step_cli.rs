@@ -1287,17 +1287,8 @@ fn tpcp_steps_refusals_and_a_short_trace() {
 #[test]
 fn a_profile_without_memory_bandwidth_leaves_the_optimizer_step_out_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let h100 = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
-    )
-    .unwrap();
-    let without: String = h100
-        .lines()
-        .filter(|l| !l.starts_with("hbm_gbs"))
-        .map(|l| format!("{l}\n"))
-        .collect();
     let hw = dir.path().join("old-h100.toml");
-    std::fs::write(&hw, without).unwrap();
+    support::h100_without(&hw, "hbm_gbs");
     let step = ["--json", "--pp", "4", "--micro-batches", "8"];
     let run = |hardware: &[&std::ffi::OsStr]| {
         let out = fcp()

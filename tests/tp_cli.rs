@@ -564,23 +564,19 @@ fn tpcp_packs_wlb_as_compare_does() {
 /// ranks) was said to "fit at none of the splits it ran at", as if memory were the reason.
 #[test]
 fn regression_a_scheme_that_ran_nowhere_is_not_said_to_miss_memory() {
-    let out = fcp()
-        .args([
-            "tpcp",
-            "--gpus",
-            "5",
-            "--model",
-            "llama3-8b",
-            "--context",
-            "8192",
-        ])
-        .args(["--batches", "1", "--schemes", "ulysses,zigzag"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let text = String::from_utf8(out).unwrap();
+    let text = stdout_of(
+        fcp()
+            .args([
+                "tpcp",
+                "--gpus",
+                "5",
+                "--model",
+                "llama3-8b",
+                "--context",
+                "8192",
+            ])
+            .args(["--batches", "1", "--schemes", "ulysses,zigzag"]),
+    );
     assert!(text.contains("ulysses ran at no split"), "{text}");
     assert!(!text.contains("ulysses fits at none"), "{text}");
 }

@@ -9,6 +9,23 @@ pub fn fcp() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("fcp").expect("binary built")
 }
 
+/// The bundled H100 profile without the lines (fields and their sources) that start with
+/// `prefix`, written to `path`: a profile written before a field existed, or one that leaves
+/// it out.
+pub fn h100_without(path: &std::path::Path, prefix: &str) -> String {
+    let h100 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    let without: String = h100
+        .lines()
+        .filter(|l| !l.starts_with(prefix))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, without).unwrap();
+    h100
+}
+
 /// What `cmd` prints on stdout, once it has succeeded.
 pub fn stdout_of(cmd: &mut assert_cmd::Command) -> String {
     String::from_utf8(cmd.assert().success().get_output().stdout.clone()).expect("UTF-8 output")
