@@ -643,7 +643,8 @@ fn compare_reruns_a_sweep_cell_on_a_generated_trace() {
 
 /// Regression (bug hunt): `fcp dpcp` priced every data-parallel group as if it started on a
 /// node boundary, so CP 6 on 8-GPU nodes (its second group on GPUs 6 to 11) never paid a
-/// NIC. It now says which CP degrees straddle nodes; aligned ones get no note.
+/// NIC: with the NIC 94× slower its step did not move. A straddling group now pays the NICs
+/// between its parts, and the note names the CP degrees whose groups straddle.
 #[test]
 fn regression_dpcp_says_when_groups_straddle_nodes() {
     let dir = tempfile::tempdir().unwrap();
@@ -671,10 +672,36 @@ fn regression_dpcp_says_when_groups_straddle_nodes() {
     let straddling = note(&cfg("6, 8, 12"));
     assert!(
         straddling.contains(
-            "note: at CP 6, 12 some data-parallel groups straddle two nodes (8 GPUs a node)"
+            "note: at CP 6, 12 some data-parallel groups straddle two nodes (8 GPUs a node): their traffic between the two pays the NICs"
         ),
         "{straddling}"
     );
     let aligned = note(&cfg("4, 8"));
     assert!(!aligned.contains("straddle"), "{aligned}");
+    // With a NIC 100× slower, CP 6's step slows (its straddling groups cross it), CP 8's,
+    // one node a group, does not.
+    let slow = dir.path().join("slow-nic.toml");
+    let h100 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    assert!(h100.contains("nic_gbs = 47.0"));
+    std::fs::write(&slow, h100.replace("nic_gbs = 47.0", "nic_gbs = 0.47")).unwrap();
+    let step = |hw: &str| -> Vec<f64> {
+        let path = cfg("6, 8");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}hardware = \"{hw}\"\n")).unwrap();
+        let rows = support::json(fcp().arg("dpcp").arg(&path).arg("--json"));
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step_time_ms"].as_f64().unwrap())
+            .collect()
+    };
+    let (fast, slow) = (step("h100"), step(slow.to_str().unwrap()));
+    assert!(slow[0] > 10.0 * fast[0], "CP 6: {fast:?} {slow:?}");
+    assert!(
+        (slow[1] - fast[1]).abs() < 1e-9 * fast[1],
+        "CP 8: {fast:?} {slow:?}"
+    );
 }

@@ -25,7 +25,7 @@ pub fn run(a: DpcpArgs) -> Result<()> {
     let straddle = fcp::study::dpcp::straddling(&cfg)?;
     if !straddle.is_empty() {
         eprintln!(
-            "note: at CP {} some data-parallel groups straddle two nodes ({} GPUs a node), but each group is planned and simulated as if it started on a node boundary: their traffic between the two nodes is priced on NVLink. CP × TP dividing, or divisible by, the GPUs of a node prices every group as it runs",
+            "note: at CP {} some data-parallel groups straddle two nodes ({} GPUs a node): their traffic between the two pays the NICs, but node-aware schemes (fcp:nodes, hybrid, usp) place their ranks as if each group started on a node's first GPU. CP × TP dividing, or divisible by, the GPUs of a node avoids it",
             straddle
                 .iter()
                 .map(u32::to_string)

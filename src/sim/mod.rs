@@ -95,6 +95,15 @@ pub struct Simulator {
 }
 
 impl Simulator {
+    /// The same simulator for a CP group whose rank 0 sits on GPU `first_gpu` of its node
+    /// ([`network::Network::with_first_gpu`]): a group that straddles a node's edge pays the
+    /// NICs between its two parts. The planners still place ranks as if the group started on
+    /// a node's edge.
+    pub fn with_first_gpu(mut self, first_gpu: u32) -> Simulator {
+        self.net = self.net.with_first_gpu(first_gpu);
+        self
+    }
+
     /// A simulator for `model` on `hw` (loads the kernel profile and NCCL table it names).
     pub fn new(hw: Hardware, model: Model) -> Result<Simulator, SimError> {
         let profile = hw.kernel_profile()?;

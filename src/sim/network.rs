@@ -23,6 +23,9 @@ const NIC_IN: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Network {
     gpus_per_node: u32,
+    /// Where rank 0 sits in its node (0: on its first GPU): a group that does not start on a
+    /// node's edge, as a data-parallel group of 6 ranks on 8-GPU nodes does every other time.
+    first_gpu: u32,
     nvlink_bpns: f64,
     nic_bpns: f64,
     nvlink_alpha_ns: u64,
@@ -34,6 +37,7 @@ impl Network {
     pub fn new(hw: &Hardware) -> Self {
         Network {
             gpus_per_node: hw.gpus_per_node.max(1),
+            first_gpu: 0,
             nvlink_bpns: hw.nvlink_gbs,
             nic_bpns: hw.nic_gbs,
             nvlink_alpha_ns: (hw.nvlink_latency_us * 1e3).round() as u64,
@@ -52,6 +56,7 @@ impl Network {
     ) -> Self {
         Network {
             gpus_per_node: gpus_per_node.max(1),
+            first_gpu: 0,
             nvlink_bpns: nvlink_gbs,
             nic_bpns: nic_gbs,
             nvlink_alpha_ns,
@@ -61,7 +66,16 @@ impl Network {
 
     /// Whether two ranks share a node.
     pub fn same_node(&self, a: u32, b: u32) -> bool {
-        a / self.gpus_per_node == b / self.gpus_per_node
+        let node =
+            |r: u32| (u64::from(r) + u64::from(self.first_gpu)) / u64::from(self.gpus_per_node);
+        node(a) == node(b)
+    }
+
+    /// The same network with rank 0 on GPU `first_gpu` of its node (taken modulo the
+    /// node's GPUs): every node boundary moves with it.
+    pub fn with_first_gpu(mut self, first_gpu: u32) -> Self {
+        self.first_gpu = first_gpu % self.gpus_per_node;
+        self
     }
 
     /// The two ports (resource ids) a message from `src` to `dst` crosses.
@@ -340,6 +354,20 @@ mod tests {
             .ring_ns_over(Collective::AllReduce, 4, true, 4000)
             .unwrap();
         assert_eq!(all, 2 * half);
+    }
+
+    /// A group whose rank 0 sits on GPU 6 of an 8-GPU node has ranks 0 and 1 on one node and
+    /// ranks 2 to 9 on the next: a message from rank 1 to rank 2 takes the NICs.
+    #[test]
+    fn a_group_off_a_node_edge_moves_every_boundary() {
+        let n = Network::custom(8, 100.0, 10.0, 0, 0).with_first_gpu(6);
+        assert!(n.same_node(0, 1) && !n.same_node(1, 2) && n.same_node(2, 9));
+        assert!(!n.same_node(9, 10));
+        assert_eq!(n.ports(1, 2).map(|p| n.capacity(p)), [10.0, 10.0]);
+        assert_eq!(n.ports(2, 3).map(|p| n.capacity(p)), [100.0, 100.0]);
+        // Modulo the node: 14 is 6.
+        let m = Network::custom(8, 100.0, 10.0, 0, 0).with_first_gpu(14);
+        assert!(m.same_node(0, 1) && !m.same_node(1, 2));
     }
 
     /// Regression (bug hunt): a collective past `u64` nanoseconds saturated, and the sums

@@ -338,9 +338,9 @@ fn step_stats(t: &[f64]) -> StepStats {
 
 /// Run the study: one row per (CP, balancer), in config order.
 /// The CP degrees of `cfg` whose data-parallel groups straddle a node's edge (6 ranks on
-/// 8-GPU nodes: the second group runs on GPUs 6 to 11), when it simulates them: each group is
-/// planned and priced as if it started on a node boundary, so a straddling group's traffic
-/// between its two nodes is priced on NVLink (bug hunt). Empty under the ideal cost.
+/// 8-GPU nodes: the second group runs on GPUs 6 to 11), when it simulates them: such a group
+/// pays the NICs between its parts, but the planners place its ranks as if it started on a
+/// node's edge. Empty under the ideal cost.
 pub fn straddling(cfg: &DpcpConfig) -> Result<Vec<u32>, StudyError> {
     if cfg.cost != "sim" {
         return Ok(Vec::new());
@@ -378,6 +378,26 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
             .copied()
             .ok_or_else(|| StudyError::Config("the whole layer could not be costed".into()))?;
         linear_ms_per_token = cost.flops_per_token(passes.passes()) / cost.flops_per_s * 1e3;
+    }
+    // Group g's CP ranks start on GPU g·CP of the cluster (in the CP view): one simulator
+    // for each place in a node a group starts at, so a group across a node's edge pays the
+    // NICs between its parts (bug hunt: every group was priced as if it started on an edge).
+    let gpn = u64::from(hw.gpus_per_node.max(1));
+    let first_gpu = |cp: u32, g: usize| ((g as u64 * u64::from(cp)) % gpn) as u32;
+    let mut shifted: std::collections::BTreeMap<u32, Simulator> = Default::default();
+    if cfg.cost == "sim" {
+        for &cp in &cfg.cp {
+            for g in 0..(cfg.gpus / (cp * cfg.tp)) as usize {
+                let first = first_gpu(cp, g);
+                if first != 0 && !shifted.contains_key(&first) {
+                    let mut s = Simulator::new(hw.clone(), model.clone())?.with_first_gpu(first);
+                    if cfg.layer {
+                        s = s.with_layer()?;
+                    }
+                    shifted.insert(first, s);
+                }
+            }
+        }
     }
     let global = u64::from(cfg.gpus) * cfg.tokens_per_gpu;
     // Tokens a CP rank holds: its TP group's GPUs' worth.
@@ -432,7 +452,8 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
                         .par_iter()
                         .enumerate()
                         .map(|(g, docs)| {
-                            group_ms(cfg, &sim, &hw, &model, *cp, s, g, docs, passes, &weight)
+                            let sim = shifted.get(&first_gpu(*cp, g)).unwrap_or(&sim);
+                            group_ms(cfg, sim, &hw, &model, *cp, s, g, docs, passes, &weight)
                         })
                         .collect::<Result<_, _>>()?;
                     Ok(step_stats(&times))
