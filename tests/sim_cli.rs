@@ -1026,6 +1026,11 @@ fn regression_simulate_defaults_to_the_pass_and_recompute_the_plan_was_chosen_fo
     assert!(note.is_empty(), "{note}");
     let (both, note) = sim(&["--pass", "both"]);
     assert_eq!(both["pass"], "both");
+    // A priced training step runs both passes whatever the plan was chosen for (bug hunt:
+    // it refused until --pass both was given).
+    let (step, _) = sim(&["--layer", "--memory", "--micro-batches", "2"]);
+    assert_eq!(step["pass"], "both");
+    assert!(step["step"]["step_ms"].as_f64().unwrap() > 0.0);
     assert!(
         note.contains(
             "the plan was chosen for --pass fwd (objective_pass); simulating --pass both"

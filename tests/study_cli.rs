@@ -676,7 +676,8 @@ fn regression_dpcp_says_when_groups_straddle_nodes() {
         ),
         "{straddling}"
     );
-    let aligned = note(&cfg("4, 8"));
+    // Groups that divide a node or are whole nodes (24 = 3 nodes) start on a node's edge.
+    let aligned = note(&cfg("4, 8, 24"));
     assert!(!aligned.contains("straddle"), "{aligned}");
     // With a NIC 100× slower, CP 6's step slows (its straddling groups cross it), CP 8's,
     // one node a group, does not.

@@ -71,7 +71,12 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     // What the plan was chosen for (hybrid and auto record it), as the hardware and model
     // it was made for are the defaults (bug hunt: a plan chosen for the forward pass was
     // simulated for both without a word).
-    let pass = chosen(&plan, "objective_pass", "--pass", a.pass, PassArg::Both);
+    // A priced training step runs both passes, whatever the plan was chosen for (bug hunt:
+    // a plan chosen for --pass fwd refused --micro-batches until --pass both was given).
+    let pass = match (step, a.pass) {
+        (Some(_), None) => PassArg::Both,
+        _ => chosen(&plan, "objective_pass", "--pass", a.pass, PassArg::Both),
+    };
     let recompute = if a.layer {
         Some(chosen(
             &plan,

@@ -352,9 +352,11 @@ pub fn straddling(cfg: &DpcpConfig) -> Result<Vec<u32>, StudyError> {
         .iter()
         .copied()
         .filter(|&cp| {
+            // A second group starts off a node's edge unless the groups tile the nodes: one
+            // larger than a node and a multiple of it crosses nodes where the planners expect.
             let group = u64::from(cp) * tp;
             let groups = u64::from(cfg.gpus) / group.max(1);
-            crate::sim::zero3::any_straddles(group, groups, gpn)
+            groups > 1 && group % gpn != 0 && gpn % group != 0
         })
         .collect())
 }
