@@ -1003,17 +1003,7 @@ fn regression_simulate_defaults_to_the_pass_and_recompute_the_plan_was_chosen_fo
         .assert()
         .success();
     let sim = |args: &[&str]| {
-        let out = fcp()
-            .arg("simulate")
-            .arg(&fwd)
-            .args(args)
-            .arg("--json")
-            .assert()
-            .success()
-            .get_output()
-            .clone();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        (v, String::from_utf8(out.stderr).unwrap())
+        support::json_and_stderr(fcp().arg("simulate").arg(&fwd).args(args).arg("--json"))
     };
     let (chosen, note) = sim(&[]);
     assert_eq!(chosen["pass"], "fwd");

@@ -1291,16 +1291,12 @@ fn a_profile_without_memory_bandwidth_leaves_the_optimizer_step_out_and_says_so(
     support::h100_without(&hw, "hbm_gbs");
     let step = ["--json", "--pp", "4", "--micro-batches", "8"];
     let run = |hardware: &[&std::ffi::OsStr]| {
-        let out = fcp()
-            .args(tpcp_16("hybrid:quick=true"))
-            .args(step)
-            .args(hardware)
-            .assert()
-            .success()
-            .get_output()
-            .clone();
-        let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
-        (rows, String::from_utf8(out.stderr).unwrap())
+        support::json_and_stderr(
+            fcp()
+                .args(tpcp_16("hybrid:quick=true"))
+                .args(step)
+                .args(hardware),
+        )
     };
     let (old, note) = run(&["--hardware".as_ref(), hw.as_os_str()]);
     assert_eq!(

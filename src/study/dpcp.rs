@@ -336,7 +336,13 @@ fn step_stats(t: &[f64]) -> StepStats {
     (mom, cv, spread, max, m)
 }
 
-/// Run the study: one row per (CP, balancer), in config order.
+/// Whether `groups` groups of `group` GPUs laid back to back on nodes of `gpn` put one across a
+/// node's edge where it does not start on one: unless the groups tile the nodes (a group
+/// dividing a node, or whole nodes), the second starts mid-node.
+fn straddles(group: u64, groups: u64, gpn: u64) -> bool {
+    groups > 1 && group % gpn != 0 && gpn % group != 0
+}
+
 /// The CP degrees of `cfg` whose data-parallel groups straddle a node's edge (6 ranks on
 /// 8-GPU nodes: the second group runs on GPUs 6 to 11), when it simulates them: such a group
 /// pays the NICs between its parts, but the planners place its ranks as if it started on a
@@ -352,15 +358,13 @@ pub fn straddling(cfg: &DpcpConfig) -> Result<Vec<u32>, StudyError> {
         .iter()
         .copied()
         .filter(|&cp| {
-            // A second group starts off a node's edge unless the groups tile the nodes: one
-            // larger than a node and a multiple of it crosses nodes where the planners expect.
             let group = u64::from(cp) * tp;
-            let groups = u64::from(cfg.gpus) / group.max(1);
-            groups > 1 && group % gpn != 0 && gpn % group != 0
+            straddles(group, u64::from(cfg.gpus) / group.max(1), gpn)
         })
         .collect())
 }
 
+/// Run the study: one row per (CP, balancer), in config order.
 pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     cfg.validate()?;
     let passes = cfg.pass_sel()?;
@@ -388,8 +392,13 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     let first_gpu = |cp: u32, g: usize| ((g as u64 * u64::from(cp)) % gpn) as u32;
     let mut shifted: std::collections::BTreeMap<u32, Simulator> = Default::default();
     if cfg.cost == "sim" {
+        // Only where a group straddles: one inside a node prices the same wherever it starts.
         for &cp in &cfg.cp {
-            for g in 0..(cfg.gpus / (cp * cfg.tp)) as usize {
+            let groups = cfg.gpus / (cp * cfg.tp);
+            if !straddles(u64::from(cp), u64::from(groups), gpn) {
+                continue;
+            }
+            for g in 0..groups as usize {
                 let first = first_gpu(cp, g);
                 if first != 0 && !shifted.contains_key(&first) {
                     let mut s = Simulator::new(hw.clone(), model.clone())?.with_first_gpu(first);

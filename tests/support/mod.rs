@@ -36,6 +36,14 @@ pub fn stderr_of(cmd: &mut assert_cmd::Command) -> String {
     String::from_utf8(cmd.assert().success().get_output().stderr.clone()).expect("UTF-8 output")
 }
 
+/// What `cmd` prints on stdout, parsed as JSON, and on stderr (its notes), once it has
+/// succeeded.
+pub fn json_and_stderr(cmd: &mut assert_cmd::Command) -> (serde_json::Value, String) {
+    let out = cmd.assert().success().get_output().clone();
+    let v = serde_json::from_slice(&out.stdout).expect("JSON output");
+    (v, String::from_utf8(out.stderr).expect("UTF-8 output"))
+}
+
 /// What `cmd` prints on stdout, parsed as JSON, once it has succeeded.
 pub fn json(cmd: &mut assert_cmd::Command) -> serde_json::Value {
     serde_json::from_str(&stdout_of(cmd)).expect("JSON output")
