@@ -131,9 +131,27 @@ impl<R: Read> Read for TextOnly<R> {
         let message = self.refused.clone().unwrap_or_default();
         Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            message,
+            Refused(message),
         ))
     }
+}
+
+/// A [`TextOnly`] refusal, inside the `io::Error` a read returns: it names a byte of the
+/// whole input, met while reading ahead, not a line a parser has counted to.
+#[derive(Debug)]
+pub struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Whether `e` is a [`TextOnly`] refusal (which names its byte), not an error of a line.
+pub fn is_refusal(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Refused>())
 }
 
 /// Why `got`, read at byte `offset` of a file that should be `what`, cannot be one: a

@@ -73,6 +73,21 @@ impl AtomicFile {
             }
             _ => {}
         }
+        // Bug hunt: `-o missing/` failed at the rename with "Not a directory".
+        if path
+            .as_os_str()
+            .to_string_lossy()
+            .ends_with(std::path::MAIN_SEPARATOR)
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} ends in `{}`: that names a folder, not a file; give a file name",
+                    path.display(),
+                    std::path::MAIN_SEPARATOR
+                ),
+            ));
+        }
         let target = resolve_link(path);
         // Bug hunt: `fcp plan --hardware my.toml -o my.toml` replaced the profile it read.
         crate::read_guard::refuse_over_input(path, &target)?;
@@ -382,6 +397,18 @@ mod tests {
             "{msg}"
         );
         assert!(!msg.contains(".fcp-"), "{msg}");
+    }
+
+    /// Regression (bug hunt): `-o missing/` created a temporary file, then failed its rename
+    /// with "Not a directory".
+    #[test]
+    fn regression_a_path_ending_in_a_slash_said_not_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("missing/");
+        assert!(p.to_string_lossy().ends_with('/'));
+        let e = write_atomic(&p, b"x").unwrap_err().to_string();
+        assert!(e.contains("names a folder, not a file"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

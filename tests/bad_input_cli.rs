@@ -394,6 +394,35 @@ fn binary_and_compressed_traces_are_refused_at_once() {
         .stderr(predicate::str::contains("byte 12 is NUL"));
 }
 
+/// Regression (bug hunt): a NUL byte on line 3 of a JSONL trace was reported on "line 1",
+/// the line being read when the reader met it reading ahead. It now names the byte and the
+/// file, as the CSV reader does.
+#[test]
+fn regression_a_nul_byte_in_jsonl_was_put_on_line_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nul.jsonl");
+    let text = b"{\"doc_lens\":[1]}\n{\"doc_lens\":[2]}\n{\"doc_lens\":[3\x00]}\n";
+    std::fs::write(&path, text).unwrap();
+    for source in [Some(&path), None] {
+        let mut cmd = fcp();
+        cmd.args(["trace", "stats"]);
+        match source {
+            Some(p) => cmd.arg(p),
+            None => cmd.arg("-").write_stdin(&text[..]),
+        };
+        let err = cmd.assert().code(2).get_output().stderr.clone();
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains("byte 48 is NUL"), "{err}");
+        assert!(!err.contains("line 1"), "{err}");
+        let named = if source.is_some() {
+            "nul.jsonl"
+        } else {
+            "cannot read -"
+        };
+        assert!(err.contains(named), "{err}");
+    }
+}
+
 /// Text that never ends a line (`yes 1 | tr -d '\n' | fcp trace stats -`) was gathered into
 /// memory until the machine ran out; it now stops after 64 MiB with what it saw.
 #[test]

@@ -300,6 +300,22 @@ fn plots_are_written_as_png_and_svg() {
             .stderr(predicate::str::contains(says));
         assert!(!dir.path().join("never.png").exists());
     }
+    // Regression (bug hunt): a results file without rows blamed --filter when none was given.
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "[]").unwrap();
+    for kind in [vec!["imbalance"], vec!["lines", "--x", "ranks"]] {
+        fcp()
+            .arg("plot")
+            .args(&kind)
+            .arg(&empty)
+            .arg("-o")
+            .arg(dir.path().join("never.svg"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("empty.json has no rows"))
+            .stderr(predicate::str::contains("--filter").not());
+        assert!(!dir.path().join("never.svg").exists());
+    }
     fcp()
         .args(["plot", "lines"])
         .arg(&results)

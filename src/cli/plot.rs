@@ -338,6 +338,13 @@ fn check_filters(
 fn run_results(a: ResultsArgs, axis: SweepAxis, default_metric: &str) -> Result<()> {
     refuse_overwriting_input(&a.output, &[&a.results])?;
     let rows = load_results(&a.results)?;
+    if rows.is_empty() {
+        // Bug hunt: this blamed --filter when none was given.
+        bail!(
+            "{} has no rows: nothing to plot (a sweep writes one row per cell it ran)",
+            a.results.display()
+        );
+    }
     let filters: Vec<(String, String)> = a
         .filter
         .iter()

@@ -402,8 +402,8 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     outln!(
         "Not in the times: {}; kernel tables are applied unchanged at 1/TP of the heads (docs/cost-model.md § Tensor parallelism). Not in the memory: the CUDA context, NCCL buffers and allocator fragmentation, a few GB (§ GPU memory).",
         match (step.is_some(), opts.training.gathers_weights() && model.stack.is_some()) {
-            (true, _) => "the loss's element-wise work and the contention of data-parallel, pipeline and ZeRO 3 traffic with CP's own",
-            (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own",
+            (true, _) => "the loss's element-wise work and the contention of pipeline traffic with CP's own, and of data-parallel and ZeRO 3 traffic with it inside a node (across nodes they share the NICs)",
+            (false, true) => "ZeRO 3's gathers of the embedding and output layer (once a step) and its traffic's contention with CP's own inside a node (across nodes they share the NICs)",
             (false, false) => "the pipeline's bubble, the data-parallel gradient reduction and parameter all-gather and the optimizer step (once a step, after the last layer; --micro-batches prices them)",
         }
     );

@@ -354,6 +354,10 @@ pub struct LayerPass {
     /// Under ZeRO 3: when, from the pass's start, its collectives are done (those hidden
     /// under a rerun forward pass before it already counted); no rank ends the pass before.
     pub zero3_ready_ns: u64,
+    /// Nanoseconds the busiest NIC direction of any rank spends on the pass's own attention
+    /// traffic ([`super::program::Program::nic_busy_ns`]): what a collective across nodes
+    /// that overlaps the pass shares the NICs with.
+    pub nic_ns: u64,
     /// The engine's outcome with the token-linear work added to each rank's timeline
     /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
     /// Gantt chart of the whole layer draws.
@@ -426,6 +430,7 @@ pub fn run(
         zero3_ns: None,
         zero3_exposed_ns: 0,
         zero3_ready_ns: 0,
+        nic_ns: attention.nic_busy_ns(net),
         outcome,
     })
 }
@@ -460,12 +465,15 @@ impl LayerPass {
     /// Under ZeRO 3: the pass also runs `comm_ns` of weight gathers and gradient scatters
     /// on their own stream, prefetched so that they overlap its work and, for a backward
     /// pass under full recomputation, the `hidden_ns` of the rerun forward pass before it.
-    /// The pass then ends no earlier than they do.
-    pub fn wait_for_weights(&mut self, comm_ns: u64, hidden_ns: u64) {
-        let exposed = comm_ns.saturating_sub(self.end_ns().saturating_add(hidden_ns));
+    /// The pass then ends no earlier than they do. Collectives across nodes share the NICs
+    /// with the `shared_nic_ns` those passes' own messages keep them busy: the NICs carry
+    /// both, so the collectives end no earlier than the two together would take.
+    pub fn wait_for_weights(&mut self, comm_ns: u64, hidden_ns: u64, shared_nic_ns: u64) {
+        let busy = comm_ns.saturating_add(shared_nic_ns);
+        let exposed = busy.saturating_sub(self.end_ns().saturating_add(hidden_ns));
         self.zero3_ns = Some(comm_ns);
         self.zero3_exposed_ns = exposed;
-        self.zero3_ready_ns = comm_ns.saturating_sub(hidden_ns);
+        self.zero3_ready_ns = busy.saturating_sub(hidden_ns);
         self.outcome.end_ns += exposed;
     }
 
@@ -539,7 +547,7 @@ pub struct LayerMetrics {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub footprint: Option<crate::footprint::Footprint>,
     /// The busiest NIC direction's time with CP's own messages in the forward pass, ms
-    /// ([`super::program::Program::nic_busy_ms`]): what an overlapped weight gather shares
+    /// ([`super::program::Program::nic_busy_ns`]): what an overlapped weight gather shares
     /// the NICs with. Set by the simulator; not reported.
     #[serde(skip)]
     pub nic_fwd_ms: f64,
@@ -960,18 +968,27 @@ mod tests {
         let end = fwd.end_ns();
         // Hidden: the pass ends as it did.
         let mut hidden = fwd.clone();
-        hidden.wait_for_weights(end, 0);
+        hidden.wait_for_weights(end, 0, 0);
         assert_eq!((hidden.end_ns(), hidden.zero3_exposed_ns), (end, 0));
         assert_eq!(hidden.zero3_ns, Some(end));
         // Outlasting the pass by 1 ms: the pass ends 1 ms later...
         let mut late = fwd.clone();
-        late.wait_for_weights(end + 1_000_000, 0);
+        late.wait_for_weights(end + 1_000_000, 0, 0);
         assert_eq!(late.end_ns(), end + 1_000_000);
         // ...unless a rerun forward pass before it hides the rest.
         let mut behind_rerun = fwd.clone();
-        behind_rerun.wait_for_weights(end + 1_000_000, 400_000);
+        behind_rerun.wait_for_weights(end + 1_000_000, 400_000, 0);
         assert_eq!(behind_rerun.zero3_exposed_ns, 600_000);
         assert_eq!(behind_rerun.end_ns(), end + 600_000);
+        // Across nodes the collectives share the NICs with the pass's own messages: 1 ms
+        // of gathers the pass would hide outlasts it by the 3 ms of NIC time they share.
+        let mut shared = fwd.clone();
+        shared.wait_for_weights(end - 1_000_000, 0, 3_000_000);
+        assert_eq!(shared.zero3_ns, Some(end - 1_000_000));
+        assert_eq!(
+            (shared.zero3_exposed_ns, shared.end_ns()),
+            (2_000_000, end + 2_000_000)
+        );
         // Every rank waits for the group's collectives, the early ones longest.
         let first = (0..plan.num_ranks as usize)
             .min_by_key(|&r| fwd.rank_end_ns[r])

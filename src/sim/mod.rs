@@ -369,12 +369,8 @@ impl Simulator {
         let mut run = self.start(plan)?;
         let mut outcomes = Vec::new();
         let mut layers = Vec::new();
-        // Each pass's own NIC traffic, for a data-parallel collective that overlaps it.
-        let mut nic_ms = [0.0f64; 2];
         for &pass in passes.passes() {
             let program = run.program(pass)?;
-            nic_ms[usize::from(pass == Pass::Bwd)] =
-                program.nic_busy_ms(&self.net, self.hw.nic_gbs * 1e9);
             outcomes.push(engine::run(&program, &[], &self.net, &run.coll)?);
             if let Some(cost) = &self.layer {
                 run.push_layer_pass(cost, &program, &mut layers)?;
@@ -446,14 +442,18 @@ impl Simulator {
                 l.footprint = fullest;
             }
         }
-        if let (Some(l), Some(cost)) = (report.metrics.layer.as_mut(), &self.layer) {
-            l.nic_fwd_ms = nic_ms[0];
-            l.nic_bwd_ms = nic_ms[1]
-                + if cost.reruns_forward() {
-                    nic_ms[0]
-                } else {
-                    0.0
-                };
+        if let Some(l) = report.metrics.layer.as_mut() {
+            // Each pass's own NIC traffic, for a data-parallel collective that overlaps it;
+            // a rerun forward pass runs inside the backward one.
+            let nic_ms = |fwd: bool| {
+                let ns: u64 = layers
+                    .iter()
+                    .filter(|p| (p.pass == Pass::Fwd && !p.recomputed) == fwd)
+                    .map(|p| p.nic_ns)
+                    .sum();
+                ns as f64 * 1e-6
+            };
+            (l.nic_fwd_ms, l.nic_bwd_ms) = (nic_ms(true), nic_ms(false));
         }
         Ok((report, outcomes, layers))
     }
@@ -513,7 +513,21 @@ impl PlanRun<'_> {
             self.tp.as_ref(),
         )?;
         if let Some(z) = &self.zero3 {
-            pass.wait_for_weights(z.pass_ns(program.pass, &self.coll)?, hidden_ns);
+            // Across nodes the collectives share the NICs with this pass's messages and
+            // those of the rerun forward pass they also overlap.
+            let shared_nic_ns = match z.spans_nodes() {
+                true => layers
+                    .last()
+                    .filter(|l| l.recomputed)
+                    .map_or(0, |rerun| rerun.nic_ns)
+                    .saturating_add(pass.nic_ns),
+                false => 0,
+            };
+            pass.wait_for_weights(
+                z.pass_ns(program.pass, &self.coll)?,
+                hidden_ns,
+                shared_nic_ns,
+            );
         }
         layers.push(pass);
         Ok(())
@@ -710,6 +724,58 @@ mod tests {
             zz.metrics.comm_bytes_total,
             fwd.metrics.comm_bytes_total * 4
         );
+    }
+
+    /// ZeRO 3's rings across nodes share the NICs with the plan's own messages across
+    /// nodes (bug: they were priced on idle NICs, so at short contexts every scheme's layer
+    /// was the gathers' alone, however much K/V it sent between nodes).
+    #[test]
+    fn zero_3_collectives_across_nodes_share_the_nics_with_the_plans_messages() {
+        use crate::footprint::Training;
+        use crate::model::Recompute;
+        let batch = Batch::new(0, vec![16384, 9000, 4000, 3000, 700]);
+        let plan = with_ctx(16, Mask::Causal, |c| Zigzag.plan(&batch, c)).unwrap();
+        for recompute in [Recompute::None, Recompute::Full] {
+            let s = sim()
+                .with_layer()
+                .unwrap()
+                .with_recompute(recompute)
+                .unwrap()
+                .with_training(Training::new(3, 4, 1).unwrap())
+                .unwrap();
+            let (_, layers) = s.simulate_layer_traced(&plan, PassSel::Both).unwrap();
+            let bwd = layers.iter().find(|l| l.pass == Pass::Bwd).unwrap();
+            let fwd = layers.iter().find(|l| l.pass == Pass::Fwd).unwrap();
+            // Two nodes, K/V sent between them in both passes.
+            assert!(fwd.nic_ns > 0 && bwd.nic_ns > fwd.nic_ns, "{recompute:?}");
+            let own = |l: &LayerPass| l.zero3_ns.unwrap();
+            assert_eq!(fwd.zero3_ready_ns, own(fwd) + fwd.nic_ns);
+            // Under full recomputation the backward pass's collectives also share the NICs
+            // with the rerun forward pass they overlap, and hide under it.
+            let (rerun_nic, hidden) = match recompute {
+                Recompute::Full => (fwd.nic_ns, fwd.end_ns() - fwd.zero3_exposed_ns),
+                _ => (0, 0),
+            };
+            assert_eq!(
+                bwd.zero3_ready_ns,
+                own(bwd) + bwd.nic_ns + rerun_nic - hidden
+            );
+            // The gathers outlast this small batch's work: the pass ends when they do.
+            assert!(bwd.zero3_exposed_ns > 0, "{recompute:?}");
+            assert_eq!(bwd.end_ns(), bwd.zero3_ready_ns);
+        }
+        // Inside one node nothing crosses a NIC and nothing is shared.
+        let one_node = with_ctx(8, Mask::Causal, |c| Zigzag.plan(&batch, c)).unwrap();
+        let s = sim()
+            .with_layer()
+            .unwrap()
+            .with_training(Training::new(3, 4, 1).unwrap())
+            .unwrap();
+        let (_, layers) = s.simulate_layer_traced(&one_node, PassSel::Both).unwrap();
+        for l in &layers {
+            assert_eq!(l.nic_ns, 0);
+            assert_eq!(l.zero3_ready_ns, l.zero3_ns.unwrap());
+        }
     }
 
     #[test]

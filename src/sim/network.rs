@@ -110,6 +110,14 @@ impl Network {
         alpha + (bytes as f64 / bw).ceil() as u64
     }
 
+    /// Nanoseconds a NIC direction takes to carry `bytes` at full speed, latency aside.
+    pub fn nic_ns(&self, bytes: u64) -> u64 {
+        if bytes == 0 || self.nic_bpns <= 0.0 {
+            return 0;
+        }
+        (bytes as f64 / self.nic_bpns).ceil() as u64
+    }
+
     /// Start-up latency of a message, nanoseconds.
     pub fn alpha_ns(&self, src: u32, dst: u32) -> u64 {
         if self.same_node(src, dst) {

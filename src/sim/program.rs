@@ -291,12 +291,17 @@ impl Call {
 }
 
 impl Program {
-    /// Milliseconds the busiest NIC direction of any rank spends on this pass's own traffic:
-    /// the bytes each rank sends and receives across nodes over `nic_bytes_per_s` (a message
-    /// to another node; every piece of a collective whose members span nodes). What a
-    /// data-parallel collective overlapping the pass must share the NICs with
-    /// ([`super::step::step_metrics`]).
-    pub fn nic_busy_ms(&self, net: &super::network::Network, nic_bytes_per_s: f64) -> f64 {
+    /// Nanoseconds the busiest NIC direction of any rank spends on this pass's own traffic:
+    /// the bytes each rank sends and receives across nodes (a message to another node;
+    /// every piece of a collective whose members span nodes) at the NIC's speed. What a
+    /// collective of data parallelism or ZeRO 3 that overlaps the pass must share the NICs
+    /// with ([`super::step::step_metrics`], [`super::layer::LayerPass::wait_for_weights`]).
+    pub fn nic_busy_ns(&self, net: &super::network::Network) -> u64 {
+        net.nic_ns(self.nic_busiest_bytes(net))
+    }
+
+    /// Bytes through the busiest NIC direction of any rank.
+    fn nic_busiest_bytes(&self, net: &super::network::Network) -> u64 {
         let mut sent: BTreeMap<u32, u64> = BTreeMap::new();
         let mut recv: BTreeMap<u32, u64> = BTreeMap::new();
         for f in self.flows.iter().filter(|f| !net.same_node(f.src, f.dst)) {
@@ -313,17 +318,11 @@ impl Program {
                 *recv.entry(m).or_default() += c.recv[i];
             }
         }
-        let most = sent
-            .values()
+        sent.values()
             .chain(recv.values())
             .copied()
             .max()
-            .unwrap_or(0);
-        if nic_bytes_per_s > 0.0 {
-            most as f64 / nic_bytes_per_s * 1e3
-        } else {
-            0.0
-        }
+            .unwrap_or(0)
     }
 
     /// The forward pass exactly as planned.
@@ -474,8 +473,8 @@ mod tests {
             ],
             collectives: Vec::new(),
         };
-        // 3 MB at 1 GB/s: 3 ms.
-        assert!((p.nic_busy_ms(&net, 1e9) - 3.0).abs() < 1e-12);
+        // 3 MB at 10 GB/s: 0.3 ms.
+        assert_eq!(p.nic_busy_ns(&net), 300_000);
         let coll = |members: Vec<u32>, bytes| CollectiveOp {
             kind: CollectiveKind::AllGather,
             issue_at: vec![0; members.len()],
@@ -487,9 +486,9 @@ mod tests {
         };
         // Inside node 1: nothing; across nodes: rank 2 receives 2 MB + 2.5 MB.
         p.collectives = vec![coll(vec![2, 3], 9_000_000), coll(vec![1, 2], 2_500_000)];
-        assert!((p.nic_busy_ms(&net, 1e9) - 4.5).abs() < 1e-12);
+        assert_eq!(p.nic_busy_ns(&net), 450_000);
         p.flows.clear();
         p.collectives.clear();
-        assert_eq!(p.nic_busy_ms(&net, 1e9), 0.0);
+        assert_eq!(p.nic_busy_ns(&net), 0);
     }
 }

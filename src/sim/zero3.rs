@@ -24,11 +24,15 @@
 //! takes the longer of its own work and its collectives: a pass ends no earlier than they
 //! do, and what they outlast the pass by is exposed ([`super::LayerPass::zero3_exposed_ns`]).
 //!
-//! Not modelled: the NVLink and NIC bandwidth the collectives share with the plan's own
-//! traffic and TP's collectives, the SMs NCCL takes from the GEMMs, the first layer's gather
-//! that nothing before it hides, the embedding's and output layer's gathers (once a step,
-//! not a layer), and under hybrid sharding the gradients' all-reduce across the groups
-//! (once a step).
+//! A group across nodes runs its rings over the NICs the plan's own messages across nodes
+//! take too: the collectives end no earlier than both together would
+//! ([`super::LayerPass::wait_for_weights`]).
+//!
+//! Not modelled: the NVLink bandwidth the collectives share with the plan's traffic inside a
+//! node and with TP's collectives, the SMs NCCL takes from the GEMMs, the first layer's gather
+//! that nothing before it hides, the embedding's and output layer's gathers (once a step, not
+//! a layer), and under hybrid sharding the gradients' all-reduce across the groups (once a
+//! step).
 //!
 //! A group spans nodes when it is larger than one, or when groups that do not divide a node
 //! are laid out back to back (every shard group of every pipeline stage) and one straddles a

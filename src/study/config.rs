@@ -322,6 +322,26 @@ impl SweepConfig {
     pub fn parse(text: &str) -> Result<SweepConfig, StudyError> {
         let cfg: SweepConfig = toml::from_str(text)
             .map_err(|e| StudyError::Config(crate::jsonpos::toml_message(text, &e)))?;
+        // The optional axes read an empty list as "left out"; one written empty is a slip
+        // (bug hunt: `tokens_per_rank = []` ran the default while `ranks = []` was refused).
+        if let Ok(raw) = text.parse::<toml::Table>() {
+            let grid = raw.get("grid").and_then(|g| g.as_table());
+            for (name, left_out) in [
+                (
+                    "tokens_per_rank",
+                    "32768, or each rank's share of the window",
+                ),
+                ("block", "each scheme's own block size"),
+                ("context", "no windows"),
+            ] {
+                let listed = grid.and_then(|g| g.get(name)).and_then(|v| v.as_array());
+                if listed.is_some_and(|a| a.is_empty()) {
+                    return Err(StudyError::Config(format!(
+                        "grid.{name} = [] lists no value; leave it out for the default ({left_out})"
+                    )));
+                }
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -772,6 +792,29 @@ mod tests {
             ]
         );
         assert!(cells.iter().all(|c| c.tokens_per_rank == 32768));
+    }
+
+    /// Regression (bug hunt): `tokens_per_rank = []` ran a cell at the default 32768 while
+    /// an empty `ranks` was refused; the optional axes now refuse a list written empty, and
+    /// left out they keep their defaults.
+    #[test]
+    fn regression_an_optional_axis_written_empty_was_run_at_its_default() {
+        let grid = "[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\"]\nranks=[4]\n";
+        for axis in ["tokens_per_rank", "block", "context"] {
+            let e = SweepConfig::parse(&format!("{grid}{axis} = []\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("grid.{axis} = [] lists no value")),
+                "{e}"
+            );
+        }
+        let cfg = SweepConfig::parse(grid).unwrap();
+        assert_eq!(cfg.cells()[0].tokens_per_rank, 32768);
+        // A baseline's recorded grid (JSON, which writes the left-out axes as `[]`) still reads.
+        let json = serde_json::to_string(&cfg.grid).unwrap();
+        assert!(json.contains("\"block\":[]"), "{json}");
+        assert_eq!(serde_json::from_str::<Grid>(&json).unwrap(), cfg.grid);
     }
 
     #[test]

@@ -415,7 +415,17 @@ fn strip_bom(head: &[u8]) -> &[u8] {
     head.strip_prefix(BOM).unwrap_or(head)
 }
 
+/// An error reading JSONL line `line`: a refusal of the whole input (a NUL byte met while
+/// reading ahead, bug hunt: it was put on the line being read) names its byte and the
+/// path; anything else (bytes that are not UTF-8) is the line's.
 fn jsonl_io(line: u64, e: std::io::Error) -> TraceError {
+    if crate::input::is_refusal(&e) {
+        // The reader names the path (see `DocReader::next`).
+        return TraceError::Io {
+            path: "input".into(),
+            source: e,
+        };
+    }
     TraceError::Json {
         line,
         message: e.to_string(),
