@@ -34,7 +34,7 @@ use crate::trace::Batch;
 use super::{hybrid, planner_for, PlanContext, Planner, SchemeError, SchemeSpec};
 
 /// Candidate schemes, in the order tried.
-pub const CANDIDATES: [&str; 13] = [
+pub const CANDIDATES: [&str; 14] = [
     "hybrid",
     QUICK,
     "fcp",
@@ -45,6 +45,9 @@ pub const CANDIDATES: [&str; 13] = [
     "bytescale",
     "per-doc",
     "llama3",
+    // Bug hunt: under a full mask the contiguous split is balanced and sends what llama3
+    // does; it was left out, and `auto` kept a slower plan.
+    "llama3-contig",
     "usp",
     "zigzag",
     "ring",
@@ -60,10 +63,10 @@ pub const QUICK: &str = "hybrid:quick=true";
 /// doubled and rounded — a budget is a ceiling: `hybrid` 23–42 ×, `flashcp` 0.5–96 ×,
 /// `per-doc` 49–236 × and `wlb-llm` 30–150 × (at 256 ranks both refuse the batch after
 /// seconds), `zigzag` up to 1,700 × and `ring` up to 690 × (64 ranks), `ulysses` 7–23 ×,
-/// `llama3` 1–12 ×, `magi` 0.5–2.2 ×, `fcp` 0.3–0.4 ×, `bytescale` 0.07–0.23 ×; `usp` (the
+/// `llama3` 1–12 × (`llama3-contig`, the same all-gather and fewer tiles, priced alike), `magi` 0.5–2.2 ×, `fcp` 0.3–0.4 ×, `bytescale` 0.07–0.23 ×; `usp` (the
 /// same six traces at 16 and 64 ranks, H100) 1.8–350 ×, nearly all of it verifying its
 /// millions of tiles.
-pub const COST_VS_QUICK: [(&str, f64); 12] = [
+pub const COST_VS_QUICK: [(&str, f64); 13] = [
     ("hybrid", 80.0),
     ("fcp", 1.0),
     ("flashcp", 200.0),
@@ -73,6 +76,7 @@ pub const COST_VS_QUICK: [(&str, f64); 12] = [
     ("bytescale", 0.5),
     ("per-doc", 500.0),
     ("llama3", 25.0),
+    ("llama3-contig", 25.0),
     ("usp", 700.0),
     ("zigzag", 3500.0),
     ("ring", 1500.0),
@@ -341,6 +345,15 @@ mod tests {
                 Some("hybrid")
             );
         });
+    }
+
+    /// Regression (bug hunt): `llama3-contig` was no candidate, and under a full mask it
+    /// planned faster than what `auto` kept. Every scheme is one now.
+    #[test]
+    fn regression_auto_left_a_scheme_out() {
+        for name in crate::planners::SCHEMES {
+            assert!(CANDIDATES.contains(name), "{name}");
+        }
     }
 
     #[test]
