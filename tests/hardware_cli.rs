@@ -3,7 +3,7 @@
 mod support;
 
 use predicates::prelude::*;
-use support::fcp;
+use support::{fcp, json, json_and_stderr};
 
 const USER_TOML: &str = r#"
 name = "lab-gpu"
@@ -392,4 +392,61 @@ fn hw_show_cites_the_model_file_it_read() {
         .success()
         .stdout(predicate::str::contains("my lab config"))
         .stdout(predicate::str::contains("Meta-Llama-3-70B").not());
+}
+
+/// `--hardware NAME:key=value,...` asks "what if": a plan made on it records the whole spec,
+/// `simulate` reloads the same profile from it, and a slower NIC slows a plan that crosses
+/// nodes. A bad override is refused before anything is written.
+#[test]
+fn what_if_overrides_plan_simulate_and_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let spec = "h100:nic_gbs=5";
+    fcp()
+        .args([
+            "plan",
+            "--scheme",
+            "zigzag",
+            "--ranks",
+            "16",
+            "--hardware",
+            spec,
+            "-o",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(plan["hardware"], spec);
+    let time = |extra: &[&str]| {
+        let (v, notes) = json_and_stderr(fcp().arg("simulate").arg(&out).arg("--json").args(extra));
+        (
+            v["attention_time_ms"].as_f64().unwrap(),
+            v["hardware"].clone(),
+            notes,
+        )
+    };
+    let (slow, name, notes) = time(&[]);
+    assert_eq!((name.as_str(), notes.as_str()), (Some(spec), ""));
+    let (fast, name, notes) = time(&["--hardware", "h100"]);
+    assert_eq!(name, "h100");
+    assert!(
+        notes.contains("made for hardware `h100:nic_gbs=5`; using `h100`"),
+        "{notes}"
+    );
+    assert!(slow > 1.5 * fast, "{slow} vs {fast}");
+    let shown = json(fcp().args(["hw", "show", "--hardware", spec, "--json"]));
+    assert_eq!(shown["hardware"]["nic_gbs"], 5.0);
+    let bad = dir.path().join("bad.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "16"])
+        .args(["--hardware", "h100:nic_gb=5", "-o"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`nic_gb`: is not a field an override may set",
+        ));
+    assert!(!bad.exists());
 }

@@ -125,7 +125,14 @@ impl Recorded<'_> {
                     String::new()
                 }
             ),
-            (None, Some(r), None) if bundled.iter().any(|(n, _)| *n == r) => Ok(r.to_string()),
+            // A bundled profile with what-if overrides (`h100:nic_gbs=100`) reloads as made.
+            (None, Some(r), None)
+                if bundled
+                    .iter()
+                    .any(|(n, _)| *n == fcp::hardware::bundled::split_overrides(r).0) =>
+            {
+                Ok(r.to_string())
+            }
             (None, Some(r), None) => bail!(
                 "the plan was made for {kind} `{r}`, which is not bundled: pass --{kind} with its TOML file"
             ),

@@ -67,9 +67,34 @@ pub struct Source {
     pub text: String,
 }
 
+/// A profile spec split into the profile it names and its what-if overrides:
+/// `h100:nic_gbs=100,gpus_per_node=4` is `h100` with `nic_gbs=100,gpus_per_node=4`
+/// ([`super::Hardware::load`]). The overrides start at the first `:` followed by `key=`; a spec
+/// without one, or naming a file that exists as written, has none.
+pub fn split_overrides(spec: &str) -> (&str, Option<&str>) {
+    if Path::new(spec).is_file() {
+        return (spec, None);
+    }
+    for (i, _) in spec.match_indices(':') {
+        let rest = &spec[i + 1..];
+        let key = rest.split('=').next().unwrap_or("");
+        if i > 0
+            && rest.contains('=')
+            && !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return (&spec[..i], Some(rest));
+        }
+    }
+    (spec, None)
+}
+
 /// Whether `s` names a user file rather than a bundled profile: anything with a path separator
-/// or ending in `ext` (e.g. `.toml`).
+/// or ending in `ext` (e.g. `.toml`), what-if overrides aside ([`split_overrides`]).
 pub fn is_path(s: &str, ext: &str) -> bool {
+    let s = split_overrides(s).0;
     // Any case of the extension (bug hunt: `--hardware MY.TOML` was looked up as a bundled
     // name).
     s.contains('/')
@@ -163,6 +188,30 @@ pub fn toml_error(label: &str, text: &str, e: &toml::de::Error) -> HardwareError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_splits_into_its_profile_and_overrides() {
+        assert_eq!(split_overrides("h100"), ("h100", None));
+        assert_eq!(
+            split_overrides("h100:nic_gbs=100,gpus_per_node=4"),
+            ("h100", Some("nic_gbs=100,gpus_per_node=4"))
+        );
+        assert_eq!(
+            split_overrides("lab/my.toml:nic_gbs=1"),
+            ("lab/my.toml", Some("nic_gbs=1"))
+        );
+        // A `:` that starts no `key=` belongs to the name; so does a whole spec that names
+        // an existing file.
+        assert_eq!(split_overrides("a:b/c.toml"), ("a:b/c.toml", None));
+        assert_eq!(split_overrides(":nic_gbs=1"), (":nic_gbs=1", None));
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("x:nic_gbs=1.toml");
+        std::fs::write(&odd, "").unwrap();
+        let odd = odd.display().to_string();
+        assert_eq!(split_overrides(&odd), (odd.as_str(), None));
+        assert!(is_path("lab.toml:nic_gbs=1", ".toml"));
+        assert!(!is_path("h100:nic_gbs=1", ".toml"));
+    }
 
     #[test]
     fn path_rule() {

@@ -83,6 +83,64 @@ pub const NUMERIC_FIELDS: &[&str] = &[
     "hbm_gbs",
 ];
 
+/// `text`, a hardware TOML, with the `key=value,...` of `overrides` (from `spec`) set: each key
+/// one of [`NUMERIC_FIELDS`], given once, its value a number; its source replaced by a note
+/// that `spec` set it.
+fn with_overrides(text: &str, overrides: &str, spec: &str) -> Result<String, HardwareError> {
+    let bad = |field: &str, message: String| HardwareError::Invalid {
+        file: spec.to_string(),
+        field: field.to_string(),
+        message,
+    };
+    let mut table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| bad("-", e.message().to_string()))?;
+    let mut seen: Vec<&str> = Vec::new();
+    for pair in overrides.split(',') {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(bad(
+                "-",
+                format!("`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"),
+            ));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if !NUMERIC_FIELDS.contains(&key) {
+            return Err(bad(
+                key,
+                format!(
+                    "is not a field an override may set (one of: {})",
+                    NUMERIC_FIELDS.join(", ")
+                ),
+            ));
+        }
+        if seen.contains(&key) {
+            return Err(bad(key, "is set twice".to_string()));
+        }
+        seen.push(key);
+        let whole = ["sm_count", "gpus_per_node", "comm_sms"].contains(&key);
+        let number = match (value.parse::<i64>(), value.parse::<f64>()) {
+            (Ok(i), _) if whole && i < 0 => return Err(bad(key, format!("`{value}` is below 0"))),
+            (Ok(i), _) => toml::Value::Integer(i),
+            (Err(_), Ok(_)) if whole => {
+                return Err(bad(key, format!("`{value}` is not a whole number")))
+            }
+            (Err(_), Ok(f)) => toml::Value::Float(f),
+            _ => return Err(bad(key, format!("`{value}` is not a number"))),
+        };
+        table.insert(key.to_string(), number);
+        let sources = table
+            .entry("sources")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(sources) = sources.as_table_mut() {
+            sources.insert(
+                key.to_string(),
+                toml::Value::String(format!("what-if: set to {value} by `{spec}`")),
+            );
+        }
+    }
+    toml::to_string(&table).map_err(|e| bad("-", e.to_string()))
+}
+
 /// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Link {
@@ -105,9 +163,25 @@ impl Link {
 impl Hardware {
     /// Load a bundled profile by name (`h100`, `h200`, `b200`) or a user TOML by path (anything
     /// containing `/` or ending in `.toml`).
+    ///
+    /// Either may carry what-if overrides of its numeric fields after a `:`
+    /// (`h100:nic_gbs=100,gpus_per_node=4`, [`bundled::split_overrides`]): the profile with
+    /// those fields replaced, checked as a file giving them would be, named by the whole spec
+    /// (so a plan made on it records it, and `simulate` reloads the same), each replaced
+    /// field's source saying it was set so. A question such as "what would a faster NIC buy?"
+    /// is then one flag, or one more entry in a sweep's `hardware` axis, not a TOML file.
     pub fn load(name_or_path: &str) -> Result<Hardware, HardwareError> {
-        let src = bundled::resolve(name_or_path, bundled::HARDWARE, "hardware", ".toml")?;
-        Self::from_source(&src)
+        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let mut src = bundled::resolve(base, bundled::HARDWARE, "hardware", ".toml")?;
+        let Some(overrides) = overrides else {
+            return Self::from_source(&src);
+        };
+        src.text = with_overrides(&src.text, overrides, name_or_path)?;
+        src.label = format!("{} with {overrides}", src.label);
+        let mut hw = Self::from_source(&src)?;
+        hw.name = format!("{}:{overrides}", hw.name);
+        hw.description = format!("{} (what-if: {overrides})", hw.description);
+        Ok(hw)
     }
 
     /// Parse and validate a hardware TOML given as text; `label` names it in errors.
@@ -476,6 +550,48 @@ kernel_profile = "h100-fa3"
         }
         for name in bundled::names(bundled::HARDWARE) {
             assert!(Hardware::load(name).unwrap().hbm_gbs.is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn what_if_overrides_replace_fields_checked_and_cited() {
+        let base = Hardware::load("h100").unwrap();
+        let hw = Hardware::load("h100:nic_gbs=12.5,gpus_per_node=4").unwrap();
+        assert_eq!((hw.nic_gbs, hw.gpus_per_node), (12.5, 4));
+        assert_eq!(hw.name, "h100:nic_gbs=12.5,gpus_per_node=4");
+        assert!(hw
+            .description
+            .ends_with("(what-if: nic_gbs=12.5,gpus_per_node=4)"));
+        let cited = hw.source_of("nic_gbs").unwrap();
+        assert!(cited.contains("what-if: set to 12.5"), "{cited}");
+        // Everything else is the profile's own.
+        assert_eq!(
+            Hardware {
+                name: base.name.clone(),
+                description: base.description.clone(),
+                nic_gbs: base.nic_gbs,
+                gpus_per_node: base.gpus_per_node,
+                sources: base.sources.clone(),
+                ..hw.clone()
+            },
+            base
+        );
+        for (spec, says) in [
+            ("h100:nic_gb=1", "is not a field an override may set"),
+            (
+                "h100:kernel_profile=x",
+                "is not a field an override may set",
+            ),
+            ("h100:nic_gbs=1,nic_gbs=2", "is set twice"),
+            ("h100:nic_gbs=fast", "`fast` is not a number"),
+            ("h100:gpus_per_node=2.5", "`2.5` is not a whole number"),
+            ("h100:gpus_per_node=-1", "`-1` is below 0"),
+            ("h100:nic_gbs=-1", "must be a positive number"),
+            ("h100:gemm_tflops=5000", "gemm_tflops"),
+            ("h100:nic_gbs=1,", "is not key=value"),
+        ] {
+            let e = Hardware::load(spec).unwrap_err().to_string();
+            assert!(e.contains(says), "{spec}: {e}");
         }
     }
 

@@ -1128,4 +1128,23 @@ mod tests {
         .to_string();
         assert_eq!(e, "grid.context lists 4096 twice");
     }
+
+    /// Every sweep config shipped in `configs/studies/` parses and names cells (the dpcp ones
+    /// are another command's, `fcp dpcp`).
+    #[test]
+    fn every_bundled_study_config_parses() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/studies");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.ends_with(".toml") || name.contains("dpcp") {
+                continue;
+            }
+            let cfg = SweepConfig::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!cfg.cells().is_empty(), "{name}");
+            read += 1;
+        }
+        assert!(read >= 7, "{read}");
+    }
 }

@@ -203,8 +203,10 @@ fn input_files(key: &CellKey) -> Vec<PathBuf> {
     if let Ok(TraceSpec::File(p)) = TraceSpec::parse(&key.trace) {
         files.push(PathBuf::from(p));
     }
-    if is_path(&key.hardware, ".toml") {
-        files.push(PathBuf::from(&key.hardware));
+    // The file a spec with what-if overrides (`my.toml:nic_gbs=100`) reads.
+    let hardware_file = crate::hardware::bundled::split_overrides(&key.hardware).0;
+    if is_path(hardware_file, ".toml") {
+        files.push(PathBuf::from(hardware_file));
         if let Ok(hw) = Hardware::load(&key.hardware) {
             let tables = std::iter::once(&hw.kernel_profile).chain(hw.nccl_table.as_ref());
             files.extend(tables.filter(|t| is_path(t, ".csv")).map(PathBuf::from));
@@ -951,6 +953,13 @@ mod tests {
         std::fs::write(&trace, "doc_len\n3000\n1000\n501\n").unwrap();
         let retraced = run_sweep(&cfg, Some(&out), &|_| {}).unwrap();
         assert_eq!(retraced.computed, 1);
+        // A file with what-if overrides is read, and rehashed, as the file itself.
+        let spec = format!("{}:nvlink_gbs=50", hw.display());
+        let key = CellKey {
+            hardware: spec,
+            ..cfg.cells()[0].clone()
+        };
+        assert!(input_files(&key).contains(&hw));
     }
 
     #[test]
