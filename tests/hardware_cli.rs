@@ -450,3 +450,68 @@ fn what_if_overrides_plan_simulate_and_are_checked() {
         ));
     assert!(!bad.exists());
 }
+
+/// Regressions (bug hunt) of what-if overrides and the files around them: a file in the
+/// working directory named like a spec shadowed the bundled profile; a plan made on a bundled
+/// profile was simulated on a file of the same name without a word; the same file spelled
+/// two ways got a note that they were two files.
+#[test]
+fn regression_what_if_specs_beside_files_of_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("h100:nic_gbs=10");
+    let make = |out: &std::path::Path| {
+        fcp()
+            .current_dir(dir.path())
+            .args(["plan", "--scheme", "zigzag", "--ranks", "16", "--hardware"])
+            .arg("h100:nic_gbs=10")
+            .arg("-o")
+            .arg(out)
+            .assert()
+            .success();
+    };
+    make(&plan);
+    // The plan file now exists under the spec's name; the spec still means the bundled H100.
+    make(&dir.path().join("again.json"));
+    let h100 = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/hardware/h100.toml"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("h100.toml"), h100).unwrap();
+    let notes = |arg: &str| {
+        let out = fcp()
+            .current_dir(dir.path())
+            .args(["simulate", "again.json", "--hardware", arg])
+            .assert()
+            .success()
+            .get_output()
+            .stderr
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let n = notes("h100.toml:nic_gbs=10");
+    assert!(
+        n.contains("made for the bundled hardware `h100:nic_gbs=10`; using h100.toml:nic_gbs=10, which has the same name"),
+        "{n}"
+    );
+    // A plan made on the file, simulated on the same file spelled another way: no note.
+    fcp()
+        .current_dir(dir.path())
+        .args(["plan", "--scheme", "zigzag", "--ranks", "16"])
+        .args(["--hardware", "h100.toml:nic_gbs=10", "-o", "file.json"])
+        .assert()
+        .success();
+    let out = fcp()
+        .current_dir(dir.path())
+        .args([
+            "simulate",
+            "file.json",
+            "--hardware",
+            "./h100.toml:nic_gbs=10",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stderr
+        .clone();
+    assert_eq!(String::from_utf8(out).unwrap(), "");
+}

@@ -1,5 +1,6 @@
 //! Arguments and loading steps shared by several commands.
 
+use fcp::hardware::bundled::split_overrides;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -119,18 +120,14 @@ impl Recorded<'_> {
             (Some(f), _, _) => Ok(f.to_string()),
             (None, Some(r), Some(file)) => bail!(
                 "the plan was made for {kind} `{r}` read from the file {file}, not a bundled profile: pass --{kind} {file} again{}",
-                if bundled.iter().any(|(n, _)| *n == r) {
+                if bundled.iter().any(|(n, _)| *n == split_overrides(r).0) {
                     format!(" (or --{kind} {r} for the bundled one)")
                 } else {
                     String::new()
                 }
             ),
             // A bundled profile with what-if overrides (`h100:nic_gbs=100`) reloads as made.
-            (None, Some(r), None)
-                if bundled
-                    .iter()
-                    .any(|(n, _)| *n == fcp::hardware::bundled::split_overrides(r).0) =>
-            {
+            (None, Some(r), None) if bundled.iter().any(|(n, _)| *n == split_overrides(r).0) => {
                 Ok(r.to_string())
             }
             (None, Some(r), None) => bail!(
@@ -145,14 +142,19 @@ impl Recorded<'_> {
     fn note(&self, arg: &str, used: &str) {
         let kind = self.kind;
         let Some(r) = self.name else { return };
-        let arg_is_file = fcp::hardware::bundled::is_path(arg, ".toml");
+        let arg_is_file = fcp::hardware::bundled::spec_is_path(arg);
         if r != used {
             eprintln!("note: the plan was made for {kind} `{r}`; using `{used}` as asked");
         } else if let (Some(file), false) = (self.file, arg_is_file) {
             eprintln!(
                 "note: the plan was made for {kind} `{r}` read from {file}; using the bundled `{used}` as asked"
             );
-        } else if arg_is_file && self.file.is_some_and(|f| !same_path(f, arg)) {
+        } else if arg_is_file && self.file.is_none() {
+            // Bug hunt: a file of a bundled profile's name was taken for it without a word.
+            eprintln!(
+                "note: the plan was made for the bundled {kind} `{r}`; using {arg}, which has the same name, as asked"
+            );
+        } else if arg_is_file && self.file.is_some_and(|f| !same_spec(f, arg)) {
             // Bug hunt: two files of one `name` were taken for each other without a word.
             eprintln!(
                 "note: the plan was made for {kind} `{r}` read from {}; using {arg}, which has the same name, as asked",
@@ -160,6 +162,13 @@ impl Recorded<'_> {
             );
         }
     }
+}
+
+/// Whether two profile specs read the same file with the same what-if overrides (bug hunt:
+/// `./lab.toml:nic_gbs=10` against `lab.toml:nic_gbs=10` was compared as written).
+fn same_spec(a: &str, b: &str) -> bool {
+    let (a, b) = (split_overrides(a), split_overrides(b));
+    a.1 == b.1 && same_path(a.0, b.0)
 }
 
 /// Whether two paths name the same file (the same text, or the same file through links and
@@ -899,8 +908,7 @@ impl ProfileArgs {
     /// name. Regression: a plan made with `--hardware cluster/h100.toml` simulated on the
     /// bundled h100 without a word (2.5 ms instead of 460 ms).
     pub fn record_files(&self, plan: &mut fcp::plan::Plan) {
-        let file =
-            |arg: &str| fcp::hardware::bundled::is_path(arg, ".toml").then(|| arg.to_string());
+        let file = |arg: &str| fcp::hardware::bundled::spec_is_path(arg).then(|| arg.to_string());
         plan.hardware_file = file(&self.hardware);
         plan.model_file = file(&self.model);
     }

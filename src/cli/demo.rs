@@ -224,14 +224,14 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
         plan += &format!(" --pass {pass}");
         simulate += &format!(" --pass {pass}");
     }
-    for (flag, value, default, ext) in [
-        ("hardware", &a.profile.hardware, "h100", ".toml"),
-        ("model", &a.profile.model, "llama3-70b", ".toml"),
+    for (flag, value, default) in [
+        ("hardware", &a.profile.hardware, "h100"),
+        ("model", &a.profile.model, "llama3-70b"),
     ] {
         if value != default {
             plan += &format!(" --{flag} {}", shell_word(value));
         }
-        if fcp::hardware::bundled::is_path(value, ext) {
+        if fcp::hardware::bundled::spec_is_path(value) {
             simulate += &format!(" --{flag} {}", shell_word(value));
         }
     }

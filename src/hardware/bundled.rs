@@ -67,34 +67,30 @@ pub struct Source {
     pub text: String,
 }
 
-/// A profile spec split into the profile it names and its what-if overrides:
+/// A hardware spec split into the profile it names and its what-if overrides:
 /// `h100:nic_gbs=100,gpus_per_node=4` is `h100` with `nic_gbs=100,gpus_per_node=4`
-/// ([`super::Hardware::load`]). The overrides start at the first `:` followed by `key=`; a spec
-/// without one, or naming a file that exists as written, has none.
+/// ([`super::Hardware::load`] checks them). The overrides start at the first `:` (not the
+/// spec's first character) with a `=` after it; a spec that is itself a path ([`is_path`])
+/// naming an existing file has none. (A file in the working directory named like a bundled
+/// spec, `h100:nic_gbs=100`, is no path and does not shadow it: bug hunt.)
 pub fn split_overrides(spec: &str) -> (&str, Option<&str>) {
-    if Path::new(spec).is_file() {
+    if is_path(spec, ".toml") && Path::new(spec).is_file() {
         return (spec, None);
     }
-    for (i, _) in spec.match_indices(':') {
-        let rest = &spec[i + 1..];
-        let key = rest.split('=').next().unwrap_or("");
-        if i > 0
-            && rest.contains('=')
-            && !key.is_empty()
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        {
-            return (&spec[..i], Some(rest));
-        }
-    }
-    (spec, None)
+    spec.match_indices(':')
+        .map(|(i, _)| i)
+        .find(|&i| i > 0 && spec[i + 1..].contains('='))
+        .map_or((spec, None), |i| (&spec[..i], Some(&spec[i + 1..])))
+}
+
+/// Whether hardware `spec` reads a user file, what-if overrides aside ([`split_overrides`]).
+pub fn spec_is_path(spec: &str) -> bool {
+    is_path(split_overrides(spec).0, ".toml")
 }
 
 /// Whether `s` names a user file rather than a bundled profile: anything with a path separator
-/// or ending in `ext` (e.g. `.toml`), what-if overrides aside ([`split_overrides`]).
+/// or ending in `ext` (e.g. `.toml`).
 pub fn is_path(s: &str, ext: &str) -> bool {
-    let s = split_overrides(s).0;
     // Any case of the extension (bug hunt: `--hardware MY.TOML` was looked up as a bundled
     // name).
     s.contains('/')
@@ -200,8 +196,17 @@ mod tests {
             split_overrides("lab/my.toml:nic_gbs=1"),
             ("lab/my.toml", Some("nic_gbs=1"))
         );
-        // A `:` that starts no `key=` belongs to the name; so does a whole spec that names
-        // an existing file.
+        // Keys are checked where they are set, so a bad first key is named as one.
+        assert_eq!(
+            split_overrides("h100:NIC_GBS=1"),
+            ("h100", Some("NIC_GBS=1"))
+        );
+        assert_eq!(
+            split_overrides("h100::nic_gbs=1"),
+            ("h100", Some(":nic_gbs=1"))
+        );
+        // A `:` with no `=` after it belongs to the name; so does a whole spec that is a path
+        // to an existing file.
         assert_eq!(split_overrides("a:b/c.toml"), ("a:b/c.toml", None));
         assert_eq!(split_overrides(":nic_gbs=1"), (":nic_gbs=1", None));
         let dir = tempfile::tempdir().unwrap();
@@ -209,8 +214,11 @@ mod tests {
         std::fs::write(&odd, "").unwrap();
         let odd = odd.display().to_string();
         assert_eq!(split_overrides(&odd), (odd.as_str(), None));
-        assert!(is_path("lab.toml:nic_gbs=1", ".toml"));
-        assert!(!is_path("h100:nic_gbs=1", ".toml"));
+        assert!(spec_is_path("lab.toml:nic_gbs=1"));
+        assert!(!spec_is_path("h100:nic_gbs=1"));
+        // Regression (bug hunt): overrides were split off every path, so a kernel table
+        // named `k:v=2.csv` was looked up as a bundled table `k`.
+        assert!(is_path("k:v=2.csv", ".csv"));
     }
 
     #[test]

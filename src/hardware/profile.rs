@@ -83,64 +83,6 @@ pub const NUMERIC_FIELDS: &[&str] = &[
     "hbm_gbs",
 ];
 
-/// `text`, a hardware TOML, with the `key=value,...` of `overrides` (from `spec`) set: each key
-/// one of [`NUMERIC_FIELDS`], given once, its value a number; its source replaced by a note
-/// that `spec` set it.
-fn with_overrides(text: &str, overrides: &str, spec: &str) -> Result<String, HardwareError> {
-    let bad = |field: &str, message: String| HardwareError::Invalid {
-        file: spec.to_string(),
-        field: field.to_string(),
-        message,
-    };
-    let mut table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| bad("-", e.message().to_string()))?;
-    let mut seen: Vec<&str> = Vec::new();
-    for pair in overrides.split(',') {
-        let Some((key, value)) = pair.split_once('=') else {
-            return Err(bad(
-                "-",
-                format!("`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"),
-            ));
-        };
-        let (key, value) = (key.trim(), value.trim());
-        if !NUMERIC_FIELDS.contains(&key) {
-            return Err(bad(
-                key,
-                format!(
-                    "is not a field an override may set (one of: {})",
-                    NUMERIC_FIELDS.join(", ")
-                ),
-            ));
-        }
-        if seen.contains(&key) {
-            return Err(bad(key, "is set twice".to_string()));
-        }
-        seen.push(key);
-        let whole = ["sm_count", "gpus_per_node", "comm_sms"].contains(&key);
-        let number = match (value.parse::<i64>(), value.parse::<f64>()) {
-            (Ok(i), _) if whole && i < 0 => return Err(bad(key, format!("`{value}` is below 0"))),
-            (Ok(i), _) => toml::Value::Integer(i),
-            (Err(_), Ok(_)) if whole => {
-                return Err(bad(key, format!("`{value}` is not a whole number")))
-            }
-            (Err(_), Ok(f)) => toml::Value::Float(f),
-            _ => return Err(bad(key, format!("`{value}` is not a number"))),
-        };
-        table.insert(key.to_string(), number);
-        let sources = table
-            .entry("sources")
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if let Some(sources) = sources.as_table_mut() {
-            sources.insert(
-                key.to_string(),
-                toml::Value::String(format!("what-if: set to {value} by `{spec}`")),
-            );
-        }
-    }
-    toml::to_string(&table).map_err(|e| bad("-", e.to_string()))
-}
-
 /// A point-to-point link as the simulator costs it: `latency + bytes / bandwidth`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Link {
@@ -166,22 +108,93 @@ impl Hardware {
     ///
     /// Either may carry what-if overrides of its numeric fields after a `:`
     /// (`h100:nic_gbs=100,gpus_per_node=4`, [`bundled::split_overrides`]): the profile with
-    /// those fields replaced, checked as a file giving them would be, named by the whole spec
-    /// (so a plan made on it records it, and `simulate` reloads the same), each replaced
-    /// field's source saying it was set so. A question such as "what would a faster NIC buy?"
-    /// is then one flag, or one more entry in a sweep's `hardware` axis, not a TOML file.
+    /// those fields replaced and then checked as a file giving them would be, named by the
+    /// profile's name and the overrides (so a plan made on a bundled profile so changed
+    /// records it, and `simulate` reloads the same), each replaced field's source saying it
+    /// was set so. A question such as "what would a faster NIC buy?" is then one flag, or one
+    /// more entry in a sweep's `hardware` axis, not a TOML file.
     pub fn load(name_or_path: &str) -> Result<Hardware, HardwareError> {
         let (base, overrides) = bundled::split_overrides(name_or_path);
-        let mut src = bundled::resolve(base, bundled::HARDWARE, "hardware", ".toml")?;
-        let Some(overrides) = overrides else {
-            return Self::from_source(&src);
+        let src = bundled::resolve(base, bundled::HARDWARE, "hardware", ".toml")?;
+        let mut hw = Self::parse_source(&src)?;
+        let label = match overrides {
+            Some(overrides) => {
+                hw.set_overrides(overrides, name_or_path)?;
+                format!("{} with {overrides}", src.label)
+            }
+            None => src.label,
         };
-        src.text = with_overrides(&src.text, overrides, name_or_path)?;
-        src.label = format!("{} with {overrides}", src.label);
-        let mut hw = Self::from_source(&src)?;
-        hw.name = format!("{}:{overrides}", hw.name);
-        hw.description = format!("{} (what-if: {overrides})", hw.description);
+        hw.validate(&label)?;
         Ok(hw)
+    }
+
+    /// Replace the fields `overrides` (`key=value,...`, from `spec`) names: each one of
+    /// [`NUMERIC_FIELDS`], given once, its value a number (a whole one for counts). Set on the
+    /// parsed profile, not its text, so errors in the file keep their lines (bug hunt).
+    fn set_overrides(&mut self, overrides: &str, spec: &str) -> Result<(), HardwareError> {
+        let bad = |field: &str, message: String| HardwareError::Invalid {
+            file: spec.to_string(),
+            field: field.to_string(),
+            message,
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for pair in overrides.split(',') {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(bad(
+                    pair.trim(),
+                    format!("`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"),
+                ));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if !NUMERIC_FIELDS.contains(&key) {
+                return Err(bad(
+                    key,
+                    format!(
+                        "is not a field an override may set (one of: {})",
+                        NUMERIC_FIELDS.join(", ")
+                    ),
+                ));
+            }
+            if seen.contains(&key) {
+                return Err(bad(key, "is set twice".to_string()));
+            }
+            seen.push(key);
+            let count = || {
+                value.parse::<u32>().map_err(|_| {
+                    bad(
+                        key,
+                        format!("`{value}` is not a whole number from 0 to {}", u32::MAX),
+                    )
+                })
+            };
+            let real = || {
+                value
+                    .parse::<f64>()
+                    .map_err(|_| bad(key, format!("`{value}` is not a number")))
+            };
+            match key {
+                "peak_tflops" => self.peak_tflops = real()?,
+                "sm_count" => self.sm_count = count()?,
+                "gpus_per_node" => self.gpus_per_node = count()?,
+                "nvlink_gbs" => self.nvlink_gbs = real()?,
+                "nvlink_latency_us" => self.nvlink_latency_us = real()?,
+                "nic_gbs" => self.nic_gbs = real()?,
+                "nic_latency_us" => self.nic_latency_us = real()?,
+                "comm_sms" => self.comm_sms = count()?,
+                "launch_overhead_us" => self.launch_overhead_us = real()?,
+                "gemm_tflops" => self.gemm_tflops = Some(real()?),
+                "hbm_gb" => self.hbm_gb = Some(real()?),
+                "hbm_gbs" => self.hbm_gbs = Some(real()?),
+                _ => unreachable!("NUMERIC_FIELDS lists every key above"),
+            }
+            self.sources.insert(
+                key.to_string(),
+                format!("what-if: set to {value} by `{spec}`"),
+            );
+        }
+        self.name = format!("{}:{overrides}", self.name);
+        self.description = format!("{} (what-if: {overrides})", self.description);
+        Ok(())
     }
 
     /// Parse and validate a hardware TOML given as text; `label` names it in errors.
@@ -192,10 +205,14 @@ impl Hardware {
             dir: None,
             text: text.to_string(),
         };
-        Self::from_source(&src)
+        let hw = Self::parse_source(&src)?;
+        hw.validate(&src.label)?;
+        Ok(hw)
     }
 
-    fn from_source(src: &Source) -> Result<Hardware, HardwareError> {
+    /// The profile `src` holds, unchecked: its name filled in, its tables' relative paths
+    /// made relative to its file.
+    fn parse_source(src: &Source) -> Result<Hardware, HardwareError> {
         let mut hw: Hardware = toml::from_str(&src.text)
             .map_err(|e| bundled::toml_error(&src.label, &src.text, &e))?;
         if hw.name.is_empty() {
@@ -210,7 +227,6 @@ impl Hardware {
                 }
             }
         }
-        hw.validate(&src.label)?;
         Ok(hw)
     }
 
@@ -576,6 +592,17 @@ kernel_profile = "h100-fa3"
             },
             base
         );
+        // Regression (bug hunt): overrides were applied to the file's text, re-written, so an
+        // error in the file named a line of the re-written text.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("lab.toml");
+        let h100 = bundled::HARDWARE[0].1;
+        let line = h100.lines().count() + 1;
+        std::fs::write(&file, format!("{h100}nic_gbz = 3\n")).unwrap();
+        let e = Hardware::load(&format!("{}:nic_gbs=5", file.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("line {line} (`nic_gbz = 3`)")), "{e}");
         for (spec, says) in [
             ("h100:nic_gb=1", "is not a field an override may set"),
             (
@@ -585,7 +612,15 @@ kernel_profile = "h100-fa3"
             ("h100:nic_gbs=1,nic_gbs=2", "is set twice"),
             ("h100:nic_gbs=fast", "`fast` is not a number"),
             ("h100:gpus_per_node=2.5", "`2.5` is not a whole number"),
-            ("h100:gpus_per_node=-1", "`-1` is below 0"),
+            (
+                "h100:gpus_per_node=-1",
+                "`-1` is not a whole number from 0 to 4294967295",
+            ),
+            (
+                "h100:NIC_GBS=1",
+                "`NIC_GBS`: is not a field an override may set",
+            ),
+            ("h100::nic_gbs=1", "`:nic_gbs`: is not a field"),
             ("h100:nic_gbs=-1", "must be a positive number"),
             ("h100:gemm_tflops=5000", "gemm_tflops"),
             ("h100:nic_gbs=1,", "is not key=value"),

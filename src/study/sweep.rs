@@ -205,7 +205,7 @@ fn input_files(key: &CellKey) -> Vec<PathBuf> {
     }
     // The file a spec with what-if overrides (`my.toml:nic_gbs=100`) reads.
     let hardware_file = crate::hardware::bundled::split_overrides(&key.hardware).0;
-    if is_path(hardware_file, ".toml") {
+    if crate::hardware::bundled::spec_is_path(&key.hardware) {
         files.push(PathBuf::from(hardware_file));
         if let Ok(hw) = Hardware::load(&key.hardware) {
             let tables = std::iter::once(&hw.kernel_profile).chain(hw.nccl_table.as_ref());
