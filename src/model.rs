@@ -356,6 +356,19 @@ impl Model {
     }
 }
 
+/// The fields of a model file a what-if override may set ([`Model::load`]).
+pub const OVERRIDABLE: &[&str] = &[
+    "q_heads",
+    "kv_heads",
+    "head_dim",
+    "dtype_bytes",
+    "hidden",
+    "ffn_hidden",
+    "ffn_matrices",
+    "layers",
+    "vocab",
+];
+
 /// The on-disk form of a model: the struct's fields plus an optional source, so files can cite
 /// where the shape comes from without changing [`Model`].
 #[derive(Debug, Deserialize)]
@@ -481,9 +494,40 @@ fn linear_shape(f: &ModelFile, label: &str) -> Result<Option<LinearShape>, Hardw
 impl Model {
     /// Load a bundled preset (`llama3-70b`, `llama3-8b`, `mha-16`, `mha-32`) or a user TOML by
     /// path (anything containing `/` or ending in `.toml`), and validate it.
+    ///
+    /// Either may carry what-if overrides of its shape after a `:` (`llama3-70b:kv_heads=16`,
+    /// [`OVERRIDABLE`]), as a hardware profile may ([`crate::hardware::Hardware::load`]): the
+    /// model with those fields replaced and then checked, named by its name and the overrides.
     pub fn load(name_or_path: &str) -> Result<Model, HardwareError> {
-        let src = bundled::resolve(name_or_path, bundled::MODELS, "model", ".toml")?;
-        Self::from_toml_str_named(&src.text, &src.label, &src.name)
+        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let src = bundled::resolve(base, bundled::MODELS, "model", ".toml")?;
+        let Some(overrides) = overrides else {
+            return Self::from_toml_str_named(&src.text, &src.label, &src.name);
+        };
+        let mut f: ModelFile = toml::from_str(&src.text)
+            .map_err(|e| bundled::toml_error(&src.label, &src.text, &e))?;
+        for o in bundled::overrides(overrides, name_or_path, OVERRIDABLE)? {
+            let v = o.count()?;
+            match o.key {
+                "q_heads" => f.q_heads = v,
+                "kv_heads" => f.kv_heads = v,
+                "head_dim" => f.head_dim = v,
+                "dtype_bytes" => f.dtype_bytes = v,
+                "hidden" => f.hidden = Some(v),
+                "ffn_hidden" => f.ffn_hidden = Some(v),
+                "ffn_matrices" => f.ffn_matrices = Some(v),
+                "layers" => f.layers = Some(v),
+                "vocab" => f.vocab = Some(v),
+                _ => unreachable!("OVERRIDABLE lists every key above"),
+            }
+        }
+        let name = if f.name.is_empty() {
+            &src.name
+        } else {
+            &f.name
+        };
+        f.name = format!("{name}:{overrides}");
+        Self::from_file(f, &format!("{} with {overrides}", src.label), "")
     }
 
     /// Parse and validate a model TOML given as text; `label` names it in errors and is the
@@ -495,6 +539,11 @@ impl Model {
     fn from_toml_str_named(text: &str, label: &str, name: &str) -> Result<Model, HardwareError> {
         let f: ModelFile =
             toml::from_str(text).map_err(|e| bundled::toml_error(label, text, &e))?;
+        Self::from_file(f, label, name)
+    }
+
+    /// The model file `f` describes, checked; `name` when it names none.
+    fn from_file(f: ModelFile, label: &str, name: &str) -> Result<Model, HardwareError> {
         let linear = linear_shape(&f, label)?;
         let stack = stack(&f, linear, label)?;
         let model = Model {
@@ -590,15 +639,49 @@ impl Model {
     /// repeat (bug hunt: `hw show --model my.toml` printed nothing of the file's `source`, or
     /// the bundled model's when the file reused its name).
     pub fn source_of(name_or_path: &str) -> Option<String> {
-        let src = bundled::resolve(name_or_path, bundled::MODELS, "model", ".toml").ok()?;
+        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let src = bundled::resolve(base, bundled::MODELS, "model", ".toml").ok()?;
         let f: ModelFile = toml::from_str(&src.text).ok()?;
-        f.source
+        match overrides {
+            Some(o) => Some(format!(
+                "{}; what-if: {o} set by `{name_or_path}`",
+                f.source.unwrap_or_default()
+            )),
+            None => f.source,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_if_overrides_reshape_a_model_checked_and_named() {
+        let base = Model::load("llama3-70b").unwrap();
+        let m = Model::load("llama3-70b:kv_heads=16,layers=40").unwrap();
+        assert_eq!(m.name, "llama3-70b:kv_heads=16,layers=40");
+        assert_eq!((m.kv_heads, m.stack.unwrap().layers), (16, 40));
+        assert_eq!(
+            (m.q_heads, m.head_dim, m.linear),
+            (base.q_heads, base.head_dim, base.linear)
+        );
+        // More K/V heads, more K/V parameters in every layer.
+        assert!(m.param_parts().unwrap().layer > base.param_parts().unwrap().layer);
+        assert!(Model::source_of("llama3-70b:kv_heads=16")
+            .unwrap()
+            .ends_with("what-if: kv_heads=16 set by `llama3-70b:kv_heads=16`"));
+        for (spec, says) in [
+            ("llama3-70b:kv_heads=7", "not a multiple of kv_heads 7"),
+            ("llama3-70b:heads=8", "is not a field an override may set"),
+            ("llama3-70b:layers=1.5", "`1.5` is not a whole number"),
+            ("llama3-70b:layers=4,layers=8", "is set twice"),
+            ("llama3-70b:head_dim=0", "head_dim"),
+        ] {
+            let e = Model::load(spec).unwrap_err().to_string();
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+    }
 
     /// Regression (bug hunt): a model of 2⁶⁴ parameters read as 0.05 B (the count wrapped),
     /// and 2³² − 1 heads gave an MFU above 100 %; sizes past any model's are refused.

@@ -83,7 +83,86 @@ pub fn split_overrides(spec: &str) -> (&str, Option<&str>) {
         .map_or((spec, None), |i| (&spec[..i], Some(&spec[i + 1..])))
 }
 
-/// Whether hardware `spec` reads a user file, what-if overrides aside ([`split_overrides`]).
+/// One what-if override (`key=value`) of a profile spec, checked as far as the profile's
+/// type does not matter: `key` one of the fields an override may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Override<'a> {
+    /// The field.
+    pub key: &'a str,
+    /// Its new value, as written.
+    pub value: &'a str,
+    /// The whole spec, for errors.
+    pub spec: &'a str,
+}
+
+impl Override<'_> {
+    /// An error about this override.
+    pub fn error(&self, message: String) -> HardwareError {
+        HardwareError::Invalid {
+            file: self.spec.to_string(),
+            field: self.key.to_string(),
+            message,
+        }
+    }
+
+    /// The value as a count.
+    pub fn count(&self) -> Result<u32, HardwareError> {
+        self.value.parse().map_err(|_| {
+            self.error(format!(
+                "`{}` is not a whole number from 0 to {}",
+                self.value,
+                u32::MAX
+            ))
+        })
+    }
+
+    /// The value as a number (range checks are the profile's own).
+    pub fn real(&self) -> Result<f64, HardwareError> {
+        self.value
+            .parse()
+            .map_err(|_| self.error(format!("`{}` is not a number", self.value)))
+    }
+}
+
+/// The `key=value,...` overrides of `spec` ([`split_overrides`]), each key one of `allowed`
+/// and given once.
+pub fn overrides<'a>(
+    overrides: &'a str,
+    spec: &'a str,
+    allowed: &[&str],
+) -> Result<Vec<Override<'a>>, HardwareError> {
+    let mut out: Vec<Override<'a>> = Vec::new();
+    for pair in overrides.split(',') {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(Override {
+                key: pair.trim(),
+                value: "",
+                spec,
+            }
+            .error(format!(
+                "`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"
+            )));
+        };
+        let o = Override {
+            key: key.trim(),
+            value: value.trim(),
+            spec,
+        };
+        if !allowed.contains(&o.key) {
+            return Err(o.error(format!(
+                "is not a field an override may set (one of: {})",
+                allowed.join(", ")
+            )));
+        }
+        if out.iter().any(|p| p.key == o.key) {
+            return Err(o.error("is set twice".to_string()));
+        }
+        out.push(o);
+    }
+    Ok(out)
+}
+
+/// Whether a profile `spec` reads a user file, what-if overrides aside ([`split_overrides`]).
 pub fn spec_is_path(spec: &str) -> bool {
     is_path(split_overrides(spec).0, ".toml")
 }

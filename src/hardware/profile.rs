@@ -132,64 +132,25 @@ impl Hardware {
     /// [`NUMERIC_FIELDS`], given once, its value a number (a whole one for counts). Set on the
     /// parsed profile, not its text, so errors in the file keep their lines (bug hunt).
     fn set_overrides(&mut self, overrides: &str, spec: &str) -> Result<(), HardwareError> {
-        let bad = |field: &str, message: String| HardwareError::Invalid {
-            file: spec.to_string(),
-            field: field.to_string(),
-            message,
-        };
-        let mut seen: Vec<&str> = Vec::new();
-        for pair in overrides.split(',') {
-            let Some((key, value)) = pair.split_once('=') else {
-                return Err(bad(
-                    pair.trim(),
-                    format!("`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"),
-                ));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            if !NUMERIC_FIELDS.contains(&key) {
-                return Err(bad(
-                    key,
-                    format!(
-                        "is not a field an override may set (one of: {})",
-                        NUMERIC_FIELDS.join(", ")
-                    ),
-                ));
-            }
-            if seen.contains(&key) {
-                return Err(bad(key, "is set twice".to_string()));
-            }
-            seen.push(key);
-            let count = || {
-                value.parse::<u32>().map_err(|_| {
-                    bad(
-                        key,
-                        format!("`{value}` is not a whole number from 0 to {}", u32::MAX),
-                    )
-                })
-            };
-            let real = || {
-                value
-                    .parse::<f64>()
-                    .map_err(|_| bad(key, format!("`{value}` is not a number")))
-            };
-            match key {
-                "peak_tflops" => self.peak_tflops = real()?,
-                "sm_count" => self.sm_count = count()?,
-                "gpus_per_node" => self.gpus_per_node = count()?,
-                "nvlink_gbs" => self.nvlink_gbs = real()?,
-                "nvlink_latency_us" => self.nvlink_latency_us = real()?,
-                "nic_gbs" => self.nic_gbs = real()?,
-                "nic_latency_us" => self.nic_latency_us = real()?,
-                "comm_sms" => self.comm_sms = count()?,
-                "launch_overhead_us" => self.launch_overhead_us = real()?,
-                "gemm_tflops" => self.gemm_tflops = Some(real()?),
-                "hbm_gb" => self.hbm_gb = Some(real()?),
-                "hbm_gbs" => self.hbm_gbs = Some(real()?),
+        for o in bundled::overrides(overrides, spec, NUMERIC_FIELDS)? {
+            match o.key {
+                "peak_tflops" => self.peak_tflops = o.real()?,
+                "sm_count" => self.sm_count = o.count()?,
+                "gpus_per_node" => self.gpus_per_node = o.count()?,
+                "nvlink_gbs" => self.nvlink_gbs = o.real()?,
+                "nvlink_latency_us" => self.nvlink_latency_us = o.real()?,
+                "nic_gbs" => self.nic_gbs = o.real()?,
+                "nic_latency_us" => self.nic_latency_us = o.real()?,
+                "comm_sms" => self.comm_sms = o.count()?,
+                "launch_overhead_us" => self.launch_overhead_us = o.real()?,
+                "gemm_tflops" => self.gemm_tflops = Some(o.real()?),
+                "hbm_gb" => self.hbm_gb = Some(o.real()?),
+                "hbm_gbs" => self.hbm_gbs = Some(o.real()?),
                 _ => unreachable!("NUMERIC_FIELDS lists every key above"),
             }
             self.sources.insert(
-                key.to_string(),
-                format!("what-if: set to {value} by `{spec}`"),
+                o.key.to_string(),
+                format!("what-if: set to {} by `{spec}`", o.value),
             );
         }
         self.name = format!("{}:{overrides}", self.name);

@@ -212,8 +212,10 @@ fn input_files(key: &CellKey) -> Vec<PathBuf> {
             files.extend(tables.filter(|t| is_path(t, ".csv")).map(PathBuf::from));
         }
     }
-    if is_path(&key.model, ".toml") {
-        files.push(PathBuf::from(&key.model));
+    if crate::hardware::bundled::spec_is_path(&key.model) {
+        files.push(PathBuf::from(
+            crate::hardware::bundled::split_overrides(&key.model).0,
+        ));
     }
     files
 }
