@@ -526,7 +526,7 @@ impl Model {
         } else {
             &f.name
         };
-        f.name = format!("{name}:{overrides}");
+        f.name = format!("{name}:{}", bundled::canonical_overrides(overrides));
         Self::from_file(f, &format!("{} with {overrides}", src.label), "")
     }
 
@@ -618,9 +618,10 @@ impl Model {
             let total =
                 per_layer * f64::from(s.layers) + 2.0 * f64::from(s.vocab) * f64::from(l.hidden);
             if total > MAX_PARAMS {
+                // Bug hunt: named `layers` when widths set from a what-if override made it.
                 return Err(bad(
-                    "layers",
-                    format!("the model would have {total:.3e} parameters, more than the {MAX_PARAMS:.0e} fcp counts"),
+                    "shape",
+                    format!("the model would have {total:.3e} parameters (from its layers, widths, heads and vocab), more than the {MAX_PARAMS:.0e} fcp counts"),
                 ));
             }
         }
@@ -642,12 +643,11 @@ impl Model {
         let (base, overrides) = bundled::split_overrides(name_or_path);
         let src = bundled::resolve(base, bundled::MODELS, "model", ".toml").ok()?;
         let f: ModelFile = toml::from_str(&src.text).ok()?;
-        match overrides {
-            Some(o) => Some(format!(
-                "{}; what-if: {o} set by `{name_or_path}`",
-                f.source.unwrap_or_default()
-            )),
-            None => f.source,
+        let what_if = overrides.map(|o| format!("what-if: {o} set by `{name_or_path}`"));
+        // Bug hunt: a file without a `source` printed "; what-if: …".
+        match (f.source, what_if) {
+            (Some(s), Some(w)) => Some(format!("{s}; {w}")),
+            (s, w) => s.or(w),
         }
     }
 }
@@ -701,7 +701,10 @@ mod tests {
         }
         let wide = format!("{base}hidden = 16777216\nffn_hidden = 16776702\nffn_matrices = 1\nlayers = 65536\nvocab = 1\n");
         let e = Model::from_toml_str(&wide, "m").unwrap_err().to_string();
-        assert!(e.contains("parameters, more than"), "{e}");
+        assert!(
+            e.contains("parameters (from its layers, widths, heads and vocab), more than"),
+            "{e}"
+        );
     }
 
     /// Llama-3-70B's attention outweighs its projections and MLP past 104,448 tokens (its

@@ -162,6 +162,37 @@ pub fn overrides<'a>(
     Ok(out)
 }
 
+/// `overrides` (`key=value,...`) written one way for every way of writing the same: keys
+/// trimmed and in order, numbers as Rust prints them (`10.0`, `1e1` and `+10` are `10`). A
+/// profile is named by it, so one spec written two ways is one profile (bug hunt: a sweep
+/// ran `kv_heads=16,layers=16` and `layers=16,kv_heads=16` as two models).
+pub fn canonical_overrides(overrides: &str) -> String {
+    let mut pairs: Vec<(String, String)> = overrides
+        .split(',')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let v = v.trim();
+            let v = match v.parse::<f64>() {
+                Ok(x) if x.is_finite() => format!("{x}"),
+                _ => v.to_string(),
+            };
+            (k.trim().to_string(), v)
+        })
+        .collect();
+    pairs.sort();
+    let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(",")
+}
+
+/// A profile `spec` written one way for every way of writing the same overrides
+/// ([`canonical_overrides`]); a spec without overrides as given.
+pub fn canonical_spec(spec: &str) -> String {
+    match split_overrides(spec) {
+        (base, Some(o)) => format!("{base}:{}", canonical_overrides(o)),
+        (base, None) => base.to_string(),
+    }
+}
+
 /// Whether a profile `spec` reads a user file, what-if overrides aside ([`split_overrides`]).
 pub fn spec_is_path(spec: &str) -> bool {
     is_path(split_overrides(spec).0, ".toml")
@@ -275,6 +306,12 @@ mod tests {
             split_overrides("lab/my.toml:nic_gbs=1"),
             ("lab/my.toml", Some("nic_gbs=1"))
         );
+        assert_eq!(
+            canonical_spec("h100: nic_gbs =1e1,gpus_per_node=+4"),
+            "h100:gpus_per_node=4,nic_gbs=10"
+        );
+        assert_eq!(canonical_spec("h100:nic_gbs=10.0"), "h100:nic_gbs=10");
+        assert_eq!(canonical_spec("lab/x.toml"), "lab/x.toml");
         // Keys are checked where they are set, so a bad first key is named as one.
         assert_eq!(
             split_overrides("h100:NIC_GBS=1"),

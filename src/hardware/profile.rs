@@ -153,7 +153,7 @@ impl Hardware {
                 format!("what-if: set to {} by `{spec}`", o.value),
             );
         }
-        self.name = format!("{}:{overrides}", self.name);
+        self.name = format!("{}:{}", self.name, bundled::canonical_overrides(overrides));
         self.description = format!("{} (what-if: {overrides})", self.description);
         Ok(())
     }
@@ -535,7 +535,8 @@ kernel_profile = "h100-fa3"
         let base = Hardware::load("h100").unwrap();
         let hw = Hardware::load("h100:nic_gbs=12.5,gpus_per_node=4").unwrap();
         assert_eq!((hw.nic_gbs, hw.gpus_per_node), (12.5, 4));
-        assert_eq!(hw.name, "h100:nic_gbs=12.5,gpus_per_node=4");
+        // Named one way however the overrides were written: keys in order.
+        assert_eq!(hw.name, "h100:gpus_per_node=4,nic_gbs=12.5");
         assert!(hw
             .description
             .ends_with("(what-if: nic_gbs=12.5,gpus_per_node=4)"));

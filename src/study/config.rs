@@ -429,14 +429,21 @@ impl SweepConfig {
                 return bad(format!("grid.{name} must list at least one value"));
             }
         }
-        // A value listed twice made every cell of it twice (two rows, one `cells/` file).
+        // A value listed twice made every cell of it twice (two rows, one `cells/` file);
+        // profiles count as listed twice when their what-if overrides are the same written
+        // two ways (`h100:nic_gbs=10` and `h100:nic_gbs=10.0`).
+        let canonical = |l: &[String]| -> Vec<String> {
+            l.iter()
+                .map(|s| crate::hardware::bundled::canonical_spec(s))
+                .collect()
+        };
         for (name, list) in [
-            ("traces", &g.traces),
-            ("schemes", &g.schemes),
-            ("hardware", &g.hardware),
-            ("model", &g.model),
+            ("traces", g.traces.clone()),
+            ("schemes", g.schemes.clone()),
+            ("hardware", canonical(&g.hardware)),
+            ("model", canonical(&g.model)),
         ] {
-            if let Some(v) = repeated(list) {
+            if let Some(v) = repeated(&list) {
                 return bad(format!("grid.{name} lists `{v}` twice"));
             }
         }
@@ -815,6 +822,25 @@ mod tests {
         let json = serde_json::to_string(&cfg.grid).unwrap();
         assert!(json.contains("\"block\":[]"), "{json}");
         assert_eq!(serde_json::from_str::<Grid>(&json).unwrap(), cfg.grid);
+    }
+
+    /// Regression (bug hunt): one model's what-if overrides written two ways ran as two.
+    #[test]
+    fn regression_a_profile_spec_written_two_ways_ran_twice() {
+        let grid = "[grid]\ntraces=[\"default\"]\nschemes=[\"zigzag\"]\nranks=[4]\n";
+        for (axis, a, b) in [
+            (
+                "model",
+                "llama3-8b:kv_heads=16,layers=16",
+                "llama3-8b: layers=16 ,kv_heads=16",
+            ),
+            ("hardware", "h100:nic_gbs=10", "h100:nic_gbs=1e1"),
+        ] {
+            let e = SweepConfig::parse(&format!("{grid}{axis} = [{a:?}, {b:?}]\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("grid.{axis} lists `")), "{e}");
+        }
     }
 
     #[test]
