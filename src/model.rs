@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::hardware::{bundled, HardwareError};
+use crate::hardware::{bundled, spec, HardwareError};
 
 /// The most query or key/value heads, and the largest head dimension, a model may have.
 pub const MAX_HEADS: u32 = 1 << 16;
@@ -499,14 +499,14 @@ impl Model {
     /// [`OVERRIDABLE`]), as a hardware profile may ([`crate::hardware::Hardware::load`]): the
     /// model with those fields replaced and then checked, named by its name and the overrides.
     pub fn load(name_or_path: &str) -> Result<Model, HardwareError> {
-        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let (base, overrides) = spec::split_overrides(name_or_path);
         let src = bundled::resolve(base, bundled::MODELS, "model", ".toml")?;
         let Some(overrides) = overrides else {
             return Self::from_toml_str_named(&src.text, &src.label, &src.name);
         };
         let mut f: ModelFile = toml::from_str(&src.text)
             .map_err(|e| bundled::toml_error(&src.label, &src.text, &e))?;
-        for o in bundled::overrides(overrides, name_or_path, OVERRIDABLE)? {
+        for o in spec::overrides(overrides, name_or_path, OVERRIDABLE)? {
             let v = o.count()?;
             match o.key {
                 "q_heads" => f.q_heads = v,
@@ -526,7 +526,7 @@ impl Model {
         } else {
             &f.name
         };
-        f.name = format!("{name}:{}", bundled::canonical_overrides(overrides));
+        f.name = format!("{name}:{}", spec::canonical_overrides(overrides));
         Self::from_file(f, &format!("{} with {overrides}", src.label), "")
     }
 
@@ -640,7 +640,7 @@ impl Model {
     /// repeat (bug hunt: `hw show --model my.toml` printed nothing of the file's `source`, or
     /// the bundled model's when the file reused its name).
     pub fn source_of(name_or_path: &str) -> Option<String> {
-        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let (base, overrides) = spec::split_overrides(name_or_path);
         let src = bundled::resolve(base, bundled::MODELS, "model", ".toml").ok()?;
         let f: ModelFile = toml::from_str(&src.text).ok()?;
         let what_if = overrides.map(|o| format!("what-if: {o} set by `{name_or_path}`"));

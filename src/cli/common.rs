@@ -1,6 +1,6 @@
 //! Arguments and loading steps shared by several commands.
 
-use fcp::hardware::bundled::split_overrides;
+use fcp::hardware::spec::split_overrides;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -142,7 +142,7 @@ impl Recorded<'_> {
     fn note(&self, arg: &str, used: &str) {
         let kind = self.kind;
         let Some(r) = self.name else { return };
-        let arg_is_file = fcp::hardware::bundled::spec_is_path(arg);
+        let arg_is_file = fcp::hardware::spec::reads_file(arg);
         if r != used {
             eprintln!("note: the plan was made for {kind} `{r}`; using `{used}` as asked");
         } else if let (Some(file), false) = (self.file, arg_is_file) {
@@ -908,7 +908,7 @@ impl ProfileArgs {
     /// name. Regression: a plan made with `--hardware cluster/h100.toml` simulated on the
     /// bundled h100 without a word (2.5 ms instead of 460 ms).
     pub fn record_files(&self, plan: &mut fcp::plan::Plan) {
-        let file = |arg: &str| fcp::hardware::bundled::spec_is_path(arg).then(|| arg.to_string());
+        let file = |arg: &str| fcp::hardware::spec::reads_file(arg).then(|| arg.to_string());
         plan.hardware_file = file(&self.hardware);
         plan.model_file = file(&self.model);
     }

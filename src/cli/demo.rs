@@ -231,7 +231,7 @@ fn next_flags(a: &DemoArgs) -> (String, String) {
         if value != default {
             plan += &format!(" --{flag} {}", shell_word(value));
         }
-        if fcp::hardware::bundled::spec_is_path(value) {
+        if fcp::hardware::spec::reads_file(value) {
             simulate += &format!(" --{flag} {}", shell_word(value));
         }
     }

@@ -15,6 +15,7 @@ mod error;
 mod kernel;
 mod network;
 mod profile;
+pub mod spec;
 
 pub use cost::{kernel_time_s, overlap_bandwidth, tile_flops, tile_time_s, OverlapBandwidth};
 pub use error::HardwareError;

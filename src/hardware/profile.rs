@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bundled::{self, Source};
+use super::spec;
 use super::{HardwareError, KernelProfile};
 use crate::report::shown;
 
@@ -107,14 +108,14 @@ impl Hardware {
     /// containing `/` or ending in `.toml`).
     ///
     /// Either may carry what-if overrides of its numeric fields after a `:`
-    /// (`h100:nic_gbs=100,gpus_per_node=4`, [`bundled::split_overrides`]): the profile with
+    /// (`h100:nic_gbs=100,gpus_per_node=4`, [`spec::split_overrides`]): the profile with
     /// those fields replaced and then checked as a file giving them would be, named by the
     /// profile's name and the overrides (so a plan made on a bundled profile so changed
     /// records it, and `simulate` reloads the same), each replaced field's source saying it
     /// was set so. A question such as "what would a faster NIC buy?" is then one flag, or one
     /// more entry in a sweep's `hardware` axis, not a TOML file.
     pub fn load(name_or_path: &str) -> Result<Hardware, HardwareError> {
-        let (base, overrides) = bundled::split_overrides(name_or_path);
+        let (base, overrides) = spec::split_overrides(name_or_path);
         let src = bundled::resolve(base, bundled::HARDWARE, "hardware", ".toml")?;
         let mut hw = Self::parse_source(&src)?;
         let label = match overrides {
@@ -132,7 +133,7 @@ impl Hardware {
     /// [`NUMERIC_FIELDS`], given once, its value a number (a whole one for counts). Set on the
     /// parsed profile, not its text, so errors in the file keep their lines (bug hunt).
     fn set_overrides(&mut self, overrides: &str, spec: &str) -> Result<(), HardwareError> {
-        for o in bundled::overrides(overrides, spec, NUMERIC_FIELDS)? {
+        for o in spec::overrides(overrides, spec, NUMERIC_FIELDS)? {
             match o.key {
                 "peak_tflops" => self.peak_tflops = o.real()?,
                 "sm_count" => self.sm_count = o.count()?,
@@ -153,7 +154,7 @@ impl Hardware {
                 format!("what-if: set to {} by `{spec}`", o.value),
             );
         }
-        self.name = format!("{}:{}", self.name, bundled::canonical_overrides(overrides));
+        self.name = format!("{}:{}", self.name, spec::canonical_overrides(overrides));
         self.description = format!("{} (what-if: {overrides})", self.description);
         Ok(())
     }

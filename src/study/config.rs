@@ -434,7 +434,7 @@ impl SweepConfig {
         // two ways (`h100:nic_gbs=10` and `h100:nic_gbs=10.0`).
         let canonical = |l: &[String]| -> Vec<String> {
             l.iter()
-                .map(|s| crate::hardware::bundled::canonical_spec(s))
+                .map(|s| crate::hardware::spec::canonical_spec(s))
                 .collect()
         };
         for (name, list) in [

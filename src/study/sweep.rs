@@ -204,17 +204,17 @@ fn input_files(key: &CellKey) -> Vec<PathBuf> {
         files.push(PathBuf::from(p));
     }
     // The file a spec with what-if overrides (`my.toml:nic_gbs=100`) reads.
-    let hardware_file = crate::hardware::bundled::split_overrides(&key.hardware).0;
-    if crate::hardware::bundled::spec_is_path(&key.hardware) {
+    let hardware_file = crate::hardware::spec::split_overrides(&key.hardware).0;
+    if crate::hardware::spec::reads_file(&key.hardware) {
         files.push(PathBuf::from(hardware_file));
         if let Ok(hw) = Hardware::load(&key.hardware) {
             let tables = std::iter::once(&hw.kernel_profile).chain(hw.nccl_table.as_ref());
             files.extend(tables.filter(|t| is_path(t, ".csv")).map(PathBuf::from));
         }
     }
-    if crate::hardware::bundled::spec_is_path(&key.model) {
+    if crate::hardware::spec::reads_file(&key.model) {
         files.push(PathBuf::from(
-            crate::hardware::bundled::split_overrides(&key.model).0,
+            crate::hardware::spec::split_overrides(&key.model).0,
         ));
     }
     files
