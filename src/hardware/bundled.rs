@@ -125,11 +125,18 @@ pub fn resolve(
             dir: None,
             text: text.to_string(),
         }),
-        None => Err(HardwareError::UnknownName {
-            kind,
-            name: name_or_path.to_string(),
-            known: set.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
-        }),
+        None => {
+            let mut known = set.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+            if name_or_path.contains(':') {
+                // `h100:nic_gbs` (no `=`) is read as a name; say how overrides are written.
+                known += "; what-if overrides are written NAME:key=value,key=value";
+            }
+            Err(HardwareError::UnknownName {
+                kind,
+                name: name_or_path.to_string(),
+                known,
+            })
+        }
     }
 }
 

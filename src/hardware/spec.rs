@@ -181,5 +181,13 @@ mod tests {
         // Regression (bug hunt): overrides were split off every path, so a kernel table
         // named `k:v=2.csv` was looked up as a bundled table `k`.
         assert!(bundled::is_path("k:v=2.csv", ".csv"));
+        // An override without its `=` is read as a name; the error says how to write one.
+        let e = crate::hardware::Hardware::load("h100:nic_gbs")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("what-if overrides are written NAME:key=value"),
+            "{e}"
+        );
     }
 }
