@@ -71,8 +71,8 @@ pub fn overrides<'a>(
     allowed: &[&str],
 ) -> Result<Vec<Override<'a>>, HardwareError> {
     let mut out: Vec<Override<'a>> = Vec::new();
-    for pair in overrides.split(',') {
-        let Some((key, value)) = pair.split_once('=') else {
+    for (pair, kv) in pairs(overrides) {
+        let Some((key, value)) = kv else {
             return Err(Override {
                 key: pair.trim(),
                 value: "",
@@ -82,11 +82,7 @@ pub fn overrides<'a>(
                 "`{pair}` is not key=value (overrides are `NAME:key=value,key=value`)"
             )));
         };
-        let o = Override {
-            key: key.trim(),
-            value: value.trim(),
-            spec,
-        };
+        let o = Override { key, value, spec };
         if !allowed.contains(&o.key) {
             return Err(o.error(format!(
                 "is not a field an override may set (one of: {})",
@@ -106,21 +102,31 @@ pub fn overrides<'a>(
 /// profile is named by it, so one spec written two ways is one profile (bug hunt: a sweep
 /// ran `kv_heads=16,layers=16` and `layers=16,kv_heads=16` as two models).
 pub fn canonical_overrides(overrides: &str) -> String {
-    let mut pairs: Vec<(String, String)> = overrides
-        .split(',')
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = v.trim();
+    let mut canonical: Vec<(&str, String)> = pairs(overrides)
+        .map(|(pair, kv)| {
+            let (k, v) = kv.unwrap_or((pair.trim(), ""));
             let v = match v.parse::<f64>() {
                 Ok(x) if x.is_finite() => format!("{x}"),
                 _ => v.to_string(),
             };
-            (k.trim().to_string(), v)
+            (k, v)
         })
         .collect();
-    pairs.sort();
-    let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-    pairs.join(",")
+    canonical.sort();
+    let canonical: Vec<String> = canonical
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    canonical.join(",")
+}
+
+/// Each `pair` of `key=value,...` as written, with its key and value trimmed (`None`: no
+/// `=`): the one reading [`overrides`] and [`canonical_overrides`] share.
+fn pairs(overrides: &str) -> impl Iterator<Item = (&str, Option<(&str, &str)>)> {
+    overrides.split(',').map(|pair| {
+        let kv = pair.split_once('=').map(|(k, v)| (k.trim(), v.trim()));
+        (pair, kv)
+    })
 }
 
 /// A profile `spec` written one way for every way of writing the same overrides

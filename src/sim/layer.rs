@@ -356,7 +356,8 @@ pub struct LayerPass {
     pub zero3_ready_ns: u64,
     /// Nanoseconds the busiest NIC direction of any rank spends on the pass's own attention
     /// traffic ([`super::program::Program::nic_busy_ns`]): what a collective across nodes
-    /// that overlaps the pass shares the NICs with.
+    /// that overlaps the pass shares the NICs with. Counted by a simulator that prices
+    /// training ([`super::Simulator::with_training`]), whose collectives read it; 0 otherwise.
     pub nic_ns: u64,
     /// The engine's outcome with the token-linear work added to each rank's timeline
     /// ([`super::RankTimeline::linear`]), its finish and the pass's end moved to the layer's: what a
@@ -430,7 +431,7 @@ pub fn run(
         zero3_ns: None,
         zero3_exposed_ns: 0,
         zero3_ready_ns: 0,
-        nic_ns: attention.nic_busy_ns(net),
+        nic_ns: 0,
         outcome,
     })
 }

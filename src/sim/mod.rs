@@ -492,13 +492,22 @@ impl PlanRun<'_> {
         layers: &mut Vec<LayerPass>,
     ) -> Result<(), SimError> {
         let net = &self.sim.net;
+        // A pass's busiest NIC time is read only by a training step's collectives (ZeRO 3's
+        // here, data parallelism's in the step): not counted on the planners' hot path.
+        let nic_ns = |p: &Program| match self.sim.training {
+            Some(_) => p.nic_busy_ns(net),
+            None => 0,
+        };
         let mut hidden_ns = 0;
         if program.pass == Pass::Bwd && cost.reruns_forward() {
             let rerun = match layers.iter().find(|l| l.pass == Pass::Fwd && !l.recomputed) {
                 Some(fwd) => fwd.rerun(),
                 None => {
                     let fwd = self.program(Pass::Fwd)?;
-                    layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?.rerun()
+                    let mut pass =
+                        layer::run(&fwd, &self.tokens, cost, net, &self.coll, self.tp.as_ref())?;
+                    pass.nic_ns = nic_ns(&fwd);
+                    pass.rerun()
                 }
             };
             hidden_ns = rerun.end_ns();
@@ -512,6 +521,7 @@ impl PlanRun<'_> {
             &self.coll,
             self.tp.as_ref(),
         )?;
+        pass.nic_ns = nic_ns(program);
         if let Some(z) = &self.zero3 {
             // Across nodes the collectives share the NICs with this pass's messages and
             // those of the rerun forward pass they also overlap.
