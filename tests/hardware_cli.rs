@@ -451,6 +451,55 @@ fn what_if_overrides_plan_simulate_and_are_checked() {
     assert!(!bad.exists());
 }
 
+/// Regression: a what-if peak changed only the MFU (attention is priced from the kernel
+/// table), and a what-if NVLink speed left the collectives the NCCL table prices as fast. On
+/// one node (every message on NVLink), twice the peak about halves the compute, and a quarter
+/// of the NVLink speed slows Llama3's all-gathers as it slows Ulysses' all-to-alls.
+#[test]
+fn regression_what_if_peak_and_nvlink_reach_the_tables() {
+    let run = |hw: &str| {
+        let v = json(fcp().args([
+            "compare",
+            "--ranks",
+            "8",
+            "--batches",
+            "1",
+            "--json",
+            "--schemes",
+            "llama3,ulysses",
+            "--hardware",
+            hw,
+        ]));
+        let rows = v.as_array().unwrap().clone();
+        let get = |name: &str, key: &str| {
+            rows.iter().find(|r| r["scheme"] == name).unwrap()[key]
+                .as_f64()
+                .unwrap()
+        };
+        (
+            get("llama3", "max_compute_ms"),
+            get("llama3", "attention_time_ms"),
+            get("ulysses", "attention_time_ms"),
+        )
+    };
+    let (compute, llama3, ulysses) = run("h100");
+    let (fast_compute, ..) = run("h100:peak_tflops=1978.8");
+    let ratio = fast_compute / compute;
+    assert!((0.5..0.52).contains(&ratio), "{fast_compute} / {compute}");
+    let (_, slow_llama3, slow_ulysses) = run("h100:nvlink_gbs=95");
+    assert!(slow_ulysses > 1.3 * ulysses, "{slow_ulysses} vs {ulysses}");
+    assert!(slow_llama3 > 1.1 * llama3, "{slow_llama3} vs {llama3}");
+    let shown = json(fcp().args([
+        "hw",
+        "show",
+        "--json",
+        "--hardware",
+        "h100:peak_tflops=1978.8,nvlink_gbs=95",
+    ]));
+    assert_eq!(shown["kernel_scale"], 2.0);
+    assert_eq!(shown["nccl_scale"], 0.25);
+}
+
 /// Regressions (bug hunt) of what-if overrides and the files around them: a file in the
 /// working directory named like a spec shadowed the bundled profile; a plan made on a bundled
 /// profile was simulated on a file of the same name without a word; the same file spelled

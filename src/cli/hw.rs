@@ -270,6 +270,8 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
             "model": model,
             "model_source": model_source,
             "kernel_profile": profile.name,
+            "kernel_scale": hw.kernel_scale(),
+            "nccl_scale": hw.nccl_scale(),
             "lookups": lk,
         });
         outln!("{}", serde_json::to_string_pretty(&v)?);
@@ -321,10 +323,23 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
         hw.sm_count - hw.comm_sms,
         hw.sm_count
     );
-    outln!("  kernel_profile      {}", hw.kernel_profile);
+    // A what-if peak or NVLink speed scales the tables measured against the profile's own.
+    let scaled = |scale: f64, field: &str| match scale {
+        1.0 => String::new(),
+        s => format!("   what-if: × {} with {field}", num(s)),
+    };
     outln!(
-        "  nccl_table          {}",
-        hw.nccl_table.as_deref().unwrap_or("(none)")
+        "  kernel_profile      {}{}",
+        hw.kernel_profile,
+        scaled(hw.kernel_scale(), "peak_tflops")
+    );
+    outln!(
+        "  nccl_table          {}{}",
+        hw.nccl_table.as_deref().unwrap_or("(none)"),
+        match hw.nccl_table {
+            Some(_) => scaled(hw.nccl_scale(), "nvlink_gbs"),
+            None => String::new(),
+        }
     );
     outln!(
         "model {}: q_heads {}, kv_heads {}, head_dim {}, dtype_bytes {}  {}",
@@ -495,12 +510,21 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
 }
 
 /// A profile's number as written, readably: `-0` as `0`, and values too small or large for
-/// plain digits in exponent form (bug hunt: `gemm_tflops = 1e-300` printed 300 digits).
+/// plain digits in exponent form (bug hunt: `gemm_tflops = 1e-300` printed 300 digits). A
+/// number no one wrote, such as a rate a what-if peak scaled (1606.023852840105), is shown to
+/// three decimals.
 fn num(x: f64) -> String {
     if x == 0.0 {
         "0".into()
     } else if (1e-4..1e12).contains(&x.abs()) {
-        format!("{x}")
+        let plain = format!("{x}");
+        match plain.split_once('.') {
+            Some((_, frac)) if frac.len() > 6 && x.abs() >= 1.0 => format!("{x:.3}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string(),
+            _ => plain,
+        }
     } else {
         format!("{x:e}")
     }
@@ -518,5 +542,8 @@ mod tests {
         assert_eq!(num(3.35e15), "3.35e15");
         assert_eq!(num(989.5), "989.5");
         assert_eq!(num(0.5), "0.5");
+        assert_eq!(num(1606.023852840105), "1606.024");
+        assert_eq!(num(2.0000000001), "2");
+        assert_eq!(num(0.123456789), "0.123456789");
     }
 }

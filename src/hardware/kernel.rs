@@ -217,6 +217,19 @@ impl KernelProfile {
         Ok(profile)
     }
 
+    /// The profile with every throughput multiplied by `factor`: the table of a GPU whose peak
+    /// is `factor` times the one it was measured on, its kernels as efficient
+    /// ([`crate::Hardware::kernel_scale`], a what-if `peak_tflops`). Lengths, and so the index,
+    /// are unchanged.
+    pub fn scaled(mut self, factor: f64) -> KernelProfile {
+        if factor != 1.0 {
+            for r in &mut self.rows {
+                r.tflops *= factor;
+            }
+        }
+        self
+    }
+
     /// The rows, in file order.
     pub fn rows(&self) -> &[KernelRow] {
         &self.rows

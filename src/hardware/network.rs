@@ -99,6 +99,18 @@ impl NcclTable {
         Self::from_csv_str(&src.name, &src.label, &src.text)
     }
 
+    /// The table with every bus bandwidth multiplied by `factor`: the curves of a node whose
+    /// links are `factor` times as fast as the ones measured ([`crate::Hardware::nccl_scale`],
+    /// a what-if `nvlink_gbs`); a collective inside a node is bound by its links.
+    pub fn scaled(mut self, factor: f64) -> NcclTable {
+        if factor != 1.0 {
+            for r in &mut self.rows {
+                r.busbw_gbs *= factor;
+            }
+        }
+        self
+    }
+
     /// Parse and validate CSV text; `label` names it in errors.
     pub fn from_csv_str(name: &str, label: &str, text: &str) -> Result<NcclTable, HardwareError> {
         let parsed =

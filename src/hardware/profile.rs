@@ -66,6 +66,19 @@ pub struct Hardware {
     /// Where each number comes from, keyed by field name.
     #[serde(default)]
     pub sources: BTreeMap<String, String>,
+    /// The `peak_tflops` and `nvlink_gbs` the profile's tables were measured against, kept
+    /// when what-if overrides replace either, so the tables follow them
+    /// ([`Hardware::kernel_scale`], [`Hardware::nccl_scale`]); `None` for a profile as read.
+    #[serde(skip)]
+    table_basis: Option<TableBasis>,
+}
+
+/// What a profile's kernel and NCCL tables were measured against (see
+/// [`Hardware::kernel_scale`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TableBasis {
+    peak_tflops: f64,
+    nvlink_gbs: f64,
 }
 
 /// The numeric fields, in display order; bundled profiles must cite a source for each.
@@ -132,8 +145,20 @@ impl Hardware {
     /// Replace the fields `overrides` (`key=value,...`, from `spec`) names: each one of
     /// [`NUMERIC_FIELDS`], given once, its value a number (a whole one for counts). Set on the
     /// parsed profile, not its text, so errors in the file keep their lines (bug hunt).
+    ///
+    /// The tables follow the fields they were measured against: a new `peak_tflops` scales
+    /// the kernel table's throughputs, and `gemm_tflops` unless it is given too, by new / old
+    /// (kernels as efficient on the faster GPU); a new `nvlink_gbs` scales the NCCL table's bus
+    /// bandwidths by new / old. Otherwise `h100:peak_tflops=2000` changed nothing but the MFU,
+    /// and `h100:nvlink_gbs=20` slowed Ulysses' all-to-alls 3× but not Llama3's all-gathers.
     fn set_overrides(&mut self, overrides: &str, spec: &str) -> Result<(), HardwareError> {
-        for o in spec::overrides(overrides, spec, NUMERIC_FIELDS)? {
+        let basis = TableBasis {
+            peak_tflops: self.peak_tflops,
+            nvlink_gbs: self.nvlink_gbs,
+        };
+        let overrides_list = spec::overrides(overrides, spec, NUMERIC_FIELDS)?;
+        let gemm_given = overrides_list.iter().any(|o| o.key == "gemm_tflops");
+        for o in overrides_list {
             match o.key {
                 "peak_tflops" => self.peak_tflops = o.real()?,
                 "sm_count" => self.sm_count = o.count()?,
@@ -152,6 +177,23 @@ impl Hardware {
             self.sources.insert(
                 o.key.to_string(),
                 format!("what-if: set to {} by `{spec}`", o.value),
+            );
+        }
+        if self.peak_tflops != basis.peak_tflops || self.nvlink_gbs != basis.nvlink_gbs {
+            self.table_basis = Some(basis);
+        }
+        let scale = self.kernel_scale();
+        if let (false, true, Some(g)) = (gemm_given, scale != 1.0, self.gemm_tflops) {
+            self.gemm_tflops = Some(g * scale);
+            self.sources.insert(
+                "gemm_tflops".to_string(),
+                format!(
+                    "what-if: {} scaled with peak_tflops (× {}) by `{spec}`",
+                    shown(g),
+                    format!("{scale:.3}")
+                        .trim_end_matches('0')
+                        .trim_end_matches('.')
+                ),
             );
         }
         self.name = format!("{}:{}", self.name, spec::canonical_overrides(overrides));
@@ -405,7 +447,24 @@ impl Hardware {
     /// `peak_tflops` is refused: the peak would then be wrong (a sparse or FP8 figure against a
     /// BF16 table, a typo), and every MFU and efficiency reported from it would pass 100%.
     pub fn kernel_profile(&self) -> Result<KernelProfile, HardwareError> {
-        self.check_kernel_profile(KernelProfile::load(&self.kernel_profile)?)
+        self.check_kernel_profile(
+            KernelProfile::load(&self.kernel_profile)?.scaled(self.kernel_scale()),
+        )
+    }
+
+    /// What the kernel table's throughputs are multiplied by: `peak_tflops` over the peak the
+    /// table was measured against, 1 unless a what-if override changed the peak
+    /// ([`Hardware::load`]).
+    pub fn kernel_scale(&self) -> f64 {
+        self.table_basis
+            .map_or(1.0, |b| self.peak_tflops / b.peak_tflops)
+    }
+
+    /// What the NCCL table's bus bandwidths are multiplied by: `nvlink_gbs` over the link speed
+    /// the table was measured on, 1 unless a what-if override changed it.
+    pub fn nccl_scale(&self) -> f64 {
+        self.table_basis
+            .map_or(1.0, |b| self.nvlink_gbs / b.nvlink_gbs)
     }
 
     /// `table`, if this profile's peak is at least what it measures ([`Hardware::kernel_profile`]):
@@ -443,7 +502,7 @@ impl Hardware {
     pub fn nccl_table(&self) -> Result<Option<super::NcclTable>, HardwareError> {
         self.nccl_table
             .as_deref()
-            .map(super::NcclTable::load)
+            .map(|t| super::NcclTable::load(t).map(|t| t.scaled(self.nccl_scale())))
             .transpose()
     }
 
@@ -591,6 +650,46 @@ kernel_profile = "h100-fa3"
             let e = Hardware::load(spec).unwrap_err().to_string();
             assert!(e.contains(says), "{spec}: {e}");
         }
+    }
+
+    /// Regression: `h100:peak_tflops=2000` changed only the MFU (attention is priced from the
+    /// kernel table, the layer's GEMMs from `gemm_tflops`), and `h100:peak_tflops=500` was
+    /// refused as below the table; `h100:nvlink_gbs=20` slowed point-to-point messages but
+    /// not the collectives the NCCL table prices. The tables now follow the fields they were
+    /// measured against.
+    #[test]
+    fn what_if_peak_and_nvlink_scale_the_tables_measured_against_them() {
+        let base = Hardware::load("h100").unwrap();
+        let fastest = |hw: &Hardware| {
+            let t = hw.kernel_profile().unwrap();
+            t.rows().iter().map(|r| r.tflops).fold(0.0, f64::max)
+        };
+        let busbw = |hw: &Hardware| hw.nccl_table().unwrap().unwrap().rows[0].busbw_gbs;
+        assert_eq!((base.kernel_scale(), base.nccl_scale()), (1.0, 1.0));
+
+        let fast = Hardware::load("h100:peak_tflops=1978.8").unwrap();
+        let k = 1978.8 / base.peak_tflops;
+        assert!((fast.kernel_scale() - k).abs() < 1e-12);
+        assert!((fastest(&fast) - k * fastest(&base)).abs() < 1e-9);
+        let g = base.gemm_tflops.unwrap();
+        assert!((fast.gemm_tflops.unwrap() - k * g).abs() < 1e-9);
+        let cited = fast.source_of("gemm_tflops").unwrap();
+        assert!(cited.contains("scaled with peak_tflops (× 2)"), "{cited}");
+        assert_eq!(busbw(&fast), busbw(&base));
+
+        // A slower GPU is a question, not an error; a GEMM rate given too is taken as given.
+        let slow = Hardware::load("h100:peak_tflops=494.7,gemm_tflops=300").unwrap();
+        assert!((fastest(&slow) - fastest(&base) / 2.0).abs() < 1e-9);
+        assert_eq!(slow.gemm_tflops, Some(300.0));
+
+        let narrow = Hardware::load("h100:nvlink_gbs=95").unwrap();
+        assert!((busbw(&narrow) - busbw(&base) * 95.0 / base.nvlink_gbs).abs() < 1e-9);
+        assert_eq!(fastest(&narrow), fastest(&base));
+        assert_eq!(narrow.gemm_tflops, base.gemm_tflops);
+
+        // Other overrides leave the tables as measured.
+        let nic = Hardware::load("h100:nic_gbs=12.5").unwrap();
+        assert_eq!((nic.kernel_scale(), nic.nccl_scale()), (1.0, 1.0));
     }
 
     #[test]

@@ -233,10 +233,9 @@ impl<'a> TpComm<'a> {
 
     /// The network of one TP group: `hw`'s links, with a node of exactly `tp` GPUs.
     pub fn node(hw: &Hardware, tp: u32) -> Network {
-        Network::new(&Hardware {
-            gpus_per_node: tp.max(1),
-            ..hw.clone()
-        })
+        let mut node = hw.clone();
+        node.gpus_per_node = tp.max(1);
+        Network::new(&node)
     }
 
     /// Nanoseconds of TP collectives `stages` leave exposed on a rank's stream with `tokens`
