@@ -657,6 +657,42 @@ fn compare_reruns_a_sweep_cell_on_a_generated_trace() {
         .stderr(predicates::str::contains("exponential needs mean="));
 }
 
+/// Regression (bug hunt): when the kernel table had no series for the model (head dim 64 under
+/// both passes: H100's table measures no causal backward at 64), `fcp dpcp`'s ideal cost fell
+/// back to len² read as milliseconds and printed hours a step with exit 0; `cost = "sim"`
+/// and `compare` refused the same model. It is now refused alike, naming the missing row.
+#[test]
+fn regression_dpcp_ideal_cost_refuses_a_model_the_table_cannot_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("hd64.toml");
+    std::fs::write(
+        &cfg,
+        "gpus = 8\ncp = [1, 8]\nsteps = 2\ntokens_per_gpu = 4096\ntrace = \"gen:exponential:mean=1024,max=8192,seed=1\"\nmodel = \"mha-16:head_dim=64\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    fcp()
+        .arg("dpcp")
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "kernel profile h100-fa3 has no row for bwd causal hd 64",
+        ));
+    assert!(!out.exists());
+    // The forward pass alone is measured at head dim 64, and prices as it did.
+    let fwd = dir.path().join("fwd.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&fwd, format!("{text}pass = \"fwd\"\n")).unwrap();
+    let rows = support::json(fcp().arg("dpcp").arg(&fwd).arg("--json"));
+    for r in rows.as_array().unwrap() {
+        let ms = r["step_time_ms"].as_f64().unwrap();
+        assert!(ms > 0.0 && ms < 100.0, "{r}");
+    }
+}
+
 /// Regression (bug hunt): `fcp dpcp` priced every data-parallel group as if it started on a
 /// node boundary, so CP 6 on 8-GPU nodes (its second group on GPUs 6 to 11) never paid a
 /// NIC: with the NIC 94× slower its step did not move. A straddling group now pays the NICs

@@ -414,7 +414,17 @@ pub fn run_dpcp(cfg: &DpcpConfig) -> Result<Vec<DpcpRow>, StudyError> {
     // Tokens a CP rank holds: its TP group's GPUs' worth.
     let s = cfg.tokens_per_gpu.saturating_mul(u64::from(cfg.tp));
     let trace = TraceSpec::parse(&cfg.trace)?.load(global.saturating_mul(cfg.steps as u64))?;
+    // A kernel table without the model's series (a head dim or pass it never measured) fails
+    // for every length alike: ask once, so the error ends the study here. Bug hunt: the
+    // weight fell back to len² read as milliseconds, and `mha-16:head_dim=64` under both
+    // passes printed 8,393,644 ms for an 8 × 4K step with exit 0.
+    let longest = trace.docs.iter().map(|d| d.len).max().unwrap_or(1);
+    for len in [1, s.max(1), longest] {
+        doc_ms(&sim, len, passes.passes())?;
+    }
     let weight = |l: u64| {
+        // Cannot fail after the probe above (lookups clamp lengths, not refuse them); a
+        // failure would still weigh the document by its quadratic work rather than stop.
         doc_ms(&sim, l, passes.passes()).unwrap_or(l as f64 * l as f64)
             + l as f64 * linear_ms_per_token
     };

@@ -483,8 +483,15 @@ fn check_congestion(plan: &Plan, out: &mut Vec<Violation>) {
     }
     let mut sends: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     let mut recvs: BTreeMap<(u32, u32), usize> = BTreeMap::new();
-    for t in plan.transfers.iter().filter(|t| t.collective.is_none()) {
-        *sends.entry((t.round(), t.src)).or_default() += 1;
+    // What the simulator runs as point-to-point messages (a `p2p` transfer with a stray
+    // `collective` id included), one per delivery: a transfer with `also_to` receivers is
+    // that many sends, as if listed once per receiver (bug hunt: it counted as one).
+    for t in plan
+        .transfers
+        .iter()
+        .filter(|t| t.kind == super::TransferKind::P2p || t.collective.is_none())
+    {
+        *sends.entry((t.round(), t.src)).or_default() += t.receiver_count();
         for dst in t.receivers() {
             *recvs.entry((t.round(), dst)).or_default() += 1;
         }

@@ -175,6 +175,47 @@ fn rejects_false_congestion_free_claim() {
     assert!(kinds(&p).contains(&K::Congestion));
 }
 
+/// Regression (bug hunt): a congestion-free plan's transfer with an `also_to` receiver counted
+/// as one send (listed once per receiver it was refused), and a `p2p` transfer carrying a
+/// `collective` id, which the simulator runs as a point-to-point message, escaped the check.
+#[test]
+fn regression_congestion_counts_every_delivery_and_stray_collective_ids() {
+    let mut p = plan();
+    p.congestion_free = true;
+    let first = p
+        .transfers
+        .iter()
+        .position(|t| t.src == 0 && t.round() == 0)
+        .unwrap();
+    let spare = (0..4)
+        .find(|&r| {
+            r != 0
+                && p.transfers
+                    .iter()
+                    .all(|t| t.round() != 0 || !t.receivers().any(|d| d == r))
+        })
+        .unwrap_or(2);
+    p.transfers[first].also_to = vec![spare];
+    p.version = 2;
+    let vs = verify(&p);
+    assert!(
+        vs.iter()
+            .any(|v| v.kind == K::Congestion && v.message.contains("rank 0 sends 2 transfers")),
+        "{vs:?}"
+    );
+    let mut p = plan();
+    p.congestion_free = true;
+    for t in &mut p.transfers {
+        t.collective = Some(5);
+    }
+    let extra = Transfer {
+        collective: Some(5),
+        ..Transfer::kv(0, 2, vec![p.ranks[0].owned[0]], 0, 1)
+    };
+    p.transfers.push(extra);
+    assert!(kinds(&p).contains(&K::Congestion));
+}
+
 #[test]
 fn rejects_sending_what_the_source_does_not_hold() {
     let mut p = plan();
