@@ -16,35 +16,77 @@ type Run = (u64, u64, u32, Option<HeadRange>);
 /// N² tasks, so a linear scan per question is N³ (minutes); this answers in O(log runs) plus the
 /// pieces the question overlaps.
 ///
-/// Runs are grouped by their head range (all runs in a group serve the same readers). In each
-/// group the boundaries of all runs cut the tokens into disjoint segments, and each segment keeps
-/// the best step of the runs covering it — the earliest arrival, or the latest return. A segment
-/// is usable for a question exactly when its best step passes, so the answer is exact.
+/// Runs are grouped by their head range (all runs in a group serve the same readers; no head
+/// range means all heads, `[0, q_heads)`). In each group the boundaries of all runs cut the
+/// tokens into disjoint segments, and each segment keeps the best step of the runs covering
+/// it — the earliest arrival, or the latest return. A segment is usable for a question exactly
+/// when its best step passes, so the answer is exact.
 struct StepIndex {
-    groups: Vec<(Option<HeadRange>, Vec<Segment>)>,
+    groups: Vec<(HeadRange, Vec<Segment>)>,
+    /// Every query head, `[0, q_heads)`: what a run or question without heads stands for.
+    all: HeadRange,
 }
 
 /// Disjoint tokens `[start, end)` with the best step of the runs covering them.
 type Segment = (u64, u64, u32);
 
 impl StepIndex {
-    /// Index `runs`, keeping per segment the step `better` prefers of two (`min` or `max`).
-    fn new(mut runs: Vec<Run>, better: fn(u32, u32) -> u32) -> StepIndex {
+    /// Index `runs` of a plan of `q_heads` query heads, keeping per segment the step `better`
+    /// prefers of two (`min` or `max`).
+    fn new(mut runs: Vec<Run>, better: fn(u32, u32) -> u32, q_heads: u32) -> StepIndex {
+        let all = HeadRange::from((0, q_heads));
+        for r in &mut runs {
+            r.3 = Some(r.3.unwrap_or(all));
+        }
         runs.sort_unstable_by_key(|r| (r.3.map(|h| (h.start, h.end)), r.0, r.1));
         let mut groups = Vec::new();
         for chunk in runs.chunk_by(|a, b| a.3 == b.3) {
-            groups.push((chunk[0].3, segments(chunk, better)));
+            groups.push((chunk[0].3.unwrap_or(all), segments(chunk, better)));
         }
-        StepIndex { groups }
+        StepIndex { groups, all }
     }
 
-    /// Whether runs that carry `heads` and whose step passes `ok` cover `[start, end)`.
+    /// Whether runs whose step passes `ok` cover `[start, end)` for every head of `heads`
+    /// (all heads when `None`). Heads may be held in parts: data for heads `[0, 32)` and
+    /// `[32, 64)` serves a reader of all 64, and data for `[0, 64)` a reader without heads
+    /// (bug hunt: both were refused, though the executor ran them).
     fn covers(
         &self,
         start: u64,
         end: u64,
         heads: Option<HeadRange>,
         ok: impl Fn(u32) -> bool,
+    ) -> bool {
+        let want = heads.unwrap_or(self.all);
+        if self.covers_with(start, end, want, &ok) {
+            return true;
+        }
+        // Groups holding part of the wanted heads: cut them at those groups' edges, and ask
+        // for each piece of heads in turn.
+        let mut cuts: Vec<u32> = self
+            .groups
+            .iter()
+            .flat_map(|(h, _)| [h.start, h.end])
+            .filter(|&c| want.start < c && c < want.end)
+            .collect();
+        if cuts.is_empty() {
+            return false;
+        }
+        cuts.extend([want.start, want.end]);
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts.windows(2)
+            .all(|w| self.covers_with(start, end, HeadRange::from((w[0], w[1])), &ok))
+    }
+
+    /// Whether the groups that each hold every head of `want` cover `[start, end)` with
+    /// segments whose step passes `ok`.
+    fn covers_with(
+        &self,
+        start: u64,
+        end: u64,
+        want: HeadRange,
+        ok: &impl Fn(u32) -> bool,
     ) -> bool {
         // The serving groups' segments are each sorted and disjoint, so their union covers
         // `[start, end)` exactly when, from `start`, some group always has a usable segment
@@ -60,7 +102,7 @@ impl StepIndex {
             for (_, segs) in self
                 .groups
                 .iter()
-                .filter(|(held, _)| heads_contain(*held, heads))
+                .filter(|(held, _)| held.start <= want.start && want.end <= held.end)
             {
                 let mut i = segs.partition_point(|s| s.1 <= pos);
                 while let Some(&(s, e, step)) = segs.get(i) {
@@ -152,12 +194,20 @@ fn swept_segments(runs: &[Run], better: fn(u32, u32) -> u32) -> Vec<Segment> {
 
 /// Where a range of a tensor becomes available on a rank, keyed by (rank, doc, tensor). Hashed:
 /// FlashCP's plan of 256 ranks adds 15 million ranges.
-#[derive(Default)]
 struct Holdings {
     runs: FastMap<(u32, u32, TransferTensor), Vec<Run>>,
+    q_heads: u32,
 }
 
 impl Holdings {
+    /// Nothing held yet, in a plan of `q_heads` query heads.
+    fn new(q_heads: u32) -> Holdings {
+        Holdings {
+            runs: FastMap::default(),
+            q_heads,
+        }
+    }
+
     fn add(
         &mut self,
         rank: u32,
@@ -178,7 +228,7 @@ impl Holdings {
             runs: self
                 .runs
                 .into_iter()
-                .map(|(k, runs)| (k, StepIndex::new(runs, u32::min)))
+                .map(|(k, runs)| (k, StepIndex::new(runs, u32::min, self.q_heads)))
                 .collect(),
         }
     }
@@ -252,15 +302,6 @@ impl Held {
                 .is_some_and(|idx| idx.covers(a.start, a.end, a.heads, |from| from <= a.step));
             missing[a.origin as usize] = !held;
         }
-    }
-}
-
-/// Whether data held for heads `held` serves a reader of heads `wanted` (absent = all heads).
-fn heads_contain(held: Option<HeadRange>, wanted: Option<HeadRange>) -> bool {
-    match (held, wanted) {
-        (None, _) => true,
-        (Some(_), None) => false,
-        (Some(h), Some(w)) => h.start <= w.start && w.end <= h.end,
     }
 }
 
@@ -385,7 +426,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     // Indexed by the latest return: a task's output may go back any time after its step.
     let returned: FastMap<(u32, u32, u32), StepIndex> = returned
         .into_iter()
-        .map(|(k, runs)| (k, StepIndex::new(runs, u32::max)))
+        .map(|(k, runs)| (k, StepIndex::new(runs, u32::max, plan.q_heads)))
         .collect();
     let is_returned =
         |src: u32, dst: u32, piece: &TokenRange, step: u32, heads: Option<HeadRange>| {
@@ -444,7 +485,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
 /// on outputs it received (a planned owner returning merged rows to their input owner).
 fn holdings_of(plan: &Plan, rank: u32, into: &[usize], outputs: bool) -> Held {
     use TransferTensor::{Kv, Out, Q};
-    let mut held = Holdings::default();
+    let mut held = Holdings::new(plan.q_heads);
     for r in plan.initial(rank as usize) {
         held.add(rank, Kv, r, 0, None);
         held.add(rank, Q, r, 0, None);
@@ -608,7 +649,7 @@ mod tests {
     /// is its own (a rule reusing answers across steps got this wrong; proptest's shrunk case).
     #[test]
     fn a_range_missing_at_one_step_is_there_at_the_next() {
-        let mut h = Holdings::default();
+        let mut h = Holdings::new(8);
         h.add(1, TransferTensor::Q, &TokenRange::new(1, 11, 30), 1, None);
         let held = h.index();
         let ask = |step, origin| Ask {
@@ -650,16 +691,22 @@ mod tests {
         ) {
             let runs: Vec<Run> = runs.iter().map(|&(s, l, st, h)| (s, s + l, st, heads(h))).collect();
             let (end, wanted) = (start + len, heads(asked));
+            let all = HeadRange::from((0, 8));
+            let w = wanted.unwrap_or(all);
             type Pass = fn(u32, u32) -> bool;
             let arrived: Pass = |from, step| from <= step;
             let returned: Pass = |issue, step| issue > step;
             for (better, ok) in [(u32::min as fn(u32, u32) -> u32, arrived), (u32::max, returned)] {
+                // Every (token, head) asked is in a run holding that head.
                 let brute = (start..end).all(|t| {
-                    runs.iter().any(|r| {
-                        r.0 <= t && t < r.1 && heads_contain(r.3, wanted) && ok(r.2, step)
+                    (w.start..w.end).all(|head| {
+                        runs.iter().any(|r| {
+                            let h = r.3.unwrap_or(all);
+                            r.0 <= t && t < r.1 && h.start <= head && head < h.end && ok(r.2, step)
+                        })
                     })
                 });
-                let index = StepIndex::new(runs.clone(), better);
+                let index = StepIndex::new(runs.clone(), better, 8);
                 prop_assert_eq!(index.covers(start, end, wanted, |s| ok(s, step)), brute);
             }
         }
@@ -672,7 +719,7 @@ mod tests {
             // Few distinct ranges, so that one range is often asked at several steps.
             asks in prop::collection::vec((0u32..2, 0u8..3, 0u32..2, 0u64..4, 1u64..3, 0u32..5, 0u8..4), 1..60),
         ) {
-            let mut h = Holdings::default();
+            let mut h = Holdings::new(8);
             for &(rank, t, doc, s, l, step, hd) in &runs {
                 h.add(rank, tensor(t), &TokenRange::new(doc, s, s + l), step, heads(hd));
             }

@@ -216,6 +216,33 @@ fn regression_congestion_counts_every_delivery_and_stray_collective_ids() {
     assert!(kinds(&p).contains(&K::Congestion));
 }
 
+/// Regression (bug hunt): a `kv` transfer listing every head (`heads: [0, q_heads)`) did not
+/// serve a task without heads, and two transfers of half the heads each did not serve a task
+/// of all of them; the executor ran both plans correctly.
+#[test]
+fn regression_heads_held_whole_or_in_parts_serve_every_reader() {
+    let mut p = plan();
+    let all = HeadRange::from((0, p.q_heads));
+    let group = p.q_heads / p.kv_heads;
+    assert!(p.kv_heads >= 2, "two halves of whole GQA groups");
+    let half = p.kv_heads / 2 * group;
+    let kv = p
+        .transfers
+        .iter()
+        .position(|t| t.tensor == TransferTensor::Kv)
+        .unwrap();
+    p.transfers[kv].heads = Some(all);
+    assert_eq!(verify(&p), vec![]);
+    let mut lower = p.transfers[kv].clone();
+    lower.heads = Some(HeadRange::from((0, half)));
+    p.transfers[kv].heads = Some(HeadRange::from((half, p.q_heads)));
+    p.transfers.push(lower.clone());
+    assert_eq!(verify(&p), vec![]);
+    // Half the heads alone still do not serve a reader of all.
+    p.transfers.pop();
+    assert!(kinds(&p).contains(&K::NotAvailable));
+}
+
 #[test]
 fn rejects_sending_what_the_source_does_not_hold() {
     let mut p = plan();
