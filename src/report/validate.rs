@@ -182,12 +182,12 @@ impl Measured {
                 m.mode
             )));
         }
-        if pass_sel(&m.pass).is_none() {
+        let Some(sel) = pass_sel(&m.pass) else {
             return Err(bad(format!(
                 "pass is `{}`, expected fwd, bwd or both",
                 m.pass
             )));
-        }
+        };
         let check = |what: String, x: f64| -> Result<(), ValidateError> {
             if x.is_finite() && x >= 0.0 {
                 Ok(())
@@ -246,6 +246,9 @@ impl Measured {
                     }
                 }
             }
+            // The passes first: a rank missing one was reported as totals that do not sum
+            // (bug hunt).
+            rank_passes_match(r, sel, &m.pass).map_err(bad)?;
             // A rank's totals are its passes' sums (docs/executor.md); a total that is not
             // was compared per rank while the per-step rows said otherwise (bug hunt).
             if !r.passes.is_empty() {
@@ -277,6 +280,28 @@ impl Measured {
                         )));
                     }
                 }
+            }
+        }
+        // The end-to-end time is each pass's slowest rank end, summed (docs/executor.md);
+        // one that is not was compared as the attention time (bug hunt: 1000 ms against
+        // ends of 3 read as a 99.7 % error).
+        let pass_ends: Option<f64> = (0..sel.passes().len())
+            .map(|p| {
+                m.ranks
+                    .iter()
+                    .map(|r| r.passes.get(p).and_then(|p| p.end_ms))
+                    .try_fold(0.0f64, |acc, e| e.map(|e| acc.max(e)))
+            })
+            .sum();
+        if let (Some(total), Some(ends), false) =
+            (m.attention_time_ms, pass_ends, m.ranks.is_empty())
+        {
+            if (total - ends).abs() > 1e-6 * total.abs().max(ends) + 1e-9 {
+                return Err(bad(format!(
+                    "attention_time_ms is {}, but each pass's slowest end_ms summed is {}; the end-to-end time is that sum",
+                    shown(total),
+                    shown(ends)
+                )));
             }
         }
         // Single-device mode replays each rank's compute alone: no message runs, so a
@@ -318,6 +343,23 @@ impl Measured {
             }
         })?;
         Measured::from_json(&text, &origin)
+    }
+}
+
+/// Whether rank `r` lists exactly the passes `pass` (`sel`) names, in order; else the message.
+fn rank_passes_match(r: &MeasuredRank, sel: PassSel, pass: &str) -> Result<(), String> {
+    let want = sel.passes().iter().map(|p| match p {
+        crate::hardware::Pass::Fwd => "fwd",
+        crate::hardware::Pass::Bwd => "bwd",
+    });
+    let got: Vec<&str> = r.passes.iter().map(|p| p.pass.as_str()).collect();
+    if got.iter().copied().eq(want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "rank {} has passes {got:?} but pass is `{pass}`",
+            r.rank
+        ))
     }
 }
 
@@ -499,22 +541,8 @@ pub fn validate(
             plan.ranks.len()
         )));
     }
-    let names: Vec<&str> = passes
-        .passes()
-        .iter()
-        .map(|p| match p {
-            crate::hardware::Pass::Fwd => "fwd",
-            crate::hardware::Pass::Bwd => "bwd",
-        })
-        .collect();
     for r in &measured.ranks {
-        let got: Vec<&str> = r.passes.iter().map(|p| p.pass.as_str()).collect();
-        if got != names {
-            return Err(bad(format!(
-                "rank {} has passes {got:?} but pass is `{}`",
-                r.rank, measured.pass
-            )));
-        }
+        rank_passes_match(r, passes, &measured.pass).map_err(bad)?;
         for p in &r.passes {
             let want = plan.ranks[r.rank as usize].steps.len();
             if p.steps.len() != want {
@@ -794,6 +822,43 @@ mod tests {
         }
         let e = Measured::from_json(&serde_json::to_string(&m).unwrap(), "m").unwrap_err();
         assert!(e.to_string().contains("plan order"), "{e}");
+    }
+
+    /// Regression (bug hunt): a rank missing a pass was reported as totals that do not sum to
+    /// its passes, and an `attention_time_ms` that was not the passes' slowest ends summed
+    /// was read and compared.
+    #[test]
+    fn regression_missing_passes_and_an_end_to_end_time_that_is_not_the_ends() {
+        let (plan, sim) = setup();
+        let json = |m: &Measured| serde_json::to_string(m).unwrap();
+        let m = scaled(&plan, &sim, 1.0, "both");
+        let mut short = m.clone();
+        short.ranks[0].passes.pop();
+        let e = Measured::from_json(&json(&short), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 0 has passes [\"fwd\"] but pass is `both`"),
+            "{e}"
+        );
+        // Ends of 2 and 3 ms forward, 5 and 4 backward: 3 + 5 end to end.
+        let mut wrong = m.clone();
+        for (r, e) in wrong.ranks.iter_mut().zip([[2.0, 5.0], [3.0, 4.0]]) {
+            r.passes[0].end_ms = Some(e[0]);
+            r.passes[1].end_ms = Some(e[1]);
+            r.end_ms = Some(e[0] + e[1]);
+        }
+        let ends = 8.0;
+        wrong.attention_time_ms = Some(1000.0);
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("attention_time_ms is 1000, but each pass's slowest end_ms summed is"),
+            "{e}"
+        );
+        wrong.attention_time_ms = Some(ends);
+        assert!(Measured::from_json(&json(&wrong), "m").is_ok());
     }
 
     /// Regression (bug hunt): a rank's total that was not its passes' sum was compared per
