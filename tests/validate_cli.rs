@@ -59,17 +59,21 @@ fn synthetic(plan_path: &Path, sim: &Value, factor: f64, pass: &str) -> Value {
             let compute = factor * sim["ranks"][r]["compute_ms"].as_f64().unwrap();
             let steps = rp["steps"].as_array().unwrap().len();
             let per_pass = compute / names.len() as f64;
+            // Every rank ends each pass at the same time, so the end-to-end time (the passes'
+            // slowest ends summed) is the attention time given below.
+            let attention = factor * sim["attention_time_ms"].as_f64().unwrap();
+            let end = attention / names.len() as f64;
             let passes: Vec<Value> = names
                 .iter()
                 .map(|n| {
-                    json!({"pass": n, "compute_ms": per_pass, "comm_ms": 1.0, "end_ms": 2.0,
+                    json!({"pass": n, "compute_ms": per_pass, "comm_ms": 1.0, "end_ms": end,
                         "steps": (0..steps).map(|s| json!({"step": s,
                             "compute_ms": per_pass / steps as f64, "wait_ms": 0.0})).collect::<Vec<_>>()})
                 })
                 .collect();
             // A rank's totals are its passes' sums, as a replay writes them.
             let k = names.len() as f64;
-            json!({"rank": r, "compute_ms": compute, "comm_ms": k, "end_ms": 2.0 * k, "passes": passes})
+            json!({"rank": r, "compute_ms": compute, "comm_ms": k, "end_ms": attention, "passes": passes})
         })
         .collect();
     json!({"format": "fcp-measured", "version": 1, "mode": "distributed", "pass": pass,
