@@ -3,7 +3,8 @@
 //! * every (q, k) pair the mask allows is computed exactly once (per query head);
 //! * a task only reads Q and K/V that are local or have arrived by its step;
 //! * a transfer only sends what its source holds when it is issued;
-//! * partial outputs computed away from their queries' owner are returned to it;
+//! * partial outputs computed away from their queries' owner are returned to it, and move
+//!   without being copied: each is handed over once and ends where its rows are held;
 //! * every token is owned by exactly one rank; per-rank tokens respect the memory cap;
 //! * a plan that claims to be congestion-free has at most one send and one receive per rank in
 //!   each round;
@@ -19,6 +20,7 @@ use super::{
 
 mod availability;
 mod coverage;
+mod output_flow;
 mod progress;
 #[cfg(test)]
 mod tests;
@@ -113,6 +115,7 @@ pub fn verify(plan: &Plan) -> Vec<Violation> {
     check_tasks(plan, &mut out);
     coverage::check_coverage(plan, &mut out);
     availability::check_availability(plan, &mut out);
+    output_flow::check_output_flow(plan, &mut out);
     check_congestion(plan, &mut out);
     progress::check_progress(plan, &mut out);
     out

@@ -670,3 +670,71 @@ fn regression_a_kv_transfer_narrowed_inside_a_gqa_group_is_refused() {
     p.transfers[i].tensor = TransferTensor::Q;
     assert!(split(&p).is_empty());
 }
+
+/// Regressions (bug hunt): partial outputs move, they are not copied. A duplicated `out`
+/// transfer (a reader merging both copies counts those rows twice) and an owner's finished
+/// rows sent to a rank that keeps them both passed the verifier, numeric check included, and
+/// failed the replay.
+#[test]
+fn regression_outputs_are_handed_over_once_and_end_with_their_rows() {
+    let batch = Batch::new(0, vec![5, 64, 200, 1]);
+    let ulysses = with_ctx(4, Mask::Causal, |ctx| {
+        crate::planners::Ulysses.plan(&batch, ctx)
+    })
+    .unwrap();
+    assert_eq!(verify(&ulysses), vec![]);
+    let mut dup = ulysses.clone();
+    let o = dup
+        .transfers
+        .iter()
+        .find(|t| t.tensor == TransferTensor::Out)
+        .unwrap()
+        .clone();
+    dup.transfers.push(o.clone());
+    let vs = verify(&dup);
+    assert!(!vs.is_empty());
+    assert!(
+        vs.iter().all(|v| v.kind == K::BadTransfer
+            && v.message.contains(&format!(
+                "transfer {} → {} hands over the output of",
+                o.src, o.dst
+            ))
+            && v.message.contains("has handed it over already")),
+        "{vs:?}"
+    );
+    // The same as a p2p transfer without the collective id.
+    let mut dup = ulysses.clone();
+    dup.transfers.push(Transfer {
+        kind: crate::plan::TransferKind::P2p,
+        collective: None,
+        ..o
+    });
+    assert!(kinds(&dup).contains(&K::BadTransfer));
+
+    // Zigzag's rank 0 sends its own finished rows to rank 2, which keeps them.
+    let mut away = plan();
+    let steps = away.ranks[0].steps.len() as u32;
+    let own = away.ranks[0].owned[0];
+    away.transfers.push(Transfer {
+        tensor: TransferTensor::Out,
+        ..Transfer::kv(0, 2, vec![own], steps, steps)
+    });
+    let vs = verify(&away);
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert_eq!(vs[0].kind, K::OutputNotReturned);
+    assert!(
+        vs[0].message.starts_with(&format!(
+            "rank 2 ends holding partial outputs of {} heads [0, {})",
+            fmt_range(&own),
+            away.q_heads
+        )),
+        "{}",
+        vs[0].message
+    );
+    // Sent back to rank 0 by rank 2, after it arrived, the detour is valid.
+    away.transfers.push(Transfer {
+        tensor: TransferTensor::Out,
+        ..Transfer::kv(2, 0, vec![own], steps, steps)
+    });
+    assert_eq!(verify(&away), vec![]);
+}

@@ -1,0 +1,316 @@
+//! Partial outputs move, they are never copied: an `out` transfer hands the rows it carries
+//! (with their log-sum-exp) to its receiver, which merges them, and the sender keeps nothing
+//! (docs/executor.md). So a rank may hand over only what it holds and has not handed over
+//! yet, and every partial output must end on the rank that holds its rows at the end (the
+//! input owner of a reshuffled plan, else the owner).
+//!
+//! The availability check (invariant 7) sees only whether a rank ever held a partial output
+//! before sending it, and invariant 8 only whether a task's output is returned. Bug hunt: two
+//! plans passed both and failed the replay, one that sent an owner's finished rows away to a
+//! rank that kept them, one that listed an `out` transfer twice (a reader merging both copies
+//! counts those rows twice). This follows every partial output through the plan, in each
+//! rank's own order of events.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{fmt_range, input_owner_map, owner_map, v, Violation, ViolationKind};
+use crate::hashing::FastMap;
+use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
+
+/// Disjoint token intervals `start → end`, adjacent ones merged.
+#[derive(Default)]
+struct Tokens(BTreeMap<u64, u64>);
+
+impl Tokens {
+    fn insert(&mut self, mut start: u64, mut end: u64) {
+        if start >= end {
+            return;
+        }
+        // Absorb every interval that overlaps or touches `[start, end)`.
+        if let Some((&s, &e)) = self.0.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
+                self.0.remove(&s);
+            }
+        }
+        while let Some((&s, &e)) = self.0.range(start..=end).next() {
+            end = end.max(e);
+            self.0.remove(&s);
+        }
+        self.0.insert(start, end);
+    }
+
+    /// The parts of `[start, end)` this set holds, in order.
+    fn within(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let first = self
+            .0
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        self.0
+            .range(first..end)
+            .map(|(&s, &e)| (s.max(start), e.min(end)))
+            .filter(|(s, e)| s < e)
+            .collect()
+    }
+
+    /// Remove `[start, end)`, returning the parts of it this set did not hold.
+    fn take(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let held = self.within(start, end);
+        let mut gaps = Vec::new();
+        let mut pos = start;
+        for &(s, e) in &held {
+            if s > pos {
+                gaps.push((pos, s));
+            }
+            pos = e;
+        }
+        if pos < end {
+            gaps.push((pos, end));
+        }
+        if let Some(&(first, _)) = held.first() {
+            // Cut the intervals the removed span touches and put back what lies outside it.
+            let keys: Vec<u64> = self
+                .0
+                .range(..end)
+                .rev()
+                .take_while(|(_, &e)| e > first)
+                .map(|(&s, _)| s)
+                .collect();
+            for s in keys {
+                let e = self.0.remove(&s).unwrap_or(s);
+                if s < start {
+                    self.0.insert(s, start);
+                }
+                if e > end {
+                    self.0.insert(end, e);
+                }
+            }
+        }
+        gaps
+    }
+
+    /// The intervals of this set, less what `other` holds.
+    fn minus(&self, other: &Tokens) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for (&s, &e) in &self.0 {
+            let mut pos = s;
+            for (a, b) in other.within(s, e) {
+                if a > pos {
+                    out.push((pos, a));
+                }
+                pos = b;
+            }
+            if pos < e {
+                out.push((pos, e));
+            }
+        }
+        out
+    }
+}
+
+/// One rank's partial outputs of one document and head segment.
+#[derive(Default)]
+struct Partials {
+    /// Held now: computed or received, and not handed over since.
+    pending: Tokens,
+    /// Ever held, to tell "handed over already" from "never held" (invariant 7's case).
+    ever: Tokens,
+    /// Computed on this rank: left-over outputs of its own tasks are invariant 8's to report.
+    computed: Tokens,
+}
+
+/// A document and a head segment (an index into the plan's head cuts).
+type Key = (u32, usize);
+
+/// What happens to partial outputs on one rank, in its order: `(time, phase, seq, event)`.
+/// Outputs computed in step `s` are held from `s + 1`, arrivals from their `arrive_by`, and a
+/// send at `issue_at` sees both when they are due by then (phase 0 before phase 1).
+type Timed = (u32, u8, usize, Event);
+
+#[derive(Clone, Copy)]
+enum Event {
+    /// A task's outputs: its queries, for its heads.
+    Computed(TokenRange, Option<HeadRange>),
+    /// Transfer `i` delivers its outputs.
+    Arrived(usize),
+    /// Transfer `i` hands its outputs over.
+    Sent(usize),
+}
+
+pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
+    use TransferTensor::Out;
+    let outs: Vec<usize> = (0..plan.transfers.len())
+        .filter(|&i| plan.transfers[i].tensor == Out)
+        .collect();
+    if outs.is_empty() {
+        // Nothing moves an output: invariant 8 covers every task computed away from its rows.
+        return;
+    }
+    let docs: BTreeSet<u32> = outs
+        .iter()
+        .flat_map(|&i| plan.transfers[i].ranges.iter().map(|r| r.doc))
+        .collect();
+    // Head segments: every head range of a task or output transfer of those documents cuts.
+    let mut cuts = BTreeSet::from([0, plan.q_heads]);
+    let mut events: Vec<Vec<Timed>> = vec![Vec::new(); plan.ranks.len()];
+    let mut seq = 0usize;
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        for (s, step) in rp.steps.iter().enumerate() {
+            for t in step.tasks.iter().filter(|t| docs.contains(&t.q.doc)) {
+                cuts.extend(t.heads.iter().flat_map(|h| [h.start, h.end]));
+                events[r].push((s as u32 + 1, 0, seq, Event::Computed(t.q, t.heads)));
+                seq += 1;
+            }
+        }
+    }
+    for &i in &outs {
+        let t = &plan.transfers[i];
+        cuts.extend(t.heads.iter().flat_map(|h| [h.start, h.end]));
+        events[t.dst as usize].push((t.arrive_by, 0, seq, Event::Arrived(i)));
+        events[t.src as usize].push((t.issue_at, 1, seq, Event::Sent(i)));
+        seq += 1;
+    }
+    let cuts: Vec<u32> = cuts.into_iter().filter(|&c| c <= plan.q_heads).collect();
+    // The segments a head range (absent: all heads) spans.
+    let segs = |h: Option<HeadRange>| {
+        let (lo, hi) = h.map_or((0, plan.q_heads), |h| (h.start, h.end));
+        let first = cuts.partition_point(|&c| c < lo);
+        let last = cuts.partition_point(|&c| c < hi);
+        first..last.max(first)
+    };
+    let seg_heads = |k: usize| HeadRange::from((cuts[k], cuts[k + 1]));
+    let final_holder = match plan.input_layout {
+        Some(_) => input_owner_map(plan),
+        None => owner_map(plan),
+    };
+    for (rank, mut evs) in events.into_iter().enumerate() {
+        let rank = rank as u32;
+        evs.sort_unstable_by_key(|e| (e.0, e.1, e.2));
+        let mut held: FastMap<Key, Partials> = FastMap::default();
+        for (_, _, _, ev) in evs {
+            match ev {
+                Event::Computed(q, heads) => {
+                    for k in segs(heads) {
+                        let p = held.entry((q.doc, k)).or_default();
+                        p.pending.insert(q.start, q.end);
+                        p.ever.insert(q.start, q.end);
+                        p.computed.insert(q.start, q.end);
+                    }
+                }
+                Event::Arrived(i) => {
+                    let t = &plan.transfers[i];
+                    for r in &t.ranges {
+                        for k in segs(t.heads) {
+                            let p = held.entry((r.doc, k)).or_default();
+                            p.pending.insert(r.start, r.end);
+                            p.ever.insert(r.start, r.end);
+                        }
+                    }
+                }
+                Event::Sent(i) => {
+                    let t = &plan.transfers[i];
+                    for r in &t.ranges {
+                        let mut again: Option<(u64, u64, HeadRange)> = None;
+                        for k in segs(t.heads) {
+                            let p = held.entry((r.doc, k)).or_default();
+                            for (gs, ge) in p.pending.take(r.start, r.end) {
+                                // Never held at all is invariant 7's to report.
+                                if let Some(&(a, b)) = p.ever.within(gs, ge).first() {
+                                    again.get_or_insert((a, b, seg_heads(k)));
+                                }
+                            }
+                        }
+                        if let Some((a, b, h)) = again {
+                            out.push(v(
+                                ViolationKind::BadTransfer,
+                                format!(
+                                    "transfer {} → {} hands over the output of {} heads [{}, {}) at step {} after rank {} has handed it over already: an `out` transfer moves partial outputs, and its sender keeps no copy",
+                                    t.src,
+                                    t.dst,
+                                    fmt_range(&TokenRange::new(r.doc, a, b)),
+                                    h.start,
+                                    h.end,
+                                    t.issue_at,
+                                    t.src
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // What the rank received and still holds at the end, where it does not belong.
+        let mut left: Vec<(Key, Vec<(u64, u64)>)> = held
+            .iter()
+            .map(|(&key, p)| (key, p.pending.minus(&p.computed)))
+            .filter(|(_, pieces)| !pieces.is_empty())
+            .collect();
+        left.sort_unstable_by_key(|(key, _)| *key);
+        for ((doc, k), pieces) in left {
+            let h = seg_heads(k);
+            for (s, e) in pieces {
+                for &(os, oe, holder) in final_holder[doc as usize].overlapping(s, e) {
+                    let (a, b) = (os.max(s), oe.min(e));
+                    if a >= b || holder == rank {
+                        continue;
+                    }
+                    out.push(v(
+                        ViolationKind::OutputNotReturned,
+                        format!(
+                            "rank {rank} ends holding partial outputs of {} heads [{}, {}) that it received; they belong to rank {holder}, where every partial output must end",
+                            fmt_range(&TokenRange::new(doc, a, b)),
+                            h.start,
+                            h.end
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Inserting and taking intervals agrees with a set of tokens, gaps included.
+        #[test]
+        fn tokens_behave_as_a_set(
+            ops in prop::collection::vec((any::<bool>(), 0u64..40, 0u64..12), 1..30),
+        ) {
+            let mut set = Tokens::default();
+            let mut brute = BTreeSet::new();
+            for (add, s, l) in ops {
+                let e = s + l;
+                if add {
+                    set.insert(s, e);
+                    brute.extend(s..e);
+                } else {
+                    let gaps: BTreeSet<u64> =
+                        set.take(s, e).into_iter().flat_map(|(a, b)| a..b).collect();
+                    let want: BTreeSet<u64> = (s..e).filter(|t| !brute.contains(t)).collect();
+                    prop_assert_eq!(gaps, want);
+                    for t in s..e {
+                        brute.remove(&t);
+                    }
+                }
+                let got: BTreeSet<u64> = set.0.iter().flat_map(|(&a, &b)| a..b).collect();
+                prop_assert_eq!(&got, &brute);
+                // Disjoint, non-empty, not touching.
+                prop_assert!(set.0.iter().all(|(a, b)| a < b));
+                let v: Vec<(u64, u64)> = set.0.iter().map(|(&a, &b)| (a, b)).collect();
+                prop_assert!(v.windows(2).all(|w| w[0].1 < w[1].0));
+            }
+            let other = Tokens(BTreeMap::from([(5, 9), (20, 30)]));
+            let minus: BTreeSet<u64> =
+                set.minus(&other).into_iter().flat_map(|(a, b)| a..b).collect();
+            let want: BTreeSet<u64> =
+                brute.iter().copied().filter(|t| !(5..9).contains(t) && !(20..30).contains(t)).collect();
+            prop_assert_eq!(minus, want);
+        }
+    }
+}
