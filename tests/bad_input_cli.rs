@@ -1142,3 +1142,48 @@ fn regression_a_title_with_a_control_character_wrote_an_unreadable_svg() {
         .stderr(predicate::str::contains("U+0001"));
     assert!(!out.exists());
 }
+
+/// Regression (bug hunt): a range with a fourth number was refused as "trailing characters",
+/// and a plan file holding an array or a number as "missing `version`".
+#[test]
+fn regression_malformed_ranges_and_plans_say_what_was_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = small_plan(dir.path());
+    let long = edited_plan(dir.path(), &p, "long.json", |v| {
+        v["ranks"][0]["owned"][0]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!(1))
+    });
+    fcp()
+        .arg("verify")
+        .arg(&long)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+        "ranks[0].owned[0]: invalid length 4, expected a token range: [doc, start, end], 3 numbers",
+    ));
+    let short = edited_plan(dir.path(), &p, "short.json", |v| {
+        v["ranks"][0]["owned"][0].as_array_mut().unwrap().pop();
+    });
+    fcp()
+        .arg("verify")
+        .arg(&short)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "invalid length 2, expected a token range: [doc, start, end], 3 numbers",
+        ));
+    for (text, kind) in [("[]", "an array"), ("1", "a number"), ("null", "null")] {
+        let f = dir.path().join("odd.json");
+        std::fs::write(&f, text).unwrap();
+        fcp()
+            .arg("verify")
+            .arg(&f)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(format!(
+                "a plan is a JSON object (`{{\"version\": ..., \"ranks\": ...}}`), not {kind}"
+            )));
+    }
+}

@@ -52,9 +52,21 @@ pub enum PlanError {
     Planning(String),
 }
 
+/// What a JSON value is, for messages: `an array`, `a number`, ...
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// A token range `[start, end)` of one document. Serialised as `[doc, start, end]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(from = "(u32, u64, u64)", into = "(u32, u64, u64)")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(into = "(u32, u64, u64)")]
 pub struct TokenRange {
     /// Document id (index into [`Plan::documents`]).
     pub doc: u32,
@@ -90,10 +102,64 @@ impl From<TokenRange> for (u32, u64, u64) {
     }
 }
 
+/// Reads a fixed-length JSON array of whole numbers, `N` of them, each into a `u64` (the
+/// caller narrows), saying what the array is when it has too few or too many. Bug hunt: a
+/// range with a fourth number was "trailing characters".
+struct Numbers<const N: usize>(&'static str);
+
+impl<'de, const N: usize> serde::de::Visitor<'de> for Numbers<N> {
+    type Value = [u64; N];
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<[u64; N], A::Error> {
+        let mut out = [0u64; N];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = seq
+                .next_element()?
+                .ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
+        }
+        let mut n = N;
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+            n += 1;
+        }
+        if n != N {
+            return Err(serde::de::Error::invalid_length(n, &self));
+        }
+        Ok(out)
+    }
+}
+
+/// `v` as a `T`, or an error saying it is out of `what`'s range.
+fn narrow<T: TryFrom<u64>, E: serde::de::Error>(v: u64, what: &str) -> Result<T, E> {
+    T::try_from(v).map_err(|_| E::custom(format!("{what} {v} is out of range")))
+}
+
+impl<'de> Deserialize<'de> for TokenRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let [doc, start, end] =
+            d.deserialize_seq(Numbers::<3>("a token range: [doc, start, end], 3 numbers"))?;
+        Ok(TokenRange::new(narrow(doc, "doc")?, start, end))
+    }
+}
+
+impl<'de> Deserialize<'de> for HeadRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let [start, end] =
+            d.deserialize_seq(Numbers::<2>("a head range: [start, end], 2 numbers"))?;
+        Ok(HeadRange {
+            start: narrow(start, "head")?,
+            end: narrow(end, "head")?,
+        })
+    }
+}
+
 /// A range `[start, end)` of query heads, for schemes that split heads (Ulysses).
 /// Serialised as `[start, end]`. Absent means all heads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(from = "(u32, u32)", into = "(u32, u32)")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(into = "(u32, u32)")]
 pub struct HeadRange {
     /// First query head, inclusive.
     pub start: u32,
@@ -504,6 +570,15 @@ impl Plan {
                 return Err(PlanError::Version {
                     path: origin.to_string(),
                     found: v.to_string(),
+                })
+            }
+            None if !value.is_object() => {
+                return Err(PlanError::Parse {
+                    path: origin.to_string(),
+                    message: format!(
+                        "a plan is a JSON object (`{{\"version\": ..., \"ranks\": ...}}`), not {}",
+                        json_kind(&value)
+                    ),
                 })
             }
             None => {
