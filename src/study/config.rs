@@ -431,21 +431,42 @@ impl SweepConfig {
         }
         // A value listed twice made every cell of it twice (two rows, one `cells/` file);
         // profiles count as listed twice when their what-if overrides are the same written
-        // two ways (`h100:nic_gbs=10` and `h100:nic_gbs=10.0`).
+        // two ways (`h100:nic_gbs=10` and `h100:nic_gbs=10.0`), and inputs when they name
+        // one file two ways (`lab.toml` and `./lab.toml`).
+        let same_file = |spec: &str| -> String {
+            let (base, overrides) = crate::hardware::spec::split_overrides(spec);
+            match std::fs::canonicalize(base) {
+                Ok(p) if p.is_file() => match overrides {
+                    Some(o) => format!("{}:{o}", p.display()),
+                    None => p.display().to_string(),
+                },
+                _ => spec.to_string(),
+            }
+        };
         let canonical = |l: &[String]| -> Vec<String> {
             l.iter()
-                .map(|s| crate::hardware::spec::canonical_spec(s))
+                .map(|s| same_file(&crate::hardware::spec::canonical_spec(s)))
                 .collect()
         };
-        for (name, list) in [
-            ("traces", g.traces.clone()),
-            ("schemes", g.schemes.clone()),
-            ("hardware", canonical(&g.hardware)),
-            ("model", canonical(&g.model)),
+        let traces: Vec<String> = g.traces.iter().map(|t| same_file(t)).collect();
+        for (name, list, written) in [
+            ("traces", traces, &g.traces),
+            ("schemes", g.schemes.clone(), &g.schemes),
+            ("hardware", canonical(&g.hardware), &g.hardware),
+            ("model", canonical(&g.model), &g.model),
         ] {
-            if let Some(v) = repeated(&list) {
-                return bad(format!("grid.{name} lists `{v}` twice"));
-            }
+            let Some(j) = (0..list.len()).find(|&j| list[..j].contains(&list[j])) else {
+                continue;
+            };
+            let i = list[..j].iter().position(|v| *v == list[j]).unwrap_or(0);
+            return bad(if written[i] == written[j] {
+                format!("grid.{name} lists `{}` twice", written[j])
+            } else {
+                format!(
+                    "grid.{name} lists `{}` and `{}`, one input written two ways; list it once",
+                    written[i], written[j]
+                )
+            });
         }
         if let Some((a, b)) = schemes_planning_alike(&g.schemes, &g.block) {
             return bad(format!(
@@ -839,8 +860,39 @@ mod tests {
             let e = SweepConfig::parse(&format!("{grid}{axis} = [{a:?}, {b:?}]\n"))
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains(&format!("grid.{axis} lists `")), "{e}");
+            assert!(
+                e.contains(&format!(
+                    "grid.{axis} lists `{a}` and `{b}`, one input written two ways"
+                )),
+                "{e}"
+            );
         }
+        // One file named two ways, with or without the same overrides.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("lab.toml");
+        std::fs::write(&file, crate::hardware::bundled::HARDWARE[0].1).unwrap();
+        let plain = file.display().to_string();
+        let dotted = format!("{}/./lab.toml", dir.path().display());
+        for (a, b) in [
+            (plain.clone(), dotted.clone()),
+            (
+                format!("{plain}:nic_gbs=10"),
+                format!("{dotted}:nic_gbs=1e1"),
+            ),
+        ] {
+            let e = SweepConfig::parse(&format!(
+                "{grid}hardware = [{a:?}, {b:?}]
+"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("one input written two ways"), "{e}");
+        }
+        assert!(SweepConfig::parse(&format!(
+            "{grid}hardware = [{plain:?}, \"{plain}:nic_gbs=10\"]
+"
+        ))
+        .is_ok());
     }
 
     #[test]
