@@ -498,6 +498,17 @@ fn regression_what_if_peak_and_nvlink_reach_the_tables() {
     ]));
     assert_eq!(shown["kernel_scale"], 2.0);
     assert_eq!(shown["nccl_scale"], 0.25);
+    // `hw kernel` reads the same table, named or not (bug hunt: `--profile` was unscaled and
+    // refused a peak below the table).
+    for profile in [&[][..], &["--profile", "h100-fa3"][..]] {
+        let v = json(
+            fcp()
+                .args(["hw", "kernel", "--json", "--q-len", "4096"])
+                .args(["--hardware", "h100:peak_tflops=494.7"])
+                .args(profile),
+        );
+        assert_eq!(v["tflops"], 331.0, "{profile:?}");
+    }
 }
 
 /// Regressions (bug hunt) of what-if overrides and the files around them: a file in the

@@ -416,7 +416,9 @@ fn lookup_json(hw: &Hardware, q: &KernelQuery, l: &KernelLookup) -> Value {
 fn kernel(a: KernelArgs) -> anyhow::Result<()> {
     let hw = Hardware::load(&a.hardware)?;
     let profile = match &a.profile {
-        Some(p) => hw.check_kernel_profile(KernelProfile::load(p)?)?,
+        // Scaled as the profile's own table is under a what-if peak (bug hunt: `--profile`
+        // showed the unscaled table, and refused a slower peak).
+        Some(p) => hw.check_kernel_profile(KernelProfile::load(p)?.scaled(hw.kernel_scale()))?,
         None => hw.kernel_profile()?,
     };
     let model = a.model.as_deref().map(Model::load).transpose()?;

@@ -184,7 +184,9 @@ impl Hardware {
         }
         let scale = self.kernel_scale();
         if let (false, true, Some(g)) = (gemm_given, scale != 1.0, self.gemm_tflops) {
-            self.gemm_tflops = Some(g * scale);
+            // Held to the new peak: 989.4 × (1001.2 / 989.4) rounds one step past 1001.2, and
+            // a GEMM rate equal to the peak was refused as above it (bug hunt).
+            self.gemm_tflops = Some((g * scale).min(self.peak_tflops));
             self.sources.insert(
                 "gemm_tflops".to_string(),
                 format!(
@@ -686,6 +688,19 @@ kernel_profile = "h100-fa3"
         assert!((busbw(&narrow) - busbw(&base) * 95.0 / base.nvlink_gbs).abs() < 1e-9);
         assert_eq!(fastest(&narrow), fastest(&base));
         assert_eq!(narrow.gemm_tflops, base.gemm_tflops);
+
+        // A GEMM rate equal to the peak stays equal to it, rounding aside (bug hunt).
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("lab.toml");
+        let h100 = bundled::HARDWARE[0].1;
+        assert!(h100.contains("gemm_tflops = 794.5"));
+        std::fs::write(
+            &file,
+            h100.replace("gemm_tflops = 794.5", "gemm_tflops = 989.4"),
+        )
+        .unwrap();
+        let scaled = Hardware::load(&format!("{}:peak_tflops=1001.2", file.display())).unwrap();
+        assert_eq!(scaled.gemm_tflops, Some(1001.2));
 
         // Other overrides leave the tables as measured.
         let nic = Hardware::load("h100:nic_gbs=12.5").unwrap();
