@@ -646,3 +646,61 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
         assert_eq!(p["memory_cap_tokens"], t.parse::<u64>().unwrap(), "{t}");
     }
 }
+
+/// Regressions (bug hunt: the verifier against the replay, tests/replay/*.json). Accepted,
+/// and replayed correctly by scripts/test-replay.sh, though once refused: outputs returned
+/// through another rank, and an input owner computing some of its own rows. Refused, though
+/// once accepted while the replay failed: a partial output received by a rank that had
+/// computed and sent the same rows, left there; a collective piece sending data its rank gets
+/// only after it joins the call; and an output due before it is issued.
+#[test]
+fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
+    let fixture = |name: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/replay")
+            .join(format!("{name}.json"))
+    };
+    for ok in ["out-detour", "input-owner-computes"] {
+        fcp().arg("verify").arg(fixture(ok)).assert().success();
+    }
+    for (bad, says) in [
+        (
+            "out-stranded",
+            "OutputNotReturned: rank 2 ends holding partial outputs of doc 0 [24, 32) heads [0, 8); they belong to rank 3",
+        ),
+        (
+            "collective-late-piece",
+            "at step 0 (it joins collective 0 then, at its earliest piece) but rank 2 does not hold it then",
+        ),
+    ] {
+        fcp()
+            .arg("verify")
+            .arg(fixture(bad))
+            .assert()
+            .code(1)
+            .stdout(predicates::str::contains(says));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("out-detour")).unwrap()).unwrap();
+    let out = plan["transfers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|t| t["tensor"] == "out")
+        .unwrap();
+    let issue = out["issue_at"].as_u64().unwrap();
+    assert!(issue > 0);
+    out["arrive_by"] = serde_json::json!(issue - 1);
+    let early = dir.path().join("early.json");
+    std::fs::write(&early, plan.to_string()).unwrap();
+    fcp()
+        .arg("verify")
+        .arg(&early)
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains(format!(
+            "issued at step {issue} but due by step {}",
+            issue - 1
+        )));
+}

@@ -1,9 +1,9 @@
-//! Data availability: tasks read only what is local or has arrived, transfers send only what
-//! their source holds, and outputs computed away from their owner go back to it.
+//! Data availability: tasks read only what is local or has arrived, and transfers send only
+//! what their source holds (where outputs go is [`super::output_flow`]'s to check).
 
 use std::collections::BTreeMap;
 
-use super::{fmt_range, input_owner_map, owner_map, v, Violation, ViolationKind};
+use super::{fmt_range, v, Violation, ViolationKind};
 use crate::hashing::FastMap;
 use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
 
@@ -305,21 +305,6 @@ impl Held {
     }
 }
 
-/// Whether intervals, sorted by start, cover `[start, end)`.
-fn covers(sorted: impl IntoIterator<Item = (u64, u64)>, start: u64, end: u64) -> bool {
-    let mut pos = start;
-    for (s, e) in sorted {
-        if s > pos {
-            break;
-        }
-        pos = pos.max(e);
-        if pos >= end {
-            return true;
-        }
-    }
-    pos >= end
-}
-
 pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     use TransferTensor::{Kv, Out, Q};
     // Only output transfers ask about computed outputs; a plan without any (ring, zigzag: 3.8
@@ -347,6 +332,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     let mut asks: Vec<Ask> = Vec::new();
     // One rank's holdings at a time: an all-gather delivers every shard to every rank, so all
     // ranks' holdings at once are N times the plan (5 GB for per-doc CP at 256 ranks).
+    let sent_at = send_steps(plan);
     for rank in 0..plan.ranks.len() {
         let held = holdings_of(plan, rank as u32, &into[rank], returns_outputs);
         asks.clear();
@@ -358,7 +344,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                     .zip(first_origin[i]..)
                     .map(|(r, origin)| Ask {
                         origin,
-                        ..Ask::new(r, t.tensor, t.heads, t.issue_at)
+                        ..Ask::new(r, t.tensor, t.heads, sent_at[i])
                     }),
             );
         }
@@ -390,8 +376,10 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
         }
     }
     let mut unsent = unsent.into_iter();
-    for t in &plan.transfers {
-        if t.tensor != Out && t.issue_at > t.arrive_by {
+    for (t, &at) in plan.transfers.iter().zip(&sent_at) {
+        // Outputs too (bug hunt: an `out` transfer due before it was issued passed, and the
+        // replay refused it).
+        if t.issue_at > t.arrive_by {
             out.push(v(
                 ViolationKind::BadTransfer,
                 format!(
@@ -405,39 +393,28 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                 out.push(v(
                     ViolationKind::BadTransfer,
                     format!(
-                        "transfer {} → {} sends {:?} of {} at step {} but rank {} does not hold it then",
-                        t.src, t.dst, t.tensor, fmt_range(r), t.issue_at, t.src
+                        "transfer {} → {} sends {:?} of {} at step {at}{} but rank {} does not hold it then",
+                        t.src,
+                        t.dst,
+                        t.tensor,
+                        fmt_range(r),
+                        if at < t.issue_at {
+                            format!(
+                                " (it joins collective {} then, at its earliest piece)",
+                                t.collective.unwrap_or(0)
+                            )
+                        } else {
+                            String::new()
+                        },
+                        t.src
                     ),
                 ));
             }
         }
     }
-    let owners = owner_map(plan);
-    // Output returns, by (src, dst, doc): (start, end, issue_at, heads).
-    let mut returned: FastMap<(u32, u32, u32), Vec<Run>> = FastMap::default();
-    for t in plan.transfers.iter().filter(|t| t.tensor == Out) {
-        for r in &t.ranges {
-            returned
-                .entry((t.src, t.dst, r.doc))
-                .or_default()
-                .push((r.start, r.end, t.issue_at, t.heads));
-        }
-    }
-    // Indexed by the latest return: a task's output may go back any time after its step.
-    let returned: FastMap<(u32, u32, u32), StepIndex> = returned
-        .into_iter()
-        .map(|(k, runs)| (k, StepIndex::new(runs, u32::max, plan.q_heads)))
-        .collect();
-    let is_returned =
-        |src: u32, dst: u32, piece: &TokenRange, step: u32, heads: Option<HeadRange>| {
-            returned
-                .get(&(src, dst, piece.doc))
-                .is_some_and(|idx| idx.covers(piece.start, piece.end, heads, |issue| issue > step))
-        };
     for (rp, unread) in plan.ranks.iter().zip(unread) {
         let mut unread = unread.into_iter();
         for (s, step) in rp.steps.iter().enumerate() {
-            let s32 = s as u32;
             for t in &step.tasks {
                 for (tensor, r) in [(Q, &t.q), (Kv, &t.kv)] {
                     if unread.next().unwrap_or(false) {
@@ -452,31 +429,40 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
                         ));
                     }
                 }
-                // Queries owned elsewhere: their partial output must go back to the owner.
-                for &(os, oe, owner) in owners[t.q.doc as usize].overlapping(t.q.start, t.q.end) {
-                    let (s0, e0) = (os.max(t.q.start), oe.min(t.q.end));
-                    if s0 >= e0 || owner == rp.rank {
-                        continue;
-                    }
-                    let piece = TokenRange::new(t.q.doc, s0, e0);
-                    let ok = is_returned(rp.rank, owner, &piece, s32, t.heads);
-                    if !ok {
-                        out.push(v(
-                            ViolationKind::OutputNotReturned,
-                            format!(
-                                "rank {} step {s}: output of {} is never returned to its owner rank {owner}",
-                                rp.rank,
-                                fmt_range(&piece)
-                            ),
-                        ));
-                    }
-                }
             }
         }
     }
     if plan.input_layout.is_some() {
         check_reshuffle(plan, &never_owned, out);
     }
+}
+
+/// The step at which each transfer's source sends it: its `issue_at`, or for a piece of a
+/// collective call the step its source joins the call, the earliest `issue_at` of a piece the
+/// source sends or receives in it (invariant 12, `sim::program`). Bug hunt: a piece forwarding
+/// data due at step 1 in a call its source joined at step 0 passed, and the replay hung.
+fn send_steps(plan: &Plan) -> Vec<u32> {
+    use crate::plan::TransferKind;
+    let in_call = |t: &crate::plan::Transfer| match (t.kind, t.collective) {
+        (TransferKind::P2p, _) | (_, None) => None,
+        (kind, Some(id)) => Some((id, kind)),
+    };
+    let mut join: FastMap<(u32, TransferKind, u32), u32> = FastMap::default();
+    for t in &plan.transfers {
+        if let Some((id, kind)) = in_call(t) {
+            for r in std::iter::once(t.src).chain(t.receivers()) {
+                let j = join.entry((id, kind, r)).or_insert(u32::MAX);
+                *j = (*j).min(t.issue_at);
+            }
+        }
+    }
+    plan.transfers
+        .iter()
+        .map(|t| match in_call(t) {
+            Some((id, kind)) => join.get(&(id, kind, t.src)).copied().unwrap_or(t.issue_at),
+            None => t.issue_at,
+        })
+        .collect()
 }
 
 /// What `rank` holds, indexed by earliest arrival: its input layout (its owned ranges when the
@@ -506,17 +492,13 @@ fn holdings_of(plan: &Plan, rank: u32, into: &[usize], outputs: bool) -> Held {
     held.index()
 }
 
-/// Token spans of one document with a step: `(start, end, step)`.
-type Spans = Vec<(u64, u64, u32)>;
-
-/// With an input layout: every rank receives the Q and K/V of what it owns, and every output
-/// row reaches its input owner, sent by its planned owner after the last step that computes
-/// it there and after any partial output for it has arrived there.
+/// With an input layout: every rank receives the Q and K/V of what it owns (that every output
+/// row reaches its input owner is [`super::output_flow`]'s to check, as every return is).
 ///
 /// `never_owned[rank][i]` says whether the Q and K/V of the rank's `i`-th owned range never
 /// reach it.
 fn check_reshuffle(plan: &Plan, never_owned: &[Vec<[bool; 2]>], out: &mut Vec<Violation>) {
-    use TransferTensor::{Kv, Out, Q};
+    use TransferTensor::{Kv, Q};
     for (rp, never) in plan.ranks.iter().zip(never_owned) {
         for (r, never) in rp.owned.iter().zip(never) {
             for (tensor, never) in [Q, Kv].into_iter().zip(never) {
@@ -529,88 +511,6 @@ fn check_reshuffle(plan: &Plan, never_owned: &[Vec<[bool; 2]>], out: &mut Vec<Vi
                             fmt_range(r)
                         ),
                     ));
-                }
-            }
-        }
-    }
-    // Per (rank, doc): rows computed there, (start, end, step).
-    let mut computed: BTreeMap<(u32, u32), Spans> = BTreeMap::new();
-    for rp in &plan.ranks {
-        for (s, step) in rp.steps.iter().enumerate() {
-            for t in &step.tasks {
-                computed
-                    .entry((rp.rank, t.q.doc))
-                    .or_default()
-                    .push((t.q.start, t.q.end, s as u32));
-            }
-        }
-    }
-    // Output transfers by (src, dst, doc): (start, end, issue_at); arrivals by (dst, doc):
-    // (start, end, arrive_by).
-    let mut outs: BTreeMap<(u32, u32, u32), Spans> = BTreeMap::new();
-    let mut into: BTreeMap<(u32, u32), Spans> = BTreeMap::new();
-    for t in plan.transfers.iter().filter(|t| t.tensor == Out) {
-        for r in &t.ranges {
-            outs.entry((t.src, t.dst, r.doc))
-                .or_default()
-                .push((r.start, r.end, t.issue_at));
-            into.entry((t.dst, r.doc))
-                .or_default()
-                .push((r.start, r.end, t.arrive_by));
-        }
-    }
-    let inputs = input_owner_map(plan);
-    for (doc, runs) in owner_map(plan).iter().enumerate() {
-        let doc = doc as u32;
-        for &(os, oe, owner) in runs.runs() {
-            for &(is, ie, input) in inputs[doc as usize].overlapping(os, oe) {
-                let (s0, e0) = (os.max(is), oe.min(ie));
-                if s0 >= e0 || input == owner {
-                    continue;
-                }
-                // The rows are final on `owner` after its last step computing them and after
-                // the last partial output for them arrives; cut the piece where that changes.
-                let work = computed.get(&(owner, doc)).map_or(&[][..], Vec::as_slice);
-                let partial = into.get(&(owner, doc)).map_or(&[][..], Vec::as_slice);
-                let mut cuts = vec![s0, e0];
-                for &(a, b, _) in work.iter().chain(partial) {
-                    cuts.extend([a, b].into_iter().filter(|&x| s0 < x && x < e0));
-                }
-                cuts.sort_unstable();
-                cuts.dedup();
-                let sent = outs
-                    .get(&(owner, input, doc))
-                    .map_or(&[][..], Vec::as_slice);
-                for w in cuts.windows(2) {
-                    let (a, b) = (w[0], w[1]);
-                    let ready = work
-                        .iter()
-                        .filter(|&&(x, y, _)| x < b && a < y)
-                        .map(|&(_, _, st)| st + 1)
-                        .chain(
-                            partial
-                                .iter()
-                                .filter(|&&(x, y, _)| x < b && a < y)
-                                .map(|&(_, _, arr)| arr),
-                        )
-                        .max()
-                        .unwrap_or(0);
-                    let mut usable: Vec<(u64, u64)> = sent
-                        .iter()
-                        .filter(|&&(_, _, issue)| issue >= ready)
-                        .map(|&(x, y, _)| (x, y))
-                        .collect();
-                    usable.sort_unstable();
-                    if !covers(usable, a, b) {
-                        out.push(v(
-                            ViolationKind::OutputNotReturned,
-                            format!(
-                                "output of {} is not returned from its planned owner rank {owner} to its input owner rank {input} after step {}",
-                                fmt_range(&TokenRange::new(doc, a, b)),
-                                ready.saturating_sub(1)
-                            ),
-                        ));
-                    }
                 }
             }
         }
