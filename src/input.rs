@@ -354,7 +354,7 @@ pub fn csv_rows<T: serde::de::DeserializeOwned>(text: &str) -> Result<Vec<(T, u6
             Ok(false) => return Ok(rows),
             Ok(true) => match record.deserialize(Some(&headers)) {
                 Ok(row) => rows.push((row, line)),
-                Err(e) => return Err(csv_message(&e, line)),
+                Err(e) => return Err(format!("line {line}: {}", csv_what(&e, Some(&headers)))),
             },
             Err(e) => return Err(csv_message(&e, line)),
         }
@@ -363,12 +363,23 @@ pub fn csv_rows<T: serde::de::DeserializeOwned>(text: &str) -> Result<Vec<(T, u6
 
 /// `line N: what is wrong` for a csv error on line N.
 fn csv_message(e: &csv::Error, line: u64) -> String {
-    format!("line {line}: {}", csv_what(e))
+    format!("line {line}: {}", csv_what(e, None))
+}
+
+/// Field `i` (csv counts from 0) as a reader counts it, from 1, with its column's name when
+/// the `headers` give one. Bug hunt: `q_len` of `4096.0` was reported in "field 5", which a
+/// reader counting from 1 takes for `len_kind`.
+fn field_name(i: u64, headers: Option<&csv::StringRecord>) -> String {
+    match headers.and_then(|h| h.get(i as usize)) {
+        Some(name) => format!("column `{name}` (field {})", i + 1),
+        None => format!("field {}", i + 1),
+    }
 }
 
 /// What a csv error says is wrong, without csv's own position (wrong past blank lines and
-/// `\r\n` endings: [`LineLogging`] gives the line).
-pub fn csv_what(e: &csv::Error) -> String {
+/// `\r\n` endings: [`LineLogging`] gives the line); a field is named by its column when the
+/// `headers` are known, and counted from 1.
+pub fn csv_what(e: &csv::Error, headers: Option<&csv::StringRecord>) -> String {
     // csv words a short row as "found record with N fields, but the previous record has M
     // fields"; cutting its position off that left "fields, but the previous …".
     match e.kind() {
@@ -377,11 +388,14 @@ pub fn csv_what(e: &csv::Error) -> String {
         } => format!("expected {expected_len} fields, found {len}"),
         csv::ErrorKind::Utf8 { err, .. } => {
             format!(
-                "invalid UTF-8 in field {} (the file must be UTF-8 text)",
-                err.field()
+                "invalid UTF-8 in {} (the file must be UTF-8 text)",
+                field_name(err.field() as u64, headers)
             )
         }
-        csv::ErrorKind::Deserialize { err, .. } => err.to_string(),
+        csv::ErrorKind::Deserialize { err, .. } => match err.field() {
+            Some(i) => format!("{}: {}", field_name(i, headers), err.kind()),
+            None => err.kind().to_string(),
+        },
         _ => e.to_string(),
     }
 }

@@ -767,7 +767,8 @@ bwd,full,64,true,total,2048,2048,40,v
             ),
             (
                 format!("{head}\n\n\n{}\n", row(4096, "abc")),
-                "line 4: field 7",
+                // Named by its column and counted from 1 (bug hunt: "field 7", from 0).
+                "line 4: column `tflops` (field 8): invalid float literal",
             ),
             (
                 format!("{head}\n\n{}\n", "fwd,causal"),

@@ -560,7 +560,7 @@ fn quote(value: &str) -> String {
 
 /// A csv error on `line` (csv's own count is wrong past blank lines and `\r\n` endings).
 fn csv_error(e: csv::Error, line: u64) -> TraceError {
-    let message = crate::input::csv_what(&e);
+    let message = crate::input::csv_what(&e, None);
     match e.into_kind() {
         // The reader names the path (see `DocReader::next`).
         csv::ErrorKind::Io(source) => TraceError::Io {
