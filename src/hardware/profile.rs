@@ -363,8 +363,12 @@ impl Hardware {
         // The tables a profile names are read with it, so that a typo is an error where the
         // profile is given (`hw show`, `plan`), naming its file. Regression: `nccl_table =
         // "nope"` passed `hw show` and `plan` and failed first in `simulate`, without the file.
-        KernelProfile::load(&self.kernel_profile)
+        // And held to the peak here, where the file is known: checked only when the table was
+        // first read, the error named the profile's `name` key (`h100`, for a lab file that
+        // kept it), and `plan` accepted the file (bug hunt).
+        let table = KernelProfile::load(&self.kernel_profile)
             .map_err(|e| bad("kernel_profile", e.to_string()))?;
+        self.table_under_peak(table.scaled(self.kernel_scale()), file)?;
         if let Some(t) = &self.nccl_table {
             super::NcclTable::load(t).map_err(|e| bad("nccl_table", e.to_string()))?;
         }
@@ -476,13 +480,22 @@ impl Hardware {
         &self,
         table: KernelProfile,
     ) -> Result<KernelProfile, HardwareError> {
+        self.table_under_peak(table, &self.name)
+    }
+
+    /// [`Hardware::check_kernel_profile`], naming `file` in the error.
+    fn table_under_peak(
+        &self,
+        table: KernelProfile,
+        file: &str,
+    ) -> Result<KernelProfile, HardwareError> {
         let fastest = table
             .rows()
             .iter()
             .max_by(|a, b| a.tflops.total_cmp(&b.tflops));
         if let Some(row) = fastest.filter(|r| r.tflops > self.peak_tflops) {
             return Err(HardwareError::Invalid {
-                file: self.name.clone(),
+                file: file.to_string(),
                 field: "peak_tflops".into(),
                 message: format!(
                     "{} TFLOP/s is below the {} TFLOP/s that kernel profile {} measures ({} {} hd {} at {} × {} tokens); set it to the GPU's dense BF16 peak",
@@ -536,8 +549,12 @@ kernel_profile = "h100-fa3"
     #[test]
     fn a_peak_below_the_kernel_table_is_refused() {
         let low = MINIMAL.replace("peak_tflops = 1000.0", "peak_tflops = 500.0");
-        let hw = Hardware::from_toml_str(&low, "lab.toml").unwrap();
-        let e = hw.kernel_profile().unwrap_err().to_string();
+        // Refused where the file is read, naming it (bug hunt: the error named the profile's
+        // `name`, and `plan` took the file).
+        let e = Hardware::from_toml_str(&low, "lab.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lab.toml"), "{e}");
         assert!(e.contains("invalid `peak_tflops`"), "{e}");
         assert!(e.contains("756"), "{e}");
         Hardware::from_toml_str(MINIMAL, "ok.toml")
