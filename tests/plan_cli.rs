@@ -652,7 +652,9 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
 /// through another rank, and an input owner computing some of its own rows. Refused, though
 /// once accepted while the replay failed: a partial output received by a rank that had
 /// computed and sent the same rows, left there; a collective piece sending data its rank gets
-/// only after it joins the call; and an output due before it is issued.
+/// only after it joins the call; two ranks handing the same outputs to each other at one step
+/// (each send waits for the other's delivery: the replay hung); and an output due before it
+/// is issued.
 #[test]
 fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
     let fixture = |name: &str| {
@@ -671,6 +673,10 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         (
             "collective-late-piece",
             "at step 0 (it joins collective 0 then, at its earliest piece) but rank 2 does not hold it then",
+        ),
+        (
+            "out-circle",
+            "Deadlock: `out` transfers wait on each other in a circle, each forwarding outputs the next one delivers by its step: 0 → 1 at step 2, then 1 → 0 at step 2",
         ),
     ] {
         fcp()

@@ -100,6 +100,10 @@ struct Partials {
     pending: Tokens,
     /// Ever held, to tell "handed over already" from "never held" (invariant 7's case).
     ever: Tokens,
+    /// What arrived so far: `(start, end, transfer)`. A send forwarding rows waits for every
+    /// arrival of them due by its step (as the replay does), which is how sends can wait on
+    /// each other in a circle.
+    arrived: Vec<(u64, u64, usize)>,
 }
 
 /// A document and a head segment (an index into the plan's head cuts).
@@ -188,6 +192,8 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
         first..last.max(first)
     };
     let seg_heads = |k: usize| HeadRange::from((cuts[k], cuts[k + 1]));
+    // (send, arrival it waits for), over every rank.
+    let mut waits_on: Vec<(usize, usize)> = Vec::new();
     for (rank, mut evs) in events.into_iter().enumerate() {
         let rank = rank as u32;
         evs.sort_unstable_by_key(|e| (e.0, e.1, e.2));
@@ -208,6 +214,7 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
                             let p = held.entry((r.doc, k)).or_default();
                             p.pending.insert(r.start, r.end);
                             p.ever.insert(r.start, r.end);
+                            p.arrived.push((r.start, r.end, i));
                         }
                     }
                 }
@@ -217,6 +224,12 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
                         let mut again: Option<(u64, u64, HeadRange)> = None;
                         for k in segs(t.heads) {
                             let p = held.entry((r.doc, k)).or_default();
+                            waits_on.extend(
+                                p.arrived
+                                    .iter()
+                                    .filter(|&&(a, b, _)| a < r.end && r.start < b)
+                                    .map(|&(_, _, j)| (i, j)),
+                            );
                             for (gs, ge) in p.pending.take(r.start, r.end) {
                                 // Never held at all is invariant 7's to report.
                                 if let Some(&(a, b)) = p.ever.within(gs, ge).first() {
@@ -270,6 +283,69 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
                         ),
                     ));
                 }
+            }
+        }
+    }
+    report_circular_forwards(plan, waits_on, out);
+}
+
+/// Sends of outputs that wait on each other in a circle: each forwards rows another's
+/// delivery brings by its step, so none can leave (bug hunt: two ranks handing the same rows
+/// to each other at one step passed, and hung the replay until its timeout).
+fn report_circular_forwards(
+    plan: &Plan,
+    mut waits_on: Vec<(usize, usize)>,
+    out: &mut Vec<Violation>,
+) {
+    waits_on.sort_unstable();
+    waits_on.dedup();
+    if waits_on.is_empty() {
+        return;
+    }
+    let mut next: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &(i, j) in &waits_on {
+        next.entry(i).or_default().push(j);
+    }
+    // Depth-first, iteratively: 1 = on the path, 2 = done.
+    let mut state: FastMap<usize, u8> = FastMap::default();
+    for &start in next.keys() {
+        if state.contains_key(&start) {
+            continue;
+        }
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        state.insert(start, 1);
+        while let Some(&mut (node, ref mut k)) = path.last_mut() {
+            let succ = next.get(&node).map_or(&[][..], Vec::as_slice);
+            if let Some(&m) = succ.get(*k) {
+                *k += 1;
+                match state.get(&m) {
+                    Some(1) => {
+                        let from = path.iter().position(|&(x, _)| x == m).unwrap_or(0);
+                        let circle: Vec<String> = path[from..]
+                            .iter()
+                            .map(|&(x, _)| {
+                                let t = &plan.transfers[x];
+                                format!("{} → {} at step {}", t.src, t.dst, t.issue_at)
+                            })
+                            .collect();
+                        out.push(v(
+                            ViolationKind::Deadlock,
+                            format!(
+                                "`out` transfers wait on each other in a circle, each forwarding outputs the next one delivers by its step: {}",
+                                circle.join(", then ")
+                            ),
+                        ));
+                        return;
+                    }
+                    Some(_) => {}
+                    None => {
+                        state.insert(m, 1);
+                        path.push((m, 0));
+                    }
+                }
+            } else {
+                state.insert(node, 2);
+                path.pop();
             }
         }
     }
