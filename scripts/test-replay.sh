@@ -123,8 +123,9 @@ fi
 # step (it found them missing), and a rank sending back rows its receiver owns (both ranks
 # waited on each other until the gloo timeout). Then two the verifier once refused that the
 # replay ran (bug hunt, hybrid and fcp --reshuffle plans edited by hand): outputs returned
-# through another rank, and an input owner computing some of its own rows.
-handmade="collective-forward echo out-detour input-owner-computes"
+# through another rank, and an input owner computing some of its own rows. And one the replay
+# hung on: a forward waiting on a collective another rank's forward kept it from joining.
+handmade="collective-forward echo out-detour input-owner-computes collective-join-first"
 for h in $handmade; do
     "$FCP" verify --numeric "tests/replay/$h.json" >/dev/null || bad "fcp verify tests/replay/$h.json"
 done

@@ -335,21 +335,41 @@ class Exchange:
             if i in self.by_index and self.by_index[i].dst == self.ctx.rank:
                 self._wait_recv(store, i, timing, clock)
 
+    def _waits(self, m):
+        """Whether sending `m` must wait for data not yet here."""
+        rank = self.ctx.rank
+        return any(i in self.by_index and self.by_index[i].dst == rank and i not in self.done
+                   for i in self.deps.get(m.t.index, []))
+
     def issue(self, store, step, timing, clock):
-        """Sends and collective joins at `step` (owned data first, then forwarded)."""
-        import torch.distributed as dist
+        """Sends and collective joins at `step`: first every one whose data is here (owned, or
+        arrived), then those that wait for data, sends before joins. A join whose pieces are
+        ready goes before a forward that waits: another rank's forward may wait on this rank's
+        part of the call (bug hunt: a rank forwarding a point-to-point message before joining
+        the step's collective hung a plan `fcp verify` and `fcp simulate` run)."""
         rank = self.ctx.rank
         self.step_start.setdefault(step, clock.now())
         self.poll_sends(timing, clock)
-        mine = sorted((m for m in self.p2p_send if m.issue == step), key=lambda m: (m.t.index in self.deps, m.t.index))
-        for m in mine:
-            self._wait_deps(store, m, timing, clock)
-            buf = pack(store, m, rank, self.check)
-            t0 = clock.now()
-            self.sends.append((dist.isend(buf, dst=m.dst, tag=m.tag), buf, t0))
-        for join, key in self.my_calls:
-            if join == step and key not in self.joined:
-                self._join(store, key, timing, clock)
+        sends = sorted((m for m in self.p2p_send if m.issue == step), key=lambda m: m.t.index)
+        joins = [key for join, key in self.my_calls if join == step and key not in self.joined]
+        waits_join = {key: any(self._waits(m) for m in self.calls[key] if m.src == rank) for key in joins}
+        ready = [("send", m) for m in sends if not self._waits(m)] + \
+            [("join", k) for k in joins if not waits_join[k]]
+        blocked = [("send", m) for m in sends if self._waits(m)] + \
+            [("join", k) for k in joins if waits_join[k]]
+        for kind, x in ready + blocked:
+            if kind == "send":
+                self._send(store, x, timing, clock)
+            elif x not in self.joined:
+                self._join(store, x, timing, clock)
+
+    def _send(self, store, m, timing, clock):
+        """Send point-to-point message `m` once the data it forwards is here."""
+        import torch.distributed as dist
+        self._wait_deps(store, m, timing, clock)
+        buf = pack(store, m, self.ctx.rank, self.check)
+        t0 = clock.now()
+        self.sends.append((dist.isend(buf, dst=m.dst, tag=m.tag), buf, t0))
 
     def _join(self, store, key, timing, clock):
         """Join collective call `key`: pack this rank's pieces and start the exchange."""
