@@ -426,11 +426,15 @@ impl KernelProfile {
         if q.mask != Mask::Full {
             return None;
         }
-        // Doubling both sides doubles the geometric-mean length the series is keyed by.
+        // Doubling both sides doubles the geometric-mean length the series is keyed by. The
+        // causal rows are read from the series kind the full rows came from: a varlen query
+        // answered from non-varlen full rows was held to the varlen causal rows (60 TFLOP/s at
+        // 512 against 558 at 1,024; bug hunt).
         let causal = KernelQuery {
             mask: Mask::Causal,
             q_len: q.q_len.saturating_mul(2),
             kv_len: q.kv_len.saturating_mul(2),
+            varlen: loc.first.varlen,
             ..*q
         };
         let causal = self.locate(&causal).ok()?;
@@ -738,6 +742,26 @@ bwd,full,64,true,total,2048,2048,40,v
             kv_len: kl,
             varlen,
         }
+    }
+
+    /// Regression (bug hunt): a varlen full-mask tile below the table, answered from the
+    /// non-varlen full rows, was held to the *varlen* causal rows (60 TFLOP/s at 512 tokens on
+    /// H100, against 558 at 1,024), while its note said non-varlen rows were used.
+    #[test]
+    fn a_varlen_full_tile_below_the_table_is_held_to_the_rows_it_was_answered_from() {
+        let h100 = KernelProfile::load("h100-fa3").unwrap();
+        let at = |varlen| {
+            h100.lookup(&q(Pass::Fwd, Mask::Full, 128, 512, 512, varlen))
+                .unwrap()
+        };
+        let (plain, varlen) = (at(false), at(true));
+        assert!(varlen.varlen_fallback);
+        assert_eq!(varlen.tflops, plain.tflops);
+        assert!(
+            varlen.used.contains("no varlen rows, used non-varlen rows"),
+            "{}",
+            varlen.used
+        );
     }
 
     /// Regression (bug hunt): errors counted data rows, not lines: a row on line 5 below two
