@@ -731,10 +731,20 @@ fn regression_outputs_are_handed_over_once_and_end_with_their_rows() {
         "{}",
         vs[0].message
     );
-    // Sent back to rank 0 by rank 2, after it arrived, the detour is valid.
-    away.transfers.push(Transfer {
+    // Sent back to rank 0 by rank 2 a step later, the detour is valid.
+    let back = Transfer {
         tensor: TransferTensor::Out,
-        ..Transfer::kv(2, 0, vec![own], steps, steps)
-    });
+        ..Transfer::kv(2, 0, vec![own], steps + 1, steps + 1)
+    };
+    away.transfers.push(back.clone());
     assert_eq!(verify(&away), vec![]);
+    // At the same step, each send waits for the other's delivery (the replay hung on it).
+    *away.transfers.last_mut().unwrap() = Transfer {
+        issue_at: steps,
+        arrive_by: steps,
+        ..back
+    };
+    let vs = verify(&away);
+    assert_eq!(vs.len(), 1, "{vs:?}");
+    assert_eq!(vs[0].kind, K::Deadlock);
 }
