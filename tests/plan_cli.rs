@@ -652,7 +652,8 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
 /// through another rank, and an input owner computing some of its own rows. Refused, though
 /// once accepted while the replay failed: a partial output received by a rank that had
 /// computed and sent the same rows, left there; a collective piece sending data its rank gets
-/// only after it joins the call; two ranks handing the same outputs to each other at one step
+/// only after it joins the call; an `out` piece carrying outputs computed after its rank
+/// joined the call (the piece leaves then); two ranks handing the same outputs to each other at one step
 /// (each send waits for the other's delivery: the replay hung); and an output due before it
 /// is issued.
 #[test]
@@ -673,6 +674,10 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         (
             "collective-late-piece",
             "at step 0 (it joins collective 0 then, at its earliest piece) but rank 2 does not hold it then",
+        ),
+        (
+            "out-piece-after-join",
+            "OutputNotReturned: rank 2 ends holding partial outputs of doc 0 [100, 200) heads [0, 8); they belong to rank 1",
         ),
         (
             "out-circle",

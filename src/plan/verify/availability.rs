@@ -441,7 +441,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
 /// collective call the step its source joins the call, the earliest `issue_at` of a piece the
 /// source sends or receives in it (invariant 12, `sim::program`). Bug hunt: a piece forwarding
 /// data due at step 1 in a call its source joined at step 0 passed, and the replay hung.
-fn send_steps(plan: &Plan) -> Vec<u32> {
+pub(super) fn send_steps(plan: &Plan) -> Vec<u32> {
     use crate::plan::TransferKind;
     let in_call = |t: &crate::plan::Transfer| match (t.kind, t.collective) {
         (TransferKind::P2p, _) | (_, None) => None,

@@ -176,11 +176,15 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
             }
         }
     }
+    // A piece of a collective call leaves when its source joins the call (bug hunt: an `out`
+    // piece read as leaving at its later `issue_at` carried outputs computed after the call
+    // ran, which the replay then found left behind).
+    let sent_at = super::availability::send_steps(plan);
     for &i in &outs {
         let t = &plan.transfers[i];
         cuts.extend(t.heads.iter().flat_map(|h| [h.start, h.end]));
         events[t.dst as usize].push((t.arrive_by, 0, seq, Event::Arrived(i)));
-        events[t.src as usize].push((t.issue_at, 1, seq, Event::Sent(i)));
+        events[t.src as usize].push((sent_at[i], 1, seq, Event::Sent(i)));
         seq += 1;
     }
     let cuts: Vec<u32> = cuts.into_iter().filter(|&c| c <= plan.q_heads).collect();
