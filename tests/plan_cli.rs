@@ -653,7 +653,7 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
 /// once accepted while the replay failed: a partial output received by a rank that had
 /// computed and sent the same rows, left there; a collective piece sending data its rank gets
 /// only after it joins the call; an `out` piece carrying outputs computed after its rank
-/// joined the call (the piece leaves then); two ranks handing the same outputs to each other at one step
+/// joined the call (the piece leaves then); a piece relaying what its own call delivers; two ranks handing the same outputs to each other at one step
 /// (each send waits for the other's delivery: the replay hung); and an output due before it
 /// is issued.
 #[test]
@@ -678,6 +678,10 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         (
             "out-piece-after-join",
             "OutputNotReturned: rank 2 ends holding partial outputs of doc 0 [100, 200) heads [0, 8); they belong to rank 1",
+        ),
+        (
+            "collective-relays-itself",
+            "transfer 1 → 2, a piece of collective 0, sends Kv of doc 0 [300, 400) that the same call delivers to rank 1",
         ),
         (
             "out-circle",
