@@ -442,6 +442,9 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
 /// same call delivers to its source. Bug hunt: a piece sending on rows the call brought its
 /// rank at the same step passed (its `arrive_by` made them held at the join step), and the
 /// replay found them missing.
+/// What a piece of a call sends of one document: `(start, end, heads, transfer)`.
+type Piece = (u64, u64, HeadRange, usize);
+
 fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     use crate::plan::TransferKind;
     let mut calls: BTreeMap<(u32, TransferKind), Vec<usize>> = BTreeMap::new();
@@ -460,7 +463,7 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     // against them as they stream by: an all-gather of 256 ranks delivers 15 million ranges,
     // too many to hold.
     for ((id, _), pieces) in calls {
-        let mut sends: FastMap<(u32, u32), Vec<(u64, u64, HeadRange, usize)>> = FastMap::default();
+        let mut sends: FastMap<(u32, u32), Vec<Piece>> = FastMap::default();
         for &i in &pieces {
             let t = &plan.transfers[i];
             for r in &t.ranges {
