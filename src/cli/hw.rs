@@ -521,10 +521,7 @@ fn num(x: f64) -> String {
     } else if (1e-4..1e12).contains(&x.abs()) {
         let plain = format!("{x}");
         match plain.split_once('.') {
-            Some((_, frac)) if frac.len() > 6 && x.abs() >= 1.0 => format!("{x:.3}")
-                .trim_end_matches('0')
-                .trim_end_matches('.')
-                .to_string(),
+            Some((_, frac)) if frac.len() > 6 && x.abs() >= 1.0 => fcp::report::trimmed(x, 3),
             _ => plain,
         }
     } else {

@@ -192,9 +192,7 @@ impl Hardware {
                 format!(
                     "what-if: {} scaled with peak_tflops (× {}) by `{spec}`",
                     shown(g),
-                    format!("{scale:.3}")
-                        .trim_end_matches('0')
-                        .trim_end_matches('.')
+                    crate::report::trimmed(scale, 3)
                 ),
             );
         }

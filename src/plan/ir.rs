@@ -347,6 +347,16 @@ impl Transfer {
         }
     }
 
+    /// The collective call this transfer is a piece of, `(collective, kind)`: every reader
+    /// groups pieces so. `None` for a `p2p` transfer (a stray `collective` id included) or a
+    /// piece without an id, which run as point-to-point messages.
+    pub fn call(&self) -> Option<(u32, TransferKind)> {
+        match (self.kind, self.collective) {
+            (TransferKind::P2p, _) | (_, None) => None,
+            (kind, Some(id)) => Some((id, kind)),
+        }
+    }
+
     /// Every rank that receives the transfer: `dst`, then `also_to`.
     pub fn receivers(&self) -> impl Iterator<Item = u32> + '_ {
         std::iter::once(self.dst).chain(self.also_to.iter().copied())

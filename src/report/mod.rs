@@ -12,5 +12,7 @@ pub use compare::{
     compare, parse_scheme_list, price_steps, CompareOptions, CompareRow, PricedSteps, StepsSummary,
 };
 pub use stats::{mean, percentile};
-pub use table::{compare_csv, compare_table, fits_word, human_bytes, rate, shown, shown_when_long};
+pub use table::{
+    compare_csv, compare_table, fits_word, human_bytes, rate, shown, shown_when_long, trimmed,
+};
 pub use validate::{validate, Measured, ValidateError, ValidationReport};

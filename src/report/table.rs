@@ -25,6 +25,15 @@ pub fn shown_when_long(v: f64) -> String {
     }
 }
 
+/// `v` to at most `decimals` decimals, trailing zeros and a trailing point dropped
+/// (`2.0214…` → `2.021`, `2.0` → `2`): a derived figure no one wrote, shown readably.
+pub fn trimmed(v: f64, decimals: usize) -> String {
+    format!("{v:.decimals$}")
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
+}
+
 /// Human-readable byte count (KiB, MiB, GiB).
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -449,10 +449,8 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     use crate::plan::TransferKind;
     let mut calls: BTreeMap<(u32, TransferKind), Vec<usize>> = BTreeMap::new();
     for (i, t) in plan.transfers.iter().enumerate() {
-        if let (kind, Some(id)) = (t.kind, t.collective) {
-            if kind != TransferKind::P2p {
-                calls.entry((id, kind)).or_default().push(i);
-            }
+        if let Some(call) = t.call() {
+            calls.entry(call).or_default().push(i);
         }
     }
     let all = HeadRange::from((0, plan.q_heads));
@@ -511,24 +509,11 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
 /// source sends or receives in it (invariant 12, `sim::program`). Bug hunt: a piece forwarding
 /// data due at step 1 in a call its source joined at step 0 passed, and the replay hung.
 pub(super) fn send_steps(plan: &Plan) -> Vec<u32> {
-    use crate::plan::TransferKind;
-    let in_call = |t: &crate::plan::Transfer| match (t.kind, t.collective) {
-        (TransferKind::P2p, _) | (_, None) => None,
-        (kind, Some(id)) => Some((id, kind)),
-    };
-    let mut join: FastMap<(u32, TransferKind, u32), u32> = FastMap::default();
-    for t in &plan.transfers {
-        if let Some((id, kind)) = in_call(t) {
-            for r in std::iter::once(t.src).chain(t.receivers()) {
-                let j = join.entry((id, kind, r)).or_insert(u32::MAX);
-                *j = (*j).min(t.issue_at);
-            }
-        }
-    }
+    let joins = super::call_joins(plan);
     plan.transfers
         .iter()
-        .map(|t| match in_call(t) {
-            Some((id, kind)) => join.get(&(id, kind, t.src)).copied().unwrap_or(t.issue_at),
+        .map(|t| match t.call() {
+            Some((id, kind)) => joins[&(id, kind)][&t.src],
             None => t.issue_at,
         })
         .collect()

@@ -349,6 +349,24 @@ fn check_ranges(plan: &Plan, out: &mut Vec<Violation>) {
     }
 }
 
+/// Per collective call, `(collective, kind)`, the step each member joins it at: the earliest
+/// `issue_at` of a piece it sends or receives (the simulator's reading, `sim::program`). The
+/// progress check runs the calls at these steps and the availability check asks for each
+/// piece's data at its source's.
+pub(super) fn call_joins(plan: &Plan) -> BTreeMap<(u32, super::TransferKind), BTreeMap<u32, u32>> {
+    let mut joins: BTreeMap<(u32, super::TransferKind), BTreeMap<u32, u32>> = BTreeMap::new();
+    for t in &plan.transfers {
+        if let Some(call) = t.call() {
+            let members = joins.entry(call).or_default();
+            for r in std::iter::once(t.src).chain(t.receivers()) {
+                let j = members.entry(r).or_insert(u32::MAX);
+                *j = (*j).min(t.issue_at);
+            }
+        }
+    }
+    joins
+}
+
 /// Owner of each token, as `(start, end, rank)` runs per document indexed for overlap queries
 /// (disjoint in a valid plan; [`check_partition`] reports where they are not).
 pub(super) type OwnerMap = Vec<RunIndex<u32>>;
@@ -489,11 +507,7 @@ fn check_congestion(plan: &Plan, out: &mut Vec<Violation>) {
     // What the simulator runs as point-to-point messages (a `p2p` transfer with a stray
     // `collective` id included), one per delivery: a transfer with `also_to` receivers is
     // that many sends, as if listed once per receiver (bug hunt: it counted as one).
-    for t in plan
-        .transfers
-        .iter()
-        .filter(|t| t.kind == super::TransferKind::P2p || t.collective.is_none())
-    {
+    for t in plan.transfers.iter().filter(|t| t.call().is_none()) {
         *sends.entry((t.round(), t.src)).or_default() += t.receiver_count();
         for dst in t.receivers() {
             *recvs.entry((t.round(), dst)).or_default() += 1;

@@ -34,9 +34,9 @@ enum Need {
 /// A collective call: (member, the step at whose start it joins).
 type Call = Vec<(u32, u32)>;
 
-/// A call's members as its pieces are read: per rank, its join step and the earliest step
-/// that waits for the call.
-type Joining = FastMap<u32, (u32, Option<u32>)>;
+/// A call's receiving members as its pieces are read: per rank, the earliest step that waits
+/// for the call.
+type Waiting = FastMap<u32, u32>;
 
 pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
     let steps: Vec<u32> = plan.ranks.iter().map(|r| r.steps.len() as u32).collect();
@@ -45,14 +45,15 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
     let waits = |r: u32, s: u32| (s < steps[r as usize]).then_some(s);
     let forwards = crate::plan::forwarding(plan);
     let mut needs: Vec<BTreeMap<u32, Vec<Need>>> = vec![BTreeMap::new(); n];
-    // Per call (id, kind), per member: its join step and the earliest step that waits for it.
-    let mut calls: BTreeMap<(u32, TransferKind), Joining> = BTreeMap::new();
+    // Per call (id, kind), per receiving member, the earliest step that waits for it; the
+    // members' join steps are `call_joins`'.
+    let mut waiting: BTreeMap<(u32, TransferKind), Waiting> = BTreeMap::new();
     // Per collective id (any kind): whether it carries Q or K/V out, and outputs back.
     let mut ways: BTreeMap<u32, [bool; 2]> = BTreeMap::new();
     for (i, t) in plan.transfers.iter().enumerate() {
         let need_by = (t.tensor != TransferTensor::Out).then_some(t.arrive_by);
-        match (t.kind, t.collective) {
-            (TransferKind::P2p, _) | (_, None) => {
+        match t.call() {
+            None => {
                 let last = steps[t.src as usize];
                 let issue = t.issue_at.min(last);
                 // A forward leaves once its sender can start the step, so once past it.
@@ -70,18 +71,15 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
                     }
                 }
             }
-            (kind, Some(id)) => {
-                // A member joins at the earliest piece it sends or receives, and waits from
-                // the earliest it receives (the simulator's reading, `sim::program`).
+            Some((id, kind)) => {
+                // A member waits from the earliest piece it receives (the simulator's
+                // reading, `sim::program`).
                 ways.entry(id).or_default()[usize::from(t.tensor == TransferTensor::Out)] = true;
-                let call = calls.entry((id, kind)).or_default();
-                let src = call.entry(t.src).or_insert((u32::MAX, None));
-                src.0 = src.0.min(t.issue_at);
-                for dst in t.receivers() {
-                    let d = call.entry(dst).or_insert((u32::MAX, None));
-                    d.0 = d.0.min(t.issue_at);
-                    if let Some(a) = need_by {
-                        d.1 = Some(d.1.map_or(a, |x| x.min(a)));
+                if let Some(a) = need_by {
+                    let call = waiting.entry((id, kind)).or_default();
+                    for dst in t.receivers() {
+                        let d = call.entry(dst).or_insert(a);
+                        *d = (*d).min(a);
                     }
                 }
             }
@@ -96,12 +94,16 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
             format!("collective {id} carries both `out` pieces and `q`/`kv` pieces: one collective moves one way; give the outputs' returns a collective id of their own"),
         ));
     }
+    let calls = super::call_joins(plan);
     let mut members: Vec<Call> = Vec::with_capacity(calls.len());
     let mut names: Vec<u32> = Vec::with_capacity(calls.len());
-    for ((id, _), call) in calls {
+    for (key, joins) in calls {
         let c = members.len();
-        let mut call: Vec<(u32, (u32, Option<u32>))> = call.into_iter().collect();
-        call.sort_unstable();
+        let waits_from = waiting.get(&key);
+        let call: Vec<(u32, (u32, Option<u32>))> = joins
+            .into_iter()
+            .map(|(r, join)| (r, (join, waits_from.and_then(|w| w.get(&r).copied()))))
+            .collect();
         for &(r, (_, need)) in &call {
             if let Some(s) = need.and_then(|a| waits(r, a)) {
                 needs[r as usize].entry(s).or_default().push(Need::Call(c));
@@ -112,7 +114,7 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
                 .map(|(r, (join, _))| (r, join.min(steps[r as usize])))
                 .collect(),
         );
-        names.push(id);
+        names.push(key.0);
     }
     for m in &mut needs {
         for list in m.values_mut() {
