@@ -461,11 +461,13 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     // against them as they stream by: an all-gather of 256 ranks delivers 15 million ranges,
     // too many to hold.
     for ((id, _), pieces) in calls {
-        let mut sends: FastMap<(u32, u32), Vec<Piece>> = FastMap::default();
+        // Keyed by tensor too: a call that (wrongly) carries a rank's queries out and their
+        // outputs back relays nothing (the progress check names that mix).
+        let mut sends: FastMap<(u32, u32, TransferTensor), Vec<Piece>> = FastMap::default();
         for &i in &pieces {
             let t = &plan.transfers[i];
             for r in &t.ranges {
-                sends.entry((t.src, r.doc)).or_default().push((
+                sends.entry((t.src, r.doc, t.tensor)).or_default().push((
                     r.start,
                     r.end,
                     t.heads.unwrap_or(all),
@@ -479,7 +481,7 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
             let h = t.heads.unwrap_or(all);
             for dst in t.receivers() {
                 for r in &t.ranges {
-                    let Some(from) = sends.get(&(dst, r.doc)) else {
+                    let Some(from) = sends.get(&(dst, r.doc, t.tensor)) else {
                         continue;
                     };
                     for &(a, b, g, j) in from {

@@ -748,3 +748,38 @@ fn regression_outputs_are_handed_over_once_and_end_with_their_rows() {
     assert_eq!(vs.len(), 1, "{vs:?}");
     assert_eq!(vs[0].kind, K::Deadlock);
 }
+
+/// Regression: a call that carries queries out and their outputs back (refused as mixing the
+/// two) was also read as relaying what it delivers, one message per piece: a rank's own rows
+/// go out as `q` and come back as `out`, which is no relay.
+#[test]
+fn regression_a_call_mixing_queries_and_outputs_is_not_a_relay() {
+    let batch = Batch::new(0, vec![5, 64, 200, 1]);
+    let mut p = with_ctx(4, Mask::Causal, |ctx| {
+        crate::planners::Ulysses.plan(&batch, ctx)
+    })
+    .unwrap();
+    let id = p
+        .transfers
+        .iter()
+        .find(|t| t.tensor == TransferTensor::Q)
+        .and_then(|t| t.collective)
+        .unwrap();
+    for t in p
+        .transfers
+        .iter_mut()
+        .filter(|t| t.tensor == TransferTensor::Out)
+    {
+        t.kind = crate::plan::TransferKind::AllToAll;
+        t.collective = Some(id);
+    }
+    let vs = verify(&p);
+    assert!(
+        vs.iter().any(|v| v.message.contains("carries both")),
+        "{vs:?}"
+    );
+    assert!(
+        !vs.iter().any(|v| v.message.contains("same call delivers")),
+        "{vs:?}"
+    );
+}
