@@ -245,7 +245,7 @@ def init_distributed(device, timeout):
         device = torch.device("cuda", local)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                             timeout=datetime.timedelta(seconds=timeout))
-    return Ctx(rank, world), device
+    return Ctx(rank, world, timeout), device
 
 
 def run_distributed(a, plan, ctx, device, dtype, acc, d, check, tol, warmup, iters):

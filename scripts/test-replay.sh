@@ -123,9 +123,12 @@ fi
 # step (it found them missing), and a rank sending back rows its receiver owns (both ranks
 # waited on each other until the gloo timeout). Then two the verifier once refused that the
 # replay ran (bug hunt, hybrid and fcp --reshuffle plans edited by hand): outputs returned
-# through another rank, and an input owner computing some of its own rows. And one the replay
-# hung on: a forward waiting on a collective another rank's forward kept it from joining.
-handmade="collective-forward echo out-detour input-owner-computes collective-join-first"
+# through another rank, and an input owner computing some of its own rows. And three the replay
+# hung or aborted on: a forward waiting on a collective another rank's forward kept it from
+# joining; a forward waiting on rows a call brings, while the call waits on this rank's join
+# (which waited on a message still in flight); two calls of one step, the first waiting for
+# data, that one rank joined in the other order.
+handmade="collective-forward echo out-detour input-owner-computes collective-join-first forward-waits-on-call calls-in-order"
 for h in $handmade; do
     "$FCP" verify --numeric "tests/replay/$h.json" >/dev/null || bad "fcp verify tests/replay/$h.json"
 done

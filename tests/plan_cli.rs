@@ -648,14 +648,17 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
 }
 
 /// Regressions (bug hunt: the verifier against the replay, tests/replay/*.json). Accepted,
-/// and replayed correctly by scripts/test-replay.sh, though once refused: outputs returned
-/// through another rank, and an input owner computing some of its own rows. Refused, though
+/// and replayed correctly by scripts/test-replay.sh, though once refused (outputs returned
+/// through another rank, an input owner computing some of its own rows) or once hung or
+/// aborted in the replay (a forward waiting on rows a call brings while the call waits on its
+/// rank's join; two calls of one step joined in another order by one rank). Refused, though
 /// once accepted while the replay failed: a partial output received by a rank that had
 /// computed and sent the same rows, left there; a collective piece sending data its rank gets
 /// only after it joins the call; an `out` piece carrying outputs computed after its rank
-/// joined the call (the piece leaves then); a piece relaying what its own call delivers; two ranks handing the same outputs to each other at one step
-/// (each send waits for the other's delivery: the replay hung); and an output due before it
-/// is issued.
+/// joined the call (the piece leaves then); a piece relaying what its own call delivers; two
+/// ranks forwarding the same rows to each other past the last step, or handing the same
+/// outputs to each other at one step (each send waits for the other's delivery: the replay
+/// hung); and an output due before it is issued.
 #[test]
 fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
     let fixture = |name: &str| {
@@ -663,7 +666,12 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
             .join("tests/replay")
             .join(format!("{name}.json"))
     };
-    for ok in ["out-detour", "input-owner-computes"] {
+    for ok in [
+        "out-detour",
+        "input-owner-computes",
+        "forward-waits-on-call",
+        "calls-in-order",
+    ] {
         fcp().arg("verify").arg(fixture(ok)).assert().success();
     }
     for (bad, says) in [
@@ -682,6 +690,10 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         (
             "collective-relays-itself",
             "transfer 1 → 2, a piece of collective 0, sends Kv of doc 0 [300, 400) that the same call delivers to rank 1",
+        ),
+        (
+            "forward-circle-at-end",
+            "Deadlock: rank 0 never gets past its end: it waits for a transfer from rank 1, which never gets past its end",
         ),
         (
             "out-circle",

@@ -353,8 +353,9 @@ def check_progress(plan, origin):
     needs = [dict() for _ in range(n)]  # rank -> {step: [("rank", src, past) | ("call", c)]}
 
     def need(r, s, what):
-        if s < steps[r]:
-            needs[r].setdefault(s, []).append(what)
+        # Past the last step, the end waits (index steps[r]): the replay waits for every
+        # message before it ends, and forwards issued there leave once all are in.
+        needs[r].setdefault(min(s, steps[r]), []).append(what)
 
     calls = {}  # (collective, kind) -> {rank: [join step, earliest step waiting on it]}
     for t in plan.transfers:
@@ -363,7 +364,7 @@ def check_progress(plan, origin):
         if key is None:
             last = steps[t.src]
             issue = min(t.issue_at, last)
-            past = issue + 1 if fw[t.index] and issue < last else issue
+            past = issue + 1 if fw[t.index] else issue
             if need_by is not None:
                 need(t.dst, need_by, ("rank", t.src, past))
             continue
@@ -418,21 +419,23 @@ def check_progress(plan, origin):
         r = queue.pop()
         queued[r] = False
         before = past[r]
-        while past[r] < steps[r] and all(met(x) for x in needs[r].get(past[r], [])):
+        while past[r] <= steps[r] and all(met(x) for x in needs[r].get(past[r], [])):
             past[r] += 1
             joined(r, past[r])
         if past[r] > before:
             wake(waiters[r])
     for r in range(n):
-        if past[r] < steps[r]:
+        if past[r] <= steps[r]:
             s = past[r]
             x = next((x for x in needs[r].get(s, []) if not met(x)), None)
             if x is None:
                 why = ""
             elif x[0] == "rank":
-                why = f": it waits for a transfer from rank {x[1]}, which never gets past its step {past[x[1]]}"
+                at = f"its step {past[x[1]]}" if past[x[1]] < steps[x[1]] else "its end"
+                why = f": it waits for a transfer from rank {x[1]}, which never gets past {at}"
             else:
                 late = [f"rank {m} (joins at step {j})" for m, j in members[x[1]] if past[m] < j][:4]
                 why = f": it waits for collective {names[x[1]]} to run, which waits for {', '.join(late)}"
-            raise PlanError(f"{origin}: the plan cannot run to its end: rank {r} never starts step {s}{why} "
+            stuck = f"never starts step {s}" if s < steps[r] else "never gets past its end"
+            raise PlanError(f"{origin}: the plan cannot run to its end: rank {r} {stuck}{why} "
                             f"(`fcp verify` reports it as Deadlock)")

@@ -16,6 +16,7 @@ along the reverse edge, deepest forwarding first, after the last step.
 """
 
 import math
+import threading
 import time
 
 import torch
@@ -238,6 +239,31 @@ def union_len(spans):
 
 # ---------------------------------------------------------------- distributed phases
 
+class Watch:
+    """A torch.distributed work waited for on a thread of its own, so that the replay can poll
+    it: gloo's point-to-point receives say they are complete only once waited for. Stands in
+    for the work: `wait` returns (or raises) as the work's did."""
+
+    def __init__(self, work):
+        self.work, self.error = work, None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.work.wait()
+        except Exception as e:  # handed to the main thread by `wait`
+            self.error = e
+
+    def done(self):
+        return not self.thread.is_alive()
+
+    def wait(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class Exchange:
     """The messages of one phase on one rank over torch.distributed: receives are posted up
     front, sends leave at their issue step (forwarded data once it has arrived), receives are
@@ -337,31 +363,74 @@ class Exchange:
 
     def _waits(self, m):
         """Whether sending `m` must wait for data not yet here."""
-        rank = self.ctx.rank
-        return any(i in self.by_index and self.by_index[i].dst == rank and i not in self.done
-                   for i in self.deps.get(m.t.index, []))
+        return bool(self._missing(m))
 
     def issue(self, store, step, timing, clock):
-        """Sends and collective joins at `step`: first every one whose data is here (owned, or
-        arrived), then those that wait for data, sends before joins. A join whose pieces are
-        ready goes before a forward that waits: another rank's forward may wait on this rank's
-        part of the call (bug hunt: a rank forwarding a point-to-point message before joining
-        the step's collective hung a plan `fcp verify` and `fcp simulate` run)."""
+        """Sends and collective joins at `step`, none blocking: each leaves once the data it
+        forwards is here, calls are joined in the order every rank meets them, and while some
+        wait, what they wait for is polled. A send or join that waits must not hold up one
+        that is ready, nor another that waits: which comes first depends on other ranks (bug
+        hunts: a rank waiting to forward a message before joining the step's collective, or
+        waiting on a forward whose data came through a call it had yet to join, hung plans
+        `fcp verify` and `fcp simulate` run; a rank joining a ready call before a waiting one
+        met the calls in another order than its peers, and gloo aborted)."""
         rank = self.ctx.rank
         self.step_start.setdefault(step, clock.now())
         self.poll_sends(timing, clock)
         sends = sorted((m for m in self.p2p_send if m.issue == step), key=lambda m: m.t.index)
         joins = [key for join, key in self.my_calls if join == step and key not in self.joined]
-        waits_join = {key: any(self._waits(m) for m in self.calls[key] if m.src == rank) for key in joins}
-        ready = [("send", m) for m in sends if not self._waits(m)] + \
-            [("join", k) for k in joins if not waits_join[k]]
-        blocked = [("send", m) for m in sends if self._waits(m)] + \
-            [("join", k) for k in joins if waits_join[k]]
-        for kind, x in ready + blocked:
-            if kind == "send":
-                self._send(store, x, timing, clock)
-            elif x not in self.joined:
-                self._join(store, x, timing, clock)
+        stuck_since = time.monotonic()
+        while sends or joins:
+            moved = False
+            for m in [m for m in sends if not self._waits(m)]:
+                self._send(store, m, timing, clock)
+                sends.remove(m)
+                moved = True
+            while joins and (joins[0] in self.joined
+                             or not any(self._waits(m) for m in self.calls[joins[0]] if m.src == rank)):
+                key = joins.pop(0)
+                if key not in self.joined:
+                    self._join(store, key, timing, clock)
+                moved = True
+            if not (sends or joins):
+                break
+            waiting = sends + [m for m in self.calls[joins[0]] if m.src == rank] if joins else sends
+            if moved or self._poll(store, waiting, timing, clock):
+                stuck_since = time.monotonic()
+            elif time.monotonic() - stuck_since > self.ctx.timeout:
+                raise RuntimeError(f"rank {rank}, step {step}: waited {self.ctx.timeout} s for the data of "
+                                   f"transfers {sorted({i for m in waiting for i in self._missing(m)})}")
+            else:
+                time.sleep(0.0002)
+
+    def _missing(self, m):
+        """Transfers into this rank that sending `m` waits for."""
+        rank = self.ctx.rank
+        return [i for i in self.deps.get(m.t.index, [])
+                if i in self.by_index and self.by_index[i].dst == rank and i not in self.done]
+
+    def _poll(self, store, waiting, timing, clock):
+        """Take in, without blocking, what the messages in `waiting` wait for and has come:
+        point-to-point receives and calls joined that have completed. Whether anything did."""
+        moved = False
+        for i in sorted({i for m in waiting for i in self._missing(m)}):
+            if i in self.pending:
+                work, *rest = self.pending[i]
+                watch = work if isinstance(work, Watch) else Watch(work)
+                self.pending[i] = (watch, *rest)
+                if watch.done():
+                    self._wait_recv(store, i, timing, clock)
+                    moved = True
+            else:
+                key = self.call_of.get(i)
+                if key in self.call_pending:
+                    work, *rest = self.call_pending[key]
+                    watch = work if isinstance(work, Watch) else Watch(work)
+                    self.call_pending[key] = (watch, *rest)
+                    if watch.done():
+                        self._finish_call(store, key, timing, clock)
+                        moved = True
+        return moved
 
     def _send(self, store, m, timing, clock):
         """Send point-to-point message `m` once the data it forwards is here."""
@@ -430,8 +499,11 @@ class Exchange:
 
 
 class Ctx:
-    def __init__(self, rank, world):
-        self.rank, self.world = rank, world
+    """This process's rank, the world size, and how long (seconds) a send may wait for its data
+    before the replay gives up (as the collectives' timeout)."""
+
+    def __init__(self, rank, world, timeout=300):
+        self.rank, self.world, self.timeout = rank, world, timeout
 
 
 PHASE_TAG = {"fwd": 0, "bwd": 1, "dout": 2, "grad": 3}

@@ -109,7 +109,8 @@ struct RankRt {
     next: u32,
     running: bool,
     ready_at: u64,
-    /// Inputs still missing per step.
+    /// Inputs still missing per step, and at index `nsteps` those due past the last step (the
+    /// end waits for them: forwards issued there leave once they are in, as in the replay).
     pending: Vec<u32>,
     compute_end: u64,
     done: bool,
@@ -137,13 +138,13 @@ pub fn run(
             next: 0,
             running: start(r) > 0,
             ready_at: start(r),
-            pending: vec![0; st.len()],
+            pending: vec![0; st.len() + 1],
             compute_end: start(r),
             done: false,
         })
         .collect();
     let need = |rank: usize, nb: Option<u32>, ranks: &[RankRt]| -> Option<usize> {
-        nb.filter(|&s| s < ranks[rank].nsteps).map(|s| s as usize)
+        nb.map(|s| s.min(ranks[rank].nsteps) as usize)
     };
     // Index flows by (src, issue step) and count inputs per (dst, step).
     let mut issue_owned: Vec<Vec<Vec<usize>>> = ranks
@@ -238,11 +239,15 @@ pub fn run(
                 }
             }
             if s == ranks[ru].nsteps {
-                for i in std::mem::take(&mut issue_fwd[ru][su]) {
-                    issue_flow(i, now, p, net, &mut flows, &mut heap);
+                // The end: forwards issued past the last step leave once everything due to
+                // the rank is in (bug hunt: they left at once, so a circle of them passed).
+                if ranks[ru].pending[su] == 0 {
+                    for i in std::mem::take(&mut issue_fwd[ru][su]) {
+                        issue_flow(i, now, p, net, &mut flows, &mut heap);
+                    }
+                    ranks[ru].done = true;
+                    ranks[ru].compute_end = ranks[ru].ready_at;
                 }
-                ranks[ru].done = true;
-                ranks[ru].compute_end = now;
                 continue;
             }
             if ranks[ru].pending[su] == 0 {
@@ -370,9 +375,13 @@ pub fn run(
         }
     }
     if let Some((r, rr)) = ranks.iter().enumerate().find(|(_, rr)| !rr.done) {
+        let at = if rr.next < rr.nsteps {
+            format!("before step {}", rr.next)
+        } else {
+            "past its last step".to_string()
+        };
         return Err(SimError::Deadlock(format!(
-            "rank {r} waits forever before step {} ({} inputs never arrive)",
-            rr.next,
+            "rank {r} waits forever {at} ({} inputs never arrive)",
             rr.pending.get(rr.next as usize).copied().unwrap_or(0)
         )));
     }
@@ -451,10 +460,8 @@ fn finish_flow(
     let f = &p.flows[i];
     if let Some(s) = f.need_by {
         let rr = &mut ranks[f.dst as usize];
-        if s < rr.nsteps {
-            rr.pending[s as usize] -= 1;
-            dirty.push(f.dst);
-        }
+        rr.pending[s.min(rr.nsteps) as usize] -= 1;
+        dirty.push(f.dst);
     }
 }
 
@@ -649,6 +656,37 @@ mod tests {
         let n = net();
         let err = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap_err();
         assert!(err.to_string().contains("deadlock"), "{err}");
+    }
+
+    #[test]
+    fn regression_forwards_past_the_last_step_wait_for_what_they_forward() {
+        // Rank 2 sends rank 1 data due past its last step; rank 1 forwards it to 0 at its end.
+        // The forward leaves once the data is in (rank 2 is on the other node: α 5000 + 1000
+        // over its NIC), not when rank 1's compute ends; then 1100 over NVLink to rank 0.
+        let mut fwd = flow(1, 0, 10_000, 1, None);
+        fwd.forwards = true;
+        let o = run_program(
+            steps(&[&[0], &[10], &[0]]),
+            vec![flow(2, 1, 10_000, 0, Some(1)), fwd],
+        );
+        assert_eq!(o.ranks[1].inputs_done_ns, 6000);
+        assert_eq!(o.ranks[1].compute_end_ns, 10, "its compute ended before");
+        assert_eq!(o.end_ns, 6000 + 1100);
+        // Two such forwards waiting on each other never leave (bug hunt: both left at once,
+        // so the circle passed, and the replay hung on it).
+        let mut a = flow(0, 1, 10, 1, Some(1));
+        a.forwards = true;
+        let mut b = flow(1, 0, 10, 1, Some(1));
+        b.forwards = true;
+        let p = Program {
+            pass: Pass::Fwd,
+            steps: steps(&[&[1], &[1]]),
+            flows: vec![a, b],
+            collectives: vec![],
+        };
+        let n = net();
+        let err = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap_err();
+        assert!(err.to_string().contains("past its last step"), "{err}");
     }
 }
 

@@ -14,7 +14,9 @@
 //!
 //! The check runs the plan in logical time, as the simulator's engine does without durations:
 //! a rank advances past a step once each of that step's inputs can have been sent, until
-//! nothing moves. Every rank must get past its last step.
+//! nothing moves. Every rank must get past its last step, and past its end: a pseudo-step
+//! after the last, which waits for everything still due to the rank (the replay waits for
+//! every message before it ends), and at which forwards issued at or past the last step leave.
 
 use std::collections::BTreeMap;
 
@@ -41,8 +43,11 @@ type Waiting = FastMap<u32, u32>;
 pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
     let steps: Vec<u32> = plan.ranks.iter().map(|r| r.steps.len() as u32).collect();
     let n = steps.len();
-    // The step `s` of `r` that waits, if any (past the last step, only the end waits).
-    let waits = |r: u32, s: u32| (s < steps[r as usize]).then_some(s);
+    // The step of `r` that waits for what is due by step `s`: past the last step, the end (a
+    // pseudo-step at index `steps[r]`, which a rank gets past once everything due to it has
+    // arrived, as the replay's last wait; bug hunt: a circle of forwards issued at the end
+    // passed, since nothing waited for them, and hung the replay).
+    let waits = |r: u32, s: u32| s.min(steps[r as usize]);
     let forwards = crate::plan::forwarding(plan);
     let mut needs: Vec<BTreeMap<u32, Vec<Need>>> = vec![BTreeMap::new(); n];
     // Per call (id, kind), per receiving member, the earliest step that waits for it; the
@@ -56,14 +61,11 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
             None => {
                 let last = steps[t.src as usize];
                 let issue = t.issue_at.min(last);
-                // A forward leaves once its sender can start the step, so once past it.
-                let past = if forwards[i] && issue < last {
-                    issue + 1
-                } else {
-                    issue
-                };
+                // A forward leaves once its sender can start the step, so once past it (at
+                // the end, once the sender has everything due to it).
+                let past = if forwards[i] { issue + 1 } else { issue };
                 for dst in t.receivers() {
-                    if let Some(s) = need_by.and_then(|a| waits(dst, a)) {
+                    if let Some(s) = need_by.map(|a| waits(dst, a)) {
                         needs[dst as usize]
                             .entry(s)
                             .or_default()
@@ -105,7 +107,7 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
             .map(|(r, join)| (r, (join, waits_from.and_then(|w| w.get(&r).copied()))))
             .collect();
         for &(r, (_, need)) in &call {
-            if let Some(s) = need.and_then(|a| waits(r, a)) {
+            if let Some(s) = need.map(|a| waits(r, a)) {
                 needs[r as usize].entry(s).or_default().push(Need::Call(c));
             }
         }
@@ -182,7 +184,7 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
         let r = r as usize;
         queued[r] = false;
         let before = past[r];
-        while past[r] < steps[r] {
+        while past[r] <= steps[r] {
             let ok = needs[r].get(&past[r]).is_none_or(|list| {
                 list.iter().all(|x| match *x {
                     Need::Rank { src, past: p } => past[src as usize] >= p,
@@ -203,16 +205,23 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
         Need::Rank { src, past: p } => past[src as usize] >= p,
         Need::Call(c) => ran[c],
     };
-    for r in (0..n).filter(|&r| past[r] < steps[r]) {
+    for r in (0..n).filter(|&r| past[r] <= steps[r]) {
         let s = past[r];
         let why = needs[r]
             .get(&s)
             .and_then(|list| list.iter().find(|x| !met(x)))
             .map_or(String::new(), |x| match *x {
-                Need::Rank { src, .. } => format!(
-                    ": it waits for a transfer from rank {src}, which never gets past its step {}",
-                    past[src as usize]
-                ),
+                Need::Rank { src, .. } => {
+                    let at = past[src as usize];
+                    let where_ = if at < steps[src as usize] {
+                        format!("its step {at}")
+                    } else {
+                        "its end".to_string()
+                    };
+                    format!(
+                        ": it waits for a transfer from rank {src}, which never gets past {where_}"
+                    )
+                }
                 Need::Call(c) => {
                     let late: Vec<String> = members[c]
                         .iter()
@@ -232,9 +241,11 @@ pub(super) fn check_progress(plan: &Plan, out: &mut Vec<Violation>) {
                     )
                 }
             });
-        out.push(v(
-            ViolationKind::Deadlock,
-            format!("rank {r} never starts step {s}{why}"),
-        ));
+        let stuck = if s < steps[r] {
+            format!("never starts step {s}")
+        } else {
+            "never gets past its end".to_string()
+        };
+        out.push(v(ViolationKind::Deadlock, format!("rank {r} {stuck}{why}")));
     }
 }

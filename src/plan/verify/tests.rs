@@ -594,6 +594,36 @@ mod progress {
         matches!(sim.simulate(p, PassSel::Both), Err(SimError::Deadlock(_)))
     }
 
+    /// Regression (bug hunt): two ranks forwarding the same rows to each other at the last
+    /// step, or past it, passed (nothing waited for them) and hung the replay; forwarding
+    /// rows that came earlier from their holder, at the end, is fine.
+    #[test]
+    fn regression_a_circle_of_forwards_at_the_end_deadlocks() {
+        let batch = Batch::new(0, vec![300, 40, 120, 17, 35]);
+        let base = with_ctx(4, Mask::Causal, |ctx| Zigzag.plan(&batch, ctx)).unwrap();
+        assert_eq!(verify(&base), vec![]);
+        let last = base.ranks[0].steps.len() as u32;
+        let rows = base.initial(2).to_vec();
+        for at in [last, last + 3] {
+            let mut p = base.clone();
+            p.transfers.push(Transfer::kv(0, 1, rows.clone(), at, at));
+            p.transfers.push(Transfer::kv(1, 0, rows.clone(), at, at));
+            let found = verify(&p);
+            assert!(
+                found.iter().any(|v| v.kind == K::Deadlock
+                    && v.message.contains("rank 0 never gets past its end")),
+                "{found:?}"
+            );
+            assert!(engine_deadlocks(&p), "{at}");
+            // Rank 2 hands rank 0 the rows first: the forward has them, nothing waits.
+            let mut p = base.clone();
+            p.transfers.push(Transfer::kv(2, 0, rows.clone(), 0, 1));
+            p.transfers.push(Transfer::kv(0, 1, rows.clone(), at, at));
+            assert_eq!(verify(&p), vec![], "{at}");
+            assert!(!engine_deadlocks(&p), "{at}");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// The verifier says a plan deadlocks exactly when the simulator's engine runs into
