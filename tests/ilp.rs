@@ -556,8 +556,43 @@ fn ilp_with_nothing_feasible_is_infeasible_for_both_schemes_and_solvers() {
                 "{note}"
             );
             assert_valid(&r.plan);
+            // Regression (bug hunt): the plan carried the last note alone, as a bare string,
+            // and FCP plans named FlashCP's granularity.
+            let recorded = &r.plan.scheme.params["ilp"];
+            assert_eq!(recorded["status"], "infeasible", "{recorded}");
+            assert_eq!(recorded["notes"].as_array().unwrap().len(), r.notes.len());
+            assert!(recorded.get("granularity").is_none(), "{recorded}");
         }
     });
+}
+
+/// Regression (bug hunt): `fcp ilp -o -` wrote a file named `-`; it writes the plan to stdout,
+/// as `fcp plan -o -` does, and the report to stderr.
+#[test]
+fn regression_ilp_writes_its_plan_to_stdout_with_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "doc_len\n3000\n1500\n700\n600\n").unwrap();
+    let run = |extra: &[&str]| {
+        fcp()
+            .current_dir(dir.path())
+            .args([
+                "ilp", "--scheme", "flashcp", "--trace", "t.csv", "--ranks", "2",
+            ])
+            .args(["--pack", "window", "--context", "8192", "-o", "-"])
+            .args(extra)
+            .assert()
+    };
+    let out = run(&[]).success();
+    let o = out.get_output();
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["scheme"]["name"], "flashcp");
+    assert!(plan["scheme"]["params"]["ilp"]["granularity"].is_number());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("heuristic"));
+    assert!(!dir.path().join("-").exists());
+    run(&["--json"])
+        .code(2)
+        .stderr(predicates::str::contains("write the plan to a file"));
 }
 
 /// Regression (bug hunt): `--microlp` was silently ignored when LPT cut a unit (the branch and

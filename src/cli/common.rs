@@ -1026,8 +1026,13 @@ impl BatchArgs {
         let trace = match &self.trace {
             // A sweep's generated trace, grown as the sweep grows it (every size a prefix of
             // the same stream), so a cell's batches are these (bug hunt: a sweep cell on a
-            // `gen:` trace could not be rerun with `compare`). A file of that name wins.
-            Some(p) if !p.exists() && p.to_str().is_some_and(|s| s.starts_with("gen:")) => {
+            // `gen:` trace could not be rerun with `compare`); `default`, the bundled trace,
+            // as a sweep names it. A file of that name wins, as in a sweep.
+            Some(p)
+                if !p.exists()
+                    && p.to_str()
+                        .is_some_and(|s| s.starts_with("gen:") || s == "default") =>
+            {
                 let spec = fcp::study::traces::TraceSpec::parse(p.to_str().unwrap_or_default())?;
                 spec.load(opts.tokens_to_fill(keep)?)?
             }

@@ -69,7 +69,7 @@ pub struct IlpArgs {
     /// a million variables is refused.
     #[arg(long)]
     microlp: bool,
-    /// Write the ILP's plan here.
+    /// Write the ILP's plan here (`-`: to stdout, the report then to stderr).
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// JSON instead of a table.
@@ -104,7 +104,11 @@ pub fn run(a: IlpArgs) -> Result<()> {
         }
         _ => {}
     }
-    if let (Some(out), Some(t)) = (&a.output, &a.batch.trace) {
+    let to_stdout = a.output.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    if to_stdout && a.json {
+        bail!("`-o -` writes the plan to stdout, where --json would print the report too; write the plan to a file");
+    }
+    if let (Some(out), Some(t), false) = (&a.output, &a.batch.trace, to_stdout) {
         super::common::refuse_overwriting_input(out, &[t])?;
     }
     let (hw, model) = a.profile.load()?;
@@ -136,16 +140,23 @@ pub fn run(a: IlpArgs) -> Result<()> {
         }
     };
     a.profile.record_files(&mut r.plan);
-    if let Some(path) = &a.output {
-        r.plan.save(path)?;
+    // `-o -` writes the plan to stdout, as `fcp plan -o -` does (bug hunt: it wrote a file
+    // named `-`).
+    match &a.output {
+        Some(_) if to_stdout => out!("{}", r.plan.to_json()),
+        Some(path) => r.plan.save(path)?,
+        None => {}
     }
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
+    use std::fmt::Write as _;
+    let mut text = String::new();
     let num = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.4}"));
     let (h, i) = (&r.heuristic, &r.ilp);
-    outln!(
+    writeln!(
+        text,
         "batch {} · {} docs · {} items · mode {} · λ {} · R {}",
         a.batch_index,
         batch.doc_lens.len(),
@@ -156,44 +167,53 @@ pub fn run(a: IlpArgs) -> Result<()> {
         },
         r.lambda,
         r.target_imbalance
-    );
-    outln!("{:<12} {:>10} {:>10}", "", "heuristic", "ilp");
-    outln!(
+    )?;
+    writeln!(text, "{:<12} {:>10} {:>10}", "", "heuristic", "ilp")?;
+    writeln!(
+        text,
         "{:<12} {:>10.4} {:>10.4}",
-        "imbalance",
-        h.imbalance,
-        i.imbalance
-    );
-    outln!(
+        "imbalance", h.imbalance, i.imbalance
+    )?;
+    writeln!(
+        text,
         "{:<12} {:>9.1}% {:>9.1}%",
         "comm saving",
         100.0 * h.comm_saving,
         100.0 * i.comm_saving
-    );
-    outln!(
+    )?;
+    writeln!(
+        text,
         "{:<12} {:>10} {:>10}",
         "objective",
         num(h.objective),
         num(i.objective)
-    );
+    )?;
     // Infinite when proven infeasible: printed as `-`, as JSON prints `null`.
-    outln!(
+    writeln!(
+        text,
         "{:<12} {:>10} {:>10}",
         "best bound",
         "",
         num(Some(i.bound).filter(|b| b.is_finite()))
-    );
-    outln!(
+    )?;
+    writeln!(
+        text,
         "{:<12} {:>10} {:>10}",
         "gap",
         "",
         i.gap
             .map_or("-".to_string(), |g| format!("{:.4}%", 100.0 * g))
-    );
-    outln!("{:<12} {:>10} {:>10}", "status", "", i.status.label());
-    outln!("{:<12} {:>10} {:>10.3}", "solve s", "", i.solve_s);
+    )?;
+    writeln!(text, "{:<12} {:>10} {:>10}", "status", "", i.status.label())?;
+    writeln!(text, "{:<12} {:>10} {:>10.3}", "solve s", "", i.solve_s)?;
     for n in &r.notes {
-        outln!("note: {n}");
+        writeln!(text, "note: {n}")?;
+    }
+    // With `-o -` the plan is on stdout, so the report goes to stderr, as `fcp plan` does.
+    if to_stdout {
+        eprint!("{text}");
+    } else {
+        out!("{text}");
     }
     Ok(())
 }

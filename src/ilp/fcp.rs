@@ -172,11 +172,20 @@ pub fn solve(
         // No whole-unit assignment meets the constraints (or none was found in time): the
         // best plan known is the heuristic's own, returned as such — never nothing — and the
         // ILP's column describes that plan.
-        let why = no_plan_note(p, inst.warm.as_deref(), &o, "whole-unit assignment", opts);
+        // The plan records the ILP's status and every note, as any other (bug hunt: it
+        // carried the last note alone, as a bare string).
+        notes.push(no_plan_note(
+            p,
+            inst.warm.as_deref(),
+            &o,
+            "whole-unit assignment",
+            opts,
+        ));
         let plan = f.build(batch, ctx, &inst.heuristic.owned, p.hi, |b| {
-            b.param("ilp", serde_json::json!(why));
+            for (k, v) in plan_params(&ilp, opts, &notes, None) {
+                b.param(&k, v);
+            }
         });
-        notes.push(why);
         let ilp = IlpSide {
             imbalance: heuristic.imbalance,
             comm_saving: heuristic.comm_saving,
@@ -192,7 +201,7 @@ pub fn solve(
         }
     }
     let plan = f.build(batch, ctx, &owned, Fcp::cap(batch, ctx), |b| {
-        for (k, v) in plan_params(&ilp, opts, &notes) {
+        for (k, v) in plan_params(&ilp, opts, &notes, None) {
             b.param(&k, v);
         }
     });

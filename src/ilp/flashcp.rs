@@ -192,6 +192,11 @@ pub fn solve(batch: &Batch, ctx: &PlanContext<'_>, opts: &Options) -> Result<Rep
         Vec::new(),
         opts.target_imbalance,
     );
-    let plan = planner.plan_from(batch, ctx, &s, plan_params(&ilp, opts, &notes))?;
+    let plan = planner.plan_from(
+        batch,
+        ctx,
+        &s,
+        plan_params(&ilp, opts, &notes, Some(opts.granularity)),
+    )?;
     Ok(Report::new(heuristic, ilp, opts, notes, plan))
 }

@@ -306,15 +306,24 @@ impl Report {
 
 /// The ILP's summary as plan parameters (`scheme.params.ilp`), with the report's notes when
 /// there are any.
-fn plan_params(o: &IlpSide, opts: &Options, notes: &[String]) -> Vec<(String, serde_json::Value)> {
+fn plan_params(
+    o: &IlpSide,
+    opts: &Options,
+    notes: &[String],
+    granularity: Option<u64>,
+) -> Vec<(String, serde_json::Value)> {
     let mut ilp = serde_json::json!({
         "status": o.status,
         "mode": opts.mode,
         "lambda": opts.lambda,
-        "granularity": opts.granularity,
         "objective": o.objective.map(|x| (x * 1e12).round() / 1e12),
         "bound": (o.bound * 1e12).round() / 1e12,
     });
+    // FlashCP's cut granularity; an FCP plan cuts at its block size, recorded as `block`
+    // (bug hunt: FCP plans named a granularity they neither use nor accept).
+    if let Some(g) = granularity {
+        ilp["granularity"] = serde_json::json!(g);
+    }
     if !notes.is_empty() {
         ilp["notes"] = serde_json::json!(notes);
     }

@@ -448,7 +448,16 @@ impl SweepConfig {
                 .map(|s| same_file(&crate::hardware::spec::canonical_spec(s)))
                 .collect()
         };
-        let traces: Vec<String> = g.traces.iter().map(|t| same_file(t)).collect();
+        // A generated trace is the same whatever order or spelling its keys take
+        // (`gen:pile` and `gen:pile:seed=01`; bug hunt: they ran as separate, equal cells).
+        let traces: Vec<String> = g
+            .traces
+            .iter()
+            .map(|t| match super::traces::TraceSpec::parse(t) {
+                Ok(spec @ super::traces::TraceSpec::Gen { .. }) => format!("{spec:?}"),
+                _ => same_file(t),
+            })
+            .collect();
         for (name, list, written) in [
             ("traces", traces, &g.traces),
             ("schemes", g.schemes.clone(), &g.schemes),
@@ -892,6 +901,29 @@ mod tests {
             "{grid}hardware = [{plain:?}, \"{plain}:nic_gbs=10\"]
 "
         ))
+        .is_ok());
+    }
+
+    /// Regression (bug hunt): one generated trace written two ways (keys in another order,
+    /// a default spelled out, `01` for `1`, `2048` for `2048.0`) ran as two equal cells.
+    #[test]
+    fn regression_a_generated_trace_written_two_ways_ran_twice() {
+        for (a, b) in [
+            ("gen:pile", "gen:pile:seed=1"),
+            ("gen:pile:seed=1", "gen:pile:seed=01"),
+            ("gen:pile:docs=1000,seed=3", "gen:pile:seed=3,docs=1000"),
+            ("gen:exponential:mean=2048", "gen:exponential:mean=2048.0"),
+        ] {
+            let e = SweepConfig::parse(&format!(
+                "[grid]\ntraces=[{a:?}, {b:?}]\nschemes=[\"zigzag\"]\nranks=[4]\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("one input written two ways"), "{e}");
+        }
+        assert!(SweepConfig::parse(
+            "[grid]\ntraces=[\"gen:pile\", \"gen:pile:seed=2\"]\nschemes=[\"zigzag\"]\nranks=[4]\n"
+        )
         .is_ok());
     }
 

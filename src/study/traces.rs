@@ -51,9 +51,15 @@ pub enum TraceSpec {
 }
 
 impl TraceSpec {
-    /// Parse a spec (does not read or generate anything).
+    /// Parse a spec (does not read or generate anything). A file of that name wins, as in
+    /// `compare --trace` (bug hunt: with a file named `gen:pile:seed=1` in the working
+    /// directory, a sweep cell generated the trace and `compare` read the file, so the cell
+    /// could not be rerun as one command).
     pub fn parse(text: &str) -> Result<TraceSpec, StudyError> {
         let bad = |m: String| StudyError::Config(format!("trace `{text}`: {m}"));
+        if Path::new(text).exists() {
+            return Ok(TraceSpec::File(text.to_string()));
+        }
         if text == "default" {
             return Ok(TraceSpec::Default);
         }
@@ -121,6 +127,12 @@ impl TraceSpec {
         }
         match source {
             "exponential" if mean.is_none() => return Err(bad("exponential needs mean=".into())),
+            // Bug hunt: `sigma` was dropped without a word, so one trace ran as several cells.
+            "exponential" if sigma.is_some() => {
+                return Err(bad(
+                    "exponential takes mean and max; sigma applies to lognormal".into(),
+                ))
+            }
             "exponential" | "lognormal" => {}
             _ if mean.is_some() || sigma.is_some() || max.is_some() => {
                 return Err(bad(format!(
@@ -196,6 +208,23 @@ impl TraceSpec {
 mod tests {
     use super::*;
 
+    /// Regression (bug hunt): a file named like a spec is read, as `compare --trace` reads it.
+    #[test]
+    fn regression_a_file_named_like_a_spec_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gen:pile:seed=1");
+        std::fs::write(&path, "doc_len\n100\n").unwrap();
+        let text = path.display().to_string();
+        assert_eq!(
+            TraceSpec::parse(&text).unwrap(),
+            TraceSpec::File(text.clone())
+        );
+        assert!(matches!(
+            TraceSpec::parse("gen:pile:seed=1").unwrap(),
+            TraceSpec::Gen { .. }
+        ));
+    }
+
     #[test]
     fn specs_parse_and_generate_prefix_consistently() {
         assert_eq!(TraceSpec::parse("default").unwrap(), TraceSpec::Default);
@@ -213,6 +242,9 @@ mod tests {
         assert!(TraceSpec::parse("gen:nope").is_err());
         assert!(TraceSpec::parse("gen:exponential").is_err());
         assert!(TraceSpec::parse("gen:wlb-llm:mean=3").is_err());
+        // Regression (bug hunt): `sigma` was dropped from an exponential without a word.
+        let e = TraceSpec::parse("gen:exponential:mean=2048,sigma=0.1").unwrap_err();
+        assert!(e.to_string().contains("sigma applies to lognormal"), "{e}");
         assert!(TraceSpec::parse("gen:wlb-llm:docs=0").is_err());
         let w = TraceSpec::parse("gen:wlb-llm:docs=50").unwrap();
         assert_eq!(w.load(u64::MAX).unwrap().docs.len(), 50);

@@ -121,16 +121,6 @@ pub fn gantt(path: &Path, outcomes: &[PassOutcome], opts: &GanttOptions) -> Resu
     ))
 }
 
-/// Decimals a time axis of `span` ms needs for ticks about a tenth of it apart to differ:
-/// one from 1 ms up, more below, at most six.
-fn tick_decimals(span: f64) -> usize {
-    let step = span / 10.0;
-    if !(step.is_finite() && step > 0.0) {
-        return 1;
-    }
-    (-step.log10()).ceil().clamp(1.0, 6.0) as usize
-}
-
 /// Pixels kept right of the chart for the legend (its longest label is about 270 px).
 const LEGEND_WIDTH: i32 = 300;
 
@@ -159,7 +149,8 @@ fn draw<DB: DrawingBackend>(
         .map_err(draw_err)?;
     // Enough decimals for ticks about a tenth of the span apart (bug hunt: a 0.01 ms plan's
     // ticks all read 0.0).
-    let decimals = tick_decimals(total);
+    // One decimal from 1 ms up, more below.
+    let decimals = super::tick_decimals(total, 1);
     let rank_fmt = |v: &f64| {
         let k = v.round();
         if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < n {
@@ -273,7 +264,7 @@ fn draw<DB: DrawingBackend>(
 
 #[cfg(test)]
 mod tests {
-    use super::tick_decimals;
+    use crate::report::plot::tick_decimals;
 
     /// Regression (bug hunt): a plan of 0.01 ms labelled every tick 0.0.
     #[test]
@@ -286,11 +277,11 @@ mod tests {
             (1e-9, 6),
             (0.0, 1),
         ] {
-            assert_eq!(tick_decimals(span), want, "{span}");
+            assert_eq!(tick_decimals(span, 1), want, "{span}");
         }
         // Ticks a tenth of the span apart read differently at that many decimals.
         for span in [0.013, 0.2, 3.7, 0.0009] {
-            let d = tick_decimals(span);
+            let d = tick_decimals(span, 1);
             let (a, b) = (format!("{:.d$}", span * 0.3), format!("{:.d$}", span * 0.4));
             assert_ne!(a, b, "{span}");
         }

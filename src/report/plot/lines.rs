@@ -151,12 +151,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
             format!("{x:.2}")
         }
     };
-    let y_fmt = |v: &f64| match c.y_format {
-        YFormat::Plain => trim_num(*v),
-        YFormat::Percent => format!("{:.0}%", v * 100.0),
-        YFormat::Times => format!("{}×", trim_num(*v)),
-        YFormat::Bytes => crate::report::human_bytes(v.max(0.0).round() as u64),
-    };
+    let y_fmt = |v: &f64| y_label(c.y_format, *v, yhi - ylo);
     let mut mesh = ch.configure_mesh();
     mesh.x_desc(&c.x_label)
         .y_desc(&c.y_label)
@@ -238,14 +233,23 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, c: &LineChart) -> Res
     Ok(())
 }
 
-fn trim_num(v: f64) -> String {
-    let a = v.abs();
-    if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
+/// A y tick label on an axis spanning `span`: as many decimals as ticks a tenth of it apart
+/// need to read differently, and never `-0` (bug hunt: imbalances of 0.01–1.3 % were labelled
+/// `0% 0% 0% 1% 1% 1% 1%`, token imbalances of 10⁻⁴ `-0.00 0.00 0.00`).
+fn y_label(format: YFormat, v: f64, span: f64) -> String {
+    let fixed = |v: f64, span: f64| {
+        let d = super::tick_decimals(span, 0);
+        let s = format!("{v:.d$}");
+        match s.strip_prefix('-') {
+            Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_string(),
+            _ => s,
+        }
+    };
+    match format {
+        YFormat::Plain => fixed(v, span),
+        YFormat::Percent => format!("{}%", fixed(v * 100.0, span * 100.0)),
+        YFormat::Times => format!("{}×", fixed(v, span)),
+        YFormat::Bytes => crate::report::human_bytes(v.max(0.0).round() as u64),
     }
 }
 
@@ -385,6 +389,33 @@ pub fn sweep_chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (bug hunt): small imbalances labelled every other tick alike, and `-0.00`.
+    #[test]
+    fn regression_y_ticks_of_small_values_read_differently() {
+        for (format, lo, hi) in [
+            (YFormat::Percent, 0.0001, 0.013),
+            (YFormat::Percent, 0.0, 0.05),
+            (YFormat::Plain, -0.00002, 0.0003),
+            (YFormat::Times, 1.0, 1.02),
+            (YFormat::Plain, 100.0, 400.0),
+        ] {
+            let span = hi - lo;
+            let labels: Vec<String> = (0..=10)
+                .map(|k| y_label(format, lo + span * f64::from(k) / 10.0, span))
+                .collect();
+            for w in labels.windows(2) {
+                assert_ne!(w[0], w[1], "{labels:?}");
+            }
+            let negative_zero = |l: &String| {
+                l.starts_with('-') && l[1..].trim_end_matches(['%', '×']).parse::<f64>() == Ok(0.0)
+            };
+            assert!(!labels.iter().any(negative_zero), "{labels:?}");
+        }
+        assert_eq!(y_label(YFormat::Plain, -0.00001, 0.01), "0.000");
+        assert_eq!(y_label(YFormat::Plain, 250.0, 300.0), "250");
+        assert_eq!(y_label(YFormat::Percent, 0.25, 0.3), "25%");
+    }
 
     #[test]
     fn block_is_dropped_from_names() {

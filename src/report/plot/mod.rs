@@ -181,6 +181,16 @@ pub(crate) fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>, PlotErro
     Ok(out)
 }
 
+/// Decimals that tell apart axis ticks about a tenth of `span` apart (plotters' ticks are at
+/// least that far apart), at least `min` and at most six.
+pub(super) fn tick_decimals(span: f64, min: usize) -> usize {
+    let step = span / 10.0;
+    if !(step.is_finite() && step > 0.0) {
+        return min;
+    }
+    ((-step.log10()).ceil().max(0.0) as usize).clamp(min, 6)
+}
+
 /// `1024 → "1K"`, `131072 → "128K"`, `1048576 → "1M"`: token counts as the papers write them.
 pub fn tokens_label(v: f64) -> String {
     let v = v.round();
