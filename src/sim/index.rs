@@ -4,15 +4,19 @@
 
 use crate::plan::{Delivery, DocRuns, Plan, TokenRange, TransferTensor};
 
-/// Ranges read (or owned) on one rank, per document: `(start, end, step)` runs.
-type Runs = DocRuns<u32>;
+/// Ranges read on one rank, per document: `(start, end, (step, first head, end head))` runs,
+/// heads as query heads.
+type Runs = DocRuns<(u32, u32, u32)>;
+
+/// Ranges a rank owns, per document.
+type Held = DocRuns<u32>;
 
 /// Per rank and document: the query ranges and key/value ranges its tasks read, with their
 /// steps, and the ranges it owns.
 pub struct PlanIndex {
     q: Vec<Runs>,
     kv: Vec<Runs>,
-    owned: Vec<Runs>,
+    owned: Vec<Held>,
     /// [`PlanIndex::use_steps`] of each delivery.
     uses: Vec<Option<(u32, u32)>>,
     /// Per transfer: whether it forwards received data ([`crate::plan::forwarding`]), worked
@@ -28,8 +32,13 @@ impl PlanIndex {
             let (mut rq, mut rkv) = (Vec::new(), Vec::new());
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
-                    rq.push((t.q.doc, t.q.start, t.q.end, s as u32));
-                    rkv.push((t.kv.doc, t.kv.start, t.kv.end, s as u32));
+                    let read = (
+                        s as u32,
+                        heads(t.heads, plan.q_heads).0,
+                        heads(t.heads, plan.q_heads).1,
+                    );
+                    rq.push((t.q.doc, t.q.start, t.q.end, read));
+                    rkv.push((t.kv.doc, t.kv.start, t.kv.end, read));
                 }
             }
             q.push(DocRuns::new(rq));
@@ -54,8 +63,10 @@ impl PlanIndex {
 
     /// First and last step that reads what delivery `d` of the plan ([`Plan::deliveries`]
     /// order) carries: for Q and K/V, the receiver's steps whose tasks read it (as queries for
-    /// Q); for an output return, the sender's steps that compute those queries. `None` when no
-    /// task reads it.
+    /// Q); for an output return, the sender's steps that compute those queries; tasks on heads
+    /// the delivery does not carry do not read it (bug hunt: a K/V all-gather in head slices,
+    /// one per step, kept every slice live to the last step, double-counting memory). `None`
+    /// when no task reads it.
     pub fn use_steps(&self, d: usize) -> Option<(u32, u32)> {
         self.uses[d]
     }
@@ -77,6 +88,10 @@ impl PlanIndex {
         }
         // Per reading rank: (doc, read as, start, end, delivery).
         let mut asks: Vec<(u32, TransferTensor, u64, u64, usize)> = Vec::new();
+        let carried: Vec<(u32, u32)> = deliveries
+            .iter()
+            .map(|d| heads(d.transfer.heads, plan.q_heads))
+            .collect();
         for (rank, reads) in by_reader.iter().enumerate() {
             asks.clear();
             for &d in reads {
@@ -99,7 +114,12 @@ impl PlanIndex {
                     continue;
                 };
                 for &(_, _, start, end, d) in chunk {
-                    widen(&mut spans[d], runs.overlapping(start, end));
+                    let (lo, hi) = carried[d];
+                    widen(
+                        &mut spans[d],
+                        runs.overlapping(start, end)
+                            .filter(|r| r.2 .1 < hi && lo < r.2 .2),
+                    );
                 }
             }
         }
@@ -134,14 +154,22 @@ fn reader(d: &Delivery<'_>) -> (u32, TransferTensor) {
     }
 }
 
+/// Query heads `[first, end)` of an optional head range (none: all `q_heads`).
+fn heads(h: Option<crate::plan::HeadRange>, q_heads: u32) -> (u32, u32) {
+    h.map_or((0, q_heads), |h| (h.start, h.end))
+}
+
 /// Widen `span` to the steps of `runs`.
-fn widen<'a>(span: &mut Option<(u32, u32)>, runs: impl Iterator<Item = &'a (u64, u64, u32)>) {
-    for &(_, _, s) in runs {
+fn widen<'a>(
+    span: &mut Option<(u32, u32)>,
+    runs: impl Iterator<Item = &'a (u64, u64, (u32, u32, u32))>,
+) {
+    for &(_, _, (s, _, _)) in runs {
         *span = Some(span.map_or((s, s), |(a, b)| (a.min(s), b.max(s))));
     }
 }
 
-fn covers_all(map: &Runs, ranges: &[TokenRange]) -> bool {
+fn covers_all(map: &Held, ranges: &[TokenRange]) -> bool {
     ranges.iter().all(|r| {
         map.get(r.doc)
             .is_some_and(|runs| runs.covers(r.start, r.end))
@@ -170,6 +198,7 @@ mod tests {
             "hybrid",
             "fcp:reshuffle=true,solver=false",
             "per-doc",
+            "llama3-contig",
         ] {
             let planner = planner_for(scheme).unwrap();
             let plan = with_ctx(4, Mask::Causal, |c| {
@@ -187,11 +216,15 @@ mod tests {
                 };
                 let mut scan: Option<(u32, u32)> = None;
                 for (s, st) in plan.ranks[rank as usize].steps.iter().enumerate() {
+                    let (lo, hi) = heads(t.heads, plan.q_heads);
                     let reads = |x: &crate::plan::Task| {
                         let read = if as_q { x.q } else { x.kv };
-                        t.ranges
-                            .iter()
-                            .any(|r| r.doc == read.doc && r.start < read.end && read.start < r.end)
+                        let (a, b) = heads(x.heads, plan.q_heads);
+                        a < hi
+                            && lo < b
+                            && t.ranges.iter().any(|r| {
+                                r.doc == read.doc && r.start < read.end && read.start < r.end
+                            })
                     };
                     if st.tasks.iter().any(reads) {
                         let s = s as u32;

@@ -67,3 +67,30 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Mask;
+    use crate::planners::testing::with_ctx;
+    use crate::planners::{Llama3Contig, Planner};
+    use crate::trace::Batch;
+
+    /// Regression (bug hunt): Llama3-contig all-gathers K/V one slice of heads per step, each
+    /// issued the step before it is read; every slice was held to the last step (the reads
+    /// were matched by tokens only), so the peak counted all eight slices, not two.
+    #[test]
+    fn regression_head_slices_are_double_buffered() {
+        let model = Model::load("llama3-70b").unwrap();
+        let plan = with_ctx(2, Mask::Full, |ctx| {
+            Llama3Contig::default().plan(&Batch::new(0, vec![32000]), ctx)
+        })
+        .unwrap();
+        assert_eq!(plan.ranks[0].steps.len(), 8, "one step per K/V head");
+        let idx = PlanIndex::new(&plan);
+        let fwd = peak_bytes(&plan, &idx, &model, &[Pass::Fwd])[0];
+        let owned = 16000 * (2 * model.q_bytes_per_token() + model.kv_bytes_per_token());
+        let slice = 16000 * model.kv_bytes_per_token() / 8;
+        assert_eq!(fwd, owned + 2 * slice);
+    }
+}
