@@ -319,11 +319,26 @@ put("task-not-object", lambda p: p["ranks"][0]["steps"][0]["tasks"].append(5))
 put("transfer-not-object", lambda p: p["transfers"].append(5))
 put("empty-document", lambda p: p["documents"].append({"id": len(p["documents"]), "len": 0}))
 put("half-step", lambda p: p["transfers"][0].update(issue_at=0.5))
+# What `fcp verify` refuses and the replay once ran in a reading of its own (bug hunt):
+# `also_to` in a version-1 plan, uneven step counts, a collective carrying outputs and K/V.
+def also_to_v1(p):
+    t = p["transfers"][0]
+    t["also_to"] = [next(r for r in range(p["num_ranks"]) if r not in (t["src"], t["dst"]))]
+    p["version"] = 1
+put("also-to-in-version-1", also_to_v1)
+put("uneven-steps", lambda p: p["ranks"][0]["steps"].append({"tasks": []}))
+def mixed(p):
+    t = p["transfers"][0]
+    t.update(kind="all_to_all", collective=7)
+    p["transfers"].append(dict(kind="all_to_all", collective=7, tensor="out", src=t["dst"], dst=t["src"],
+                               ranges=t["ranges"], issue_at=t["arrive_by"], arrive_by=t["arrive_by"]))
+put("collective-both-ways", mixed)
 open(f"{work}/malformed-huge-number.json", "w").write(text.replace('"issue_at":0', '"issue_at":1e400', 1))
 open(f"{work}/malformed-not-utf8.json", "wb").write(b"\xff\xfe\x00garbage")
 open(f"{work}/malformed-deep.json", "w").write("[" * 100000 + "]" * 100000)
 PYEOF
-for what in task-not-object transfer-not-object empty-document half-step huge-number not-utf8 deep seed; do
+for what in task-not-object transfer-not-object empty-document half-step also-to-in-version-1 uneven-steps \
+    collective-both-ways huge-number not-utf8 deep seed; do
     plan="$work/malformed-$what.json" extra=()
     [[ $what == seed ]] && plan="$work/ring.json" extra=(--seed 20000000000000)
     if "$PY" scripts/replay.py "$plan" --single-device --head-dim 8 "${extra[@]}" \

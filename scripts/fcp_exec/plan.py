@@ -202,6 +202,24 @@ class Plan:
                 raise PlanError(f"{origin}: transfer {t.index}: kv heads {list(t.heads)} split a GQA group of {g} query heads; "
                                 f"a K/V transfer moves whole K/V heads, so its heads are {[t.heads[0] // g * g, -(-t.heads[1] // g) * g]}")
         self.nsteps = max((len(s) for s in self.steps), default=0)
+        # What `fcp verify` refuses and the replay would otherwise run in its own reading
+        # (bug hunt): `also_to` in a version-1 plan (a version-1 reader misses those
+        # receivers), uneven step counts (a step past the last means different things on
+        # different ranks), and one collective id carrying outputs with Q or K/V (the backward
+        # pass's calls, named after the id, would merge the two).
+        if obj.get("version") == 1 and any(t.get("also_to") for t in obj["transfers"] if isinstance(t, dict)):
+            raise PlanError(f"{origin}: also_to needs plan format version 2; this plan says version 1")
+        if len({len(s) for s in self.steps}) > 1:
+            counts = sorted({len(s) for s in self.steps})
+            raise PlanError(f"{origin}: ranks have different numbers of steps ({counts}); every rank has the same")
+        ways = {}
+        for t in self.transfers:
+            if t.collective is not None and t.kind != "p2p":
+                ways.setdefault(t.collective, set()).add(t.tensor == "out")
+        mixed = sorted(c for c, w in ways.items() if len(w) > 1)
+        if mixed:
+            raise PlanError(f"{origin}: collective {mixed[0]} carries both `out` pieces and `q`/`kv` pieces; "
+                            f"one collective moves one way")
         # Per transfer, whether it forwards received rows: read by the progress check, by
         # `forwarded` (each pass) and by `depths` (each reverse phase), so worked out once.
         self.forwards = forwards(self)
