@@ -127,8 +127,12 @@ fi
 # hung or aborted on: a forward waiting on a collective another rank's forward kept it from
 # joining; a forward waiting on rows a call brings, while the call waits on this rank's join
 # (which waited on a message still in flight); two calls of one step, the first waiting for
-# data, that one rank joined in the other order.
-handmade="collective-forward echo out-detour input-owner-computes collective-join-first forward-waits-on-call calls-in-order"
+# data, that one rank joined in the other order. And three calls whose pieces forward data,
+# which now go point to point (in the fixed order of calls they hung): one forwarding what
+# another call of its step brings; one forwarding outputs a rank sends once a later call ran;
+# one whose piece's rows also come round from the call itself.
+handmade="collective-forward echo out-detour input-owner-computes collective-join-first forward-waits-on-call calls-in-order
+    call-feeds-call call-order-through-a-rank call-piece-held-twice"
 for h in $handmade; do
     "$FCP" verify --numeric "tests/replay/$h.json" >/dev/null || bad "fcp verify tests/replay/$h.json"
 done

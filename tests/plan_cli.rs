@@ -658,7 +658,9 @@ fn regression_a_window_cap_below_a_ranks_share_is_refused() {
 /// joined the call (the piece leaves then); a piece relaying what its own call delivers; two
 /// ranks forwarding the same rows to each other past the last step, or handing the same
 /// outputs to each other at one step (each send waits for the other's delivery: the replay
-/// hung); and an output due before it is issued.
+/// hung); a piece sending rows the same call delivers to another rank and a hop brings back,
+/// and outputs going round through a call (the call waits for a piece that waits for it); and
+/// an output due before it is issued.
 #[test]
 fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
     let fixture = |name: &str| {
@@ -671,6 +673,9 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         "input-owner-computes",
         "forward-waits-on-call",
         "calls-in-order",
+        "call-feeds-call",
+        "call-order-through-a-rank",
+        "call-piece-held-twice",
     ] {
         fcp().arg("verify").arg(fixture(ok)).assert().success();
     }
@@ -694,6 +699,14 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         (
             "forward-circle-at-end",
             "Deadlock: rank 0 never gets past its end: it waits for a transfer from rank 1, which never gets past its end",
+        ),
+        (
+            "call-relays-through-a-hop",
+            "transfer 0 → 2, a piece of collective 0, sends Kv of doc 0 [300, 400) that reaches rank 0 only through the same call (it delivers them to rank 1, and point-to-point transfers bring them on by step 1)",
+        ),
+        (
+            "out-circle-through-a-call",
+            "Deadlock: `out` transfers wait on each other in a circle, each forwarding outputs the next one delivers by its step: 1 → 2 at step 1, then collective 0 (runs once all its pieces have their rows), then 2 → 0 at step 1",
         ),
         (
             "out-circle",

@@ -339,17 +339,28 @@ def depths(plan, tensors):
 
 def forwarded(plan):
     """Indices of transfers whose source sends data it received (it must wait for that data,
-    as the simulator's `forwards` flag says), with the transfers it must wait for."""
+    as the simulator's `forwards` flag says), with the transfers it must wait for: those due
+    by the step it is sent at, its `issue_at`, or for a piece of a collective call the step
+    its source joins the call (bug hunt: a piece waited for data due after its join, which
+    `fcp verify` refuses, and the replay ran the plan)."""
     deps = {}
     fw = plan.forwards
+    joins = {}
+    for t in plan.transfers:
+        key = t.call_key()
+        if key is not None:
+            for r in (t.src, t.dst):
+                joins[(key, r)] = min(joins.get((key, r), t.issue_at), t.issue_at)
     for t in plan.transfers:
         # Outputs: a rank merges what it was sent before passing its rows on.
         if t.tensor != "out" and not fw[t.index]:
             continue
+        key = t.call_key()
+        at = t.issue_at if key is None else joins[(key, t.src)]
         need = [
             u.index
             for u in plan.transfers
-            if u.dst == t.src and u.tensor == t.tensor and u.arrive_by <= t.issue_at
+            if u.dst == t.src and u.tensor == t.tensor and u.arrive_by <= at
             and _heads_overlap(u.heads, t.heads)
             and any(_overlaps(a, b) for a in u.ranges for b in t.ranges)
         ]

@@ -281,9 +281,15 @@ class Exchange:
                 key = m.t.call_key()
                 if key is not None:
                     calls.setdefault(key, []).append(m)
+        # A call one of whose pieces forwards data its rank received goes point to point: the
+        # order in which every rank must meet whole-group calls then depends on data, and a
+        # fixed one hung (bug hunt: a call forwarding what another call of the same step
+        # brings, joined first; a call forwarding outputs a rank sends only once a later call
+        # has run).
         whole = {k: ms for k, ms in calls.items()
                  if len({x for m in ms for x in (m.src, m.dst)}) == n
-                 and len({m.payload in ("q", "kv") for m in ms}) == 1}
+                 and len({m.payload in ("q", "kv") for m in ms}) == 1
+                 and not any(deps.get(m.t.index) for m in ms)}
         # Every rank must meet the whole-group calls in the same order.
         orders = []
         for r in range(n):

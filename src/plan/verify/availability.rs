@@ -1,7 +1,7 @@
 //! Data availability: tasks read only what is local or has arrived, and transfers send only
 //! what their source holds (where outputs go is [`super::output_flow`]'s to check).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::{fmt_range, v, Violation, ViolationKind};
 use crate::hashing::FastMap;
@@ -375,7 +375,7 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
             );
         }
     }
-    relayed_within_a_call(plan, out);
+    super::call_relay::check_call_relays(plan, out);
     let mut unsent = unsent.into_iter();
     for (t, &at) in plan.transfers.iter().zip(&sent_at) {
         // Outputs too (bug hunt: an `out` transfer due before it was issued passed, and the
@@ -435,74 +435,6 @@ pub(super) fn check_availability(plan: &Plan, out: &mut Vec<Violation>) {
     }
     if plan.input_layout.is_some() {
         check_reshuffle(plan, &never_owned, out);
-    }
-}
-
-/// A collective call's pieces are all filled before it runs, so no piece can relay what the
-/// same call delivers to its source. Bug hunt: a piece sending on rows the call brought its
-/// rank at the same step passed (its `arrive_by` made them held at the join step), and the
-/// replay found them missing.
-/// What a piece of a call sends of one document: `(start, end, heads, transfer)`.
-type Piece = (u64, u64, HeadRange, usize);
-
-fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
-    use crate::plan::TransferKind;
-    let mut calls: BTreeMap<(u32, TransferKind), Vec<usize>> = BTreeMap::new();
-    for (i, t) in plan.transfers.iter().enumerate() {
-        if let Some(call) = t.call() {
-            calls.entry(call).or_default().push(i);
-        }
-    }
-    let all = HeadRange::from((0, plan.q_heads));
-    let overlap = |a: (u64, u64, HeadRange), b: (u64, u64, HeadRange)| {
-        a.0 < b.1 && b.0 < a.1 && a.2.start < b.2.end && b.2.start < a.2.end
-    };
-    // One call at a time, its pieces' sources indexed by (rank, doc) and its deliveries read
-    // against them as they stream by: an all-gather of 256 ranks delivers 15 million ranges,
-    // too many to hold.
-    for ((id, _), pieces) in calls {
-        // Keyed by tensor too: a call that (wrongly) carries a rank's queries out and their
-        // outputs back relays nothing (the progress check names that mix).
-        let mut sends: FastMap<(u32, u32, TransferTensor), Vec<Piece>> = FastMap::default();
-        for &i in &pieces {
-            let t = &plan.transfers[i];
-            for r in &t.ranges {
-                sends.entry((t.src, r.doc, t.tensor)).or_default().push((
-                    r.start,
-                    r.end,
-                    t.heads.unwrap_or(all),
-                    i,
-                ));
-            }
-        }
-        let mut reported: BTreeSet<usize> = BTreeSet::new();
-        for &i in &pieces {
-            let t = &plan.transfers[i];
-            let h = t.heads.unwrap_or(all);
-            for dst in t.receivers() {
-                for r in &t.ranges {
-                    let Some(from) = sends.get(&(dst, r.doc, t.tensor)) else {
-                        continue;
-                    };
-                    for &(a, b, g, j) in from {
-                        if overlap((a, b, g), (r.start, r.end, h)) && reported.insert(j) {
-                            let p = &plan.transfers[j];
-                            out.push(v(
-                                ViolationKind::BadTransfer,
-                                format!(
-                                    "transfer {} → {}, a piece of collective {id}, sends {:?} of {} that the same call delivers to rank {}: a call's pieces are filled before it runs",
-                                    p.src,
-                                    p.dst,
-                                    p.tensor,
-                                    fmt_range(&TokenRange::new(r.doc, a.max(r.start), b.min(r.end))),
-                                    p.src
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 

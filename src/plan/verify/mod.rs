@@ -19,6 +19,7 @@ use super::{
 };
 
 mod availability;
+mod call_relay;
 mod coverage;
 mod output_flow;
 mod progress;

@@ -295,17 +295,37 @@ pub(super) fn check_output_flow(plan: &Plan, out: &mut Vec<Violation>) {
 
 /// Sends of outputs that wait on each other in a circle: each forwards rows another's
 /// delivery brings by its step, so none can leave (bug hunt: two ranks handing the same rows
-/// to each other at one step passed, and hung the replay until its timeout).
-fn report_circular_forwards(
-    plan: &Plan,
-    mut waits_on: Vec<(usize, usize)>,
-    out: &mut Vec<Violation>,
-) {
-    waits_on.sort_unstable();
-    waits_on.dedup();
+/// to each other at one step passed, and hung the replay until its timeout). A piece of a
+/// collective call is delivered when the call runs, which waits for every piece of it to
+/// have its rows: the circle may pass through a call (bug hunt: outputs a call brings to one
+/// rank, forwarded to another whose piece of the same call hands them on, passed and hung
+/// the replay). Nodes are transfers, and past them one per call.
+fn report_circular_forwards(plan: &Plan, waits_on: Vec<(usize, usize)>, out: &mut Vec<Violation>) {
     if waits_on.is_empty() {
         return;
     }
+    let n = plan.transfers.len();
+    let mut call_node: BTreeMap<(u32, crate::plan::TransferKind), usize> = BTreeMap::new();
+    let mut node_of_call = |i: usize| {
+        plan.transfers[i].call().map(|key| {
+            let next = n + call_node.len();
+            *call_node.entry(key).or_insert(next)
+        })
+    };
+    let mut waits_on: Vec<(usize, usize)> = waits_on
+        .into_iter()
+        .map(|(i, j)| (node_of_call(i).unwrap_or(i), j))
+        .collect();
+    for j in 0..n {
+        if plan.transfers[j].tensor == TransferTensor::Out {
+            if let Some(c) = node_of_call(j) {
+                waits_on.push((j, c));
+            }
+        }
+    }
+    let calls: BTreeMap<usize, u32> = call_node.iter().map(|(k, &c)| (c, k.0)).collect();
+    waits_on.sort_unstable();
+    waits_on.dedup();
     let mut next: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &(i, j) in &waits_on {
         next.entry(i).or_default().push(j);
@@ -327,9 +347,14 @@ fn report_circular_forwards(
                         let from = path.iter().position(|&(x, _)| x == m).unwrap_or(0);
                         let circle: Vec<String> = path[from..]
                             .iter()
-                            .map(|&(x, _)| {
-                                let t = &plan.transfers[x];
-                                format!("{} → {} at step {}", t.src, t.dst, t.issue_at)
+                            .map(|&(x, _)| match calls.get(&x) {
+                                Some(id) => format!(
+                                    "collective {id} (runs once all its pieces have their rows)"
+                                ),
+                                None => {
+                                    let t = &plan.transfers[x];
+                                    format!("{} → {} at step {}", t.src, t.dst, t.issue_at)
+                                }
                             })
                             .collect();
                         out.push(v(
