@@ -255,6 +255,15 @@ class Watch:
         except Exception as e:  # handed to the main thread by `wait`
             self.error = e
 
+    @staticmethod
+    def over(table, key):
+        """The watch over the work of `table[key]` (a tuple led by the work), started once."""
+        work, *rest = table[key]
+        if not isinstance(work, Watch):
+            work = Watch(work)
+            table[key] = (work, *rest)
+        return work
+
     def done(self):
         return not self.thread.is_alive()
 
@@ -421,21 +430,14 @@ class Exchange:
         moved = False
         for i in sorted({i for m in waiting for i in self._missing(m)}):
             if i in self.pending:
-                work, *rest = self.pending[i]
-                watch = work if isinstance(work, Watch) else Watch(work)
-                self.pending[i] = (watch, *rest)
-                if watch.done():
+                if Watch.over(self.pending, i).done():
                     self._wait_recv(store, i, timing, clock)
                     moved = True
             else:
                 key = self.call_of.get(i)
-                if key in self.call_pending:
-                    work, *rest = self.call_pending[key]
-                    watch = work if isinstance(work, Watch) else Watch(work)
-                    self.call_pending[key] = (watch, *rest)
-                    if watch.done():
-                        self._finish_call(store, key, timing, clock)
-                        moved = True
+                if key in self.call_pending and Watch.over(self.call_pending, key).done():
+                    self._finish_call(store, key, timing, clock)
+                    moved = True
         return moved
 
     def _send(self, store, m, timing, clock):

@@ -641,11 +641,11 @@ mod tests {
         assert_eq!(plain.ranks[1].compute_end_ns, 1150);
     }
 
-    #[test]
-    fn impossible_dependencies_are_reported_not_hung() {
-        let mut a = flow(0, 1, 10, 0, Some(0));
+    /// Two ranks forwarding to each other at `step` what the other's message brings.
+    fn forwarding_circle(step: u32) -> Result<PassOutcome, SimError> {
+        let mut a = flow(0, 1, 10, step, Some(step));
         a.forwards = true;
-        let mut b = flow(1, 0, 10, 0, Some(0));
+        let mut b = flow(1, 0, 10, step, Some(step));
         b.forwards = true;
         let p = Program {
             pass: Pass::Fwd,
@@ -654,7 +654,12 @@ mod tests {
             collectives: vec![],
         };
         let n = net();
-        let err = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap_err();
+        run(&p, &[], &n, &CollectiveModel::new(&n, None))
+    }
+
+    #[test]
+    fn impossible_dependencies_are_reported_not_hung() {
+        let err = forwarding_circle(0).unwrap_err();
         assert!(err.to_string().contains("deadlock"), "{err}");
     }
 
@@ -674,18 +679,7 @@ mod tests {
         assert_eq!(o.end_ns, 6000 + 1100);
         // Two such forwards waiting on each other never leave (bug hunt: both left at once,
         // so the circle passed, and the replay hung on it).
-        let mut a = flow(0, 1, 10, 1, Some(1));
-        a.forwards = true;
-        let mut b = flow(1, 0, 10, 1, Some(1));
-        b.forwards = true;
-        let p = Program {
-            pass: Pass::Fwd,
-            steps: steps(&[&[1], &[1]]),
-            flows: vec![a, b],
-            collectives: vec![],
-        };
-        let n = net();
-        let err = run(&p, &[], &n, &CollectiveModel::new(&n, None)).unwrap_err();
+        let err = forwarding_circle(1).unwrap_err();
         assert!(err.to_string().contains("past its last step"), "{err}");
     }
 }

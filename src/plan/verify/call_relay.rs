@@ -32,6 +32,26 @@ fn calls_of(plan: &Plan) -> BTreeMap<CallKey, Vec<usize>> {
     calls
 }
 
+/// What each piece of a call sends, by (source, document, tensor): keyed by tensor too, as a
+/// call that (wrongly) carries a rank's queries out and their outputs back relays nothing
+/// (the progress check names that mix).
+fn sends_of(plan: &Plan, pieces: &[usize]) -> FastMap<(u32, u32, TransferTensor), Vec<Piece>> {
+    let all = HeadRange::from((0, plan.q_heads));
+    let mut sends: FastMap<(u32, u32, TransferTensor), Vec<Piece>> = FastMap::default();
+    for &i in pieces {
+        let t = &plan.transfers[i];
+        for r in &t.ranges {
+            sends.entry((t.src, r.doc, t.tensor)).or_default().push((
+                r.start,
+                r.end,
+                t.heads.unwrap_or(all),
+                i,
+            ));
+        }
+    }
+    sends
+}
+
 /// Whether two `(start, end, heads)` stretches of one document overlap.
 fn overlap(a: (u64, u64, HeadRange), b: (u64, u64, HeadRange)) -> bool {
     a.0 < b.1 && b.0 < a.1 && a.2.start < b.2.end && b.2.start < a.2.end
@@ -47,20 +67,7 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     // against them as they stream by: an all-gather of 256 ranks delivers 15 million ranges,
     // too many to hold.
     for ((id, _), pieces) in calls {
-        // Keyed by tensor too: a call that (wrongly) carries a rank's queries out and their
-        // outputs back relays nothing (the progress check names that mix).
-        let mut sends: FastMap<(u32, u32, TransferTensor), Vec<Piece>> = FastMap::default();
-        for &i in &pieces {
-            let t = &plan.transfers[i];
-            for r in &t.ranges {
-                sends.entry((t.src, r.doc, t.tensor)).or_default().push((
-                    r.start,
-                    r.end,
-                    t.heads.unwrap_or(all),
-                    i,
-                ));
-            }
-        }
+        let sends = sends_of(plan, &pieces);
         let mut reported: BTreeSet<usize> = BTreeSet::new();
         for &i in &pieces {
             let t = &plan.transfers[i];
@@ -144,18 +151,7 @@ fn relayed_through_a_hop(plan: &Plan, out: &mut Vec<Violation>) {
         if queue.is_empty() {
             continue;
         }
-        let mut sends: FastMap<(u32, u32, TransferTensor), Vec<Piece>> = FastMap::default();
-        for &i in &pieces {
-            let t = &plan.transfers[i];
-            for r in &t.ranges {
-                sends.entry((t.src, r.doc, t.tensor)).or_default().push((
-                    r.start,
-                    r.end,
-                    t.heads.unwrap_or(all),
-                    i,
-                ));
-            }
-        }
+        let sends = sends_of(plan, &pieces);
         let mut seen: BTreeSet<(usize, u64, u64, u32, u32)> = BTreeSet::new();
         let mut reported: BTreeSet<usize> = BTreeSet::new();
         while let Some((rank, r, h, tensor, held, origin, hopped)) = queue.pop() {
