@@ -130,9 +130,13 @@ fi
 # data, that one rank joined in the other order. And three calls whose pieces forward data,
 # which now go point to point (in the fixed order of calls they hung): one forwarding what
 # another call of its step brings; one forwarding outputs a rank sends once a later call ran;
-# one whose piece's rows also come round from the call itself.
+# one whose piece's rows also come round from the call itself (also held by halves of the
+# heads). And two with outputs: one due early in a call a rank joins only past its last step
+# (no step waits for outputs; the replay did, and hung), one whose call runs point to point
+# (its piece left at its own later step, not at its rank's join, and took later outputs).
 handmade="collective-forward echo out-detour input-owner-computes collective-join-first forward-waits-on-call calls-in-order
-    call-feeds-call call-order-through-a-rank call-piece-held-twice"
+    call-feeds-call call-order-through-a-rank call-piece-held-twice call-piece-held-by-halves out-due-early
+    out-piece-leaves-at-join"
 for h in $handmade; do
     "$FCP" verify --numeric "tests/replay/$h.json" >/dev/null || bad "fcp verify tests/replay/$h.json"
 done

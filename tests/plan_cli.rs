@@ -676,6 +676,9 @@ fn regression_verify_agrees_with_the_replay_on_hunted_plans() {
         "call-feeds-call",
         "call-order-through-a-rank",
         "call-piece-held-twice",
+        "call-piece-held-by-halves",
+        "out-due-early",
+        "out-piece-leaves-at-join",
     ] {
         fcp().arg("verify").arg(fixture(ok)).assert().success();
     }

@@ -308,6 +308,22 @@ class Exchange:
             whole = {}
         self.calls = whole
         in_call = {m.t.index for ms in whole.values() for m in ms}
+        # A piece of a call sent point to point (`--collectives p2p` too) leaves when its
+        # source joins the call, the earliest piece it sends or receives, as in a whole-group
+        # call (bug hunt: an output piece left at its own later step and took outputs
+        # computed after the join along).
+        every = {}
+        for m in msgs:
+            if m.t.call_key() is not None:
+                every.setdefault(m.t.call_key(), []).append(m)
+        for key, ms in every.items():
+            if key not in whole:
+                join = {}
+                for x in ms:
+                    for r in (x.src, x.dst):
+                        join[r] = min(join.get(r, x.issue), x.issue)
+                for m in ms:
+                    m.issue = join[m.src]
         self.p2p_send = [m for m in msgs if m.src == rank and m.t.index not in in_call]
         self.p2p_recv = [m for m in msgs if m.dst == rank and m.t.index not in in_call]
         self.my_calls = [(min(m.issue for m in ms if rank in (m.src, m.dst)), k) for k, ms in whole.items()]
@@ -485,13 +501,16 @@ class Exchange:
         self.sends = left
 
     def arrivals(self, store, step, timing, clock):
-        """Unpack everything due by `step`."""
+        """Unpack the inputs due by `step`. Partial outputs are not inputs: no step waits for
+        them (they merge at the end, or before their rank passes them on), as `fcp verify`
+        and the simulator read a plan (bug hunt: waiting for an output due early, in a call
+        another rank joins only after its last step, hung a plan both had run)."""
         self.poll_sends(timing, clock)
         for m in sorted(self.msgs, key=lambda m: m.t.index):
-            if m.dst == self.ctx.rank and m.due <= step and m.t.index not in self.done:
+            if m.dst == self.ctx.rank and m.due <= step and m.payload != "out" and m.t.index not in self.done:
                 self._wait_recv(store, m.t.index, timing, clock)
         for key in list(self.call_pending):
-            if any(m.dst == self.ctx.rank and m.due <= step for m in self.calls[key]):
+            if any(m.dst == self.ctx.rank and m.due <= step and m.payload != "out" for m in self.calls[key]):
                 self._finish_call(store, key, timing, clock)
 
     def finish(self, store, timing, clock):

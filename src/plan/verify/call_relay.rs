@@ -57,16 +57,20 @@ fn overlap(a: (u64, u64, HeadRange), b: (u64, u64, HeadRange)) -> bool {
     a.0 < b.1 && b.0 < a.1 && a.2.start < b.2.end && b.2.start < a.2.end
 }
 
-/// No piece relays what the same call delivers to its source. Bug hunt: a piece sending on
-/// rows the call brought its rank at the same step passed (its `arrive_by` made them held at
-/// the join step), and the replay found them missing.
+/// No piece relays what the same call delivers to its source, unless the source holds those
+/// rows anyway by the step it joins. Bug hunt: a piece sending on rows the call brought its
+/// rank at the same step passed (its `arrive_by` made them held at the join step), and the
+/// replay found them missing.
 fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
     let calls = calls_of(plan);
+    let joins = super::call_joins(plan);
     let all = HeadRange::from((0, plan.q_heads));
+    let none = BTreeSet::new();
     // One call at a time, its pieces' sources indexed by (rank, doc) and its deliveries read
     // against them as they stream by: an all-gather of 256 ranks delivers 15 million ranges,
     // too many to hold.
-    for ((id, _), pieces) in calls {
+    for (key, pieces) in calls {
+        let id = key.0;
         let sends = sends_of(plan, &pieces);
         let mut reported: BTreeSet<usize> = BTreeSet::new();
         for &i in &pieces {
@@ -78,7 +82,15 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
                         continue;
                     };
                     for &(a, b, g, j) in from {
-                        if overlap((a, b, g), (r.start, r.end, h)) && reported.insert(j) {
+                        let rows = TokenRange::new(r.doc, a.max(r.start), b.min(r.end));
+                        let heads = HeadRange::from((g.start.max(h.start), g.end.min(h.end)));
+                        let join = joins[&key][&dst];
+                        if overlap((a, b, g), (r.start, r.end, h))
+                            && !held_otherwise(
+                                plan, dst, rows, heads, t.tensor, join, &pieces, &none,
+                            )
+                            && reported.insert(j)
+                        {
                             let p = &plan.transfers[j];
                             out.push(v(
                                 ViolationKind::BadTransfer,
@@ -87,7 +99,7 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
                                     p.src,
                                     p.dst,
                                     p.tensor,
-                                    fmt_range(&TokenRange::new(r.doc, a.max(r.start), b.min(r.end))),
+                                    fmt_range(&rows),
                                     p.src
                                 ),
                             ));
@@ -219,8 +231,10 @@ fn relayed_through_a_hop(plan: &Plan, out: &mut Vec<Violation>) {
 
 /// Whether `rank` holds `rows` of `heads` by step `at` without the call: from the start, or
 /// delivered by transfers that are neither the call's pieces nor the hops that carry on what
-/// it delivers (`hops`: `(transfer, ...)`). A rank that already has the rows may send them in
-/// the call and ignore the copy coming round.
+/// it delivers (`hops`: `(transfer, ...)`), head by head (two transfers of half the heads
+/// each hold them all; bug hunt). A rank that already has the rows may send them in the call
+/// and ignore the copy coming round. Outputs are never held otherwise: a piece hands over
+/// what it holds.
 #[allow(clippy::too_many_arguments)]
 fn held_otherwise(
     plan: &Plan,
@@ -232,39 +246,51 @@ fn held_otherwise(
     pieces: &[usize],
     hops: &BTreeSet<(usize, u64, u64, u32, u32)>,
 ) -> bool {
+    if tensor == TransferTensor::Out {
+        return false;
+    }
     let hop: BTreeSet<usize> = hops.iter().map(|h| h.0).collect();
-    let mut have: Vec<(u64, u64)> = plan
+    let initial: Vec<(u64, u64)> = plan
         .initial(rank as usize)
         .iter()
         .filter(|o| o.doc == rows.doc)
         .map(|o| (o.start, o.end))
         .collect();
+    let all = HeadRange::from((0, plan.q_heads));
+    // What other deliveries bring: (heads, start, end).
+    let mut brought: Vec<(HeadRange, u64, u64)> = Vec::new();
     for (i, t) in plan.transfers.iter().enumerate() {
-        let all = HeadRange::from((0, plan.q_heads));
-        let g = t.heads.unwrap_or(all);
         if t.tensor == tensor
             && t.arrive_by <= at
-            && g.start <= heads.start
-            && heads.end <= g.end
             && !hop.contains(&i)
             && !pieces.contains(&i)
             && t.receivers().any(|d| d == rank)
         {
-            have.extend(
+            let g = t.heads.unwrap_or(all);
+            brought.extend(
                 t.ranges
                     .iter()
                     .filter(|x| x.doc == rows.doc)
-                    .map(|x| (x.start, x.end)),
+                    .map(|x| (g, x.start, x.end)),
             );
         }
     }
-    have.sort_unstable();
-    let mut reach = rows.start;
-    for (a, b) in have {
-        if a > reach {
-            break;
+    (heads.start..heads.end).all(|h| {
+        let mut have: Vec<(u64, u64)> = initial.clone();
+        have.extend(
+            brought
+                .iter()
+                .filter(|(g, _, _)| g.start <= h && h < g.end)
+                .map(|&(_, a, b)| (a, b)),
+        );
+        have.sort_unstable();
+        let mut reach = rows.start;
+        for (a, b) in have {
+            if a > reach {
+                break;
+            }
+            reach = reach.max(b);
         }
-        reach = reach.max(b);
-    }
-    reach >= rows.end
+        reach >= rows.end
+    })
 }
