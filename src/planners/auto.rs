@@ -172,6 +172,9 @@ impl Planner for Auto {
         let mut quick_took: Option<std::time::Duration> = None;
         let mut best: Option<(f64, &str, Plan, bool)> = None;
         let mut tried = Vec::new();
+        // Why each candidate that failed did, to say when none planned (bug hunt: "no
+        // candidate scheme planned this batch" alone, where each had a clear reason).
+        let mut why: Vec<String> = Vec::new();
         for name in order {
             if QUADRATIC.contains(&name) && ctx.ranks > QUADRATIC_MAX_RANKS {
                 continue;
@@ -190,8 +193,12 @@ impl Planner for Auto {
             if name == QUICK {
                 quick_took = Some(start.elapsed());
             }
-            let Ok(plan) = planned else {
-                continue;
+            let plan = match planned {
+                Ok(plan) => plan,
+                Err(e) => {
+                    why.push(named(name, &e));
+                    continue;
+                }
             };
             // Under a budget the check runs when the time left covers it (the plan records
             // whether it ran): planners' plans verify by construction (`tests/properties.rs`
@@ -201,16 +208,23 @@ impl Planner for Auto {
                 || quick_took
                     .is_some_and(|q| start.elapsed() + q.mul_f64(VERIFY_VS_QUICK) <= budget);
             if check && !verify(&plan).is_empty() {
+                why.push(format!("{name}: its plan did not verify"));
                 continue;
             }
             let t = match &mut scorer {
                 Scorer::Estimate(cm) => match hybrid::estimate(&plan, ctx, cm, layer.as_ref()) {
                     Ok(seconds) => seconds * 1e3,
-                    Err(_) => continue,
+                    Err(e) => {
+                        why.push(named(name, &e));
+                        continue;
+                    }
                 },
                 Scorer::Simulate(sim) => match hybrid::objective_of(sim, &plan, ctx.judge.pass) {
                     Ok(ms) => ms,
-                    Err(_) => continue,
+                    Err(e) => {
+                        why.push(named(name, &e));
+                        continue;
+                    }
                 },
             };
             tried.push(name);
@@ -219,7 +233,21 @@ impl Planner for Auto {
             }
         }
         let (_, chosen, mut plan, verified) = best.ok_or_else(|| {
-            PlanError::Planning("auto: no candidate scheme planned this batch".into())
+            let shown: Vec<&str> = why.iter().take(3).map(String::as_str).collect();
+            let more = why.len().saturating_sub(shown.len());
+            PlanError::Planning(format!(
+                "auto: no candidate scheme planned this batch{}{}",
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", shown.join("; "))
+                },
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            ))
         })?;
         let mut params = self.params();
         params.insert("chosen".to_string(), chosen.into());
@@ -245,11 +273,37 @@ impl Planner for Auto {
     }
 }
 
+/// `error`, led by the candidate's name unless it already is.
+fn named(name: &str, error: &dyn std::fmt::Display) -> String {
+    let e = error.to_string();
+    if e.starts_with(&format!("{name}:")) {
+        e
+    } else {
+        format!("{name}: {e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::Mask;
     use crate::planners::testing::{assert_valid, simulated_layer_ms, with_ctx};
+
+    /// Regression (bug hunt): when no candidate planned, auto said so and nothing more.
+    #[test]
+    fn regression_auto_says_why_no_candidate_planned() {
+        let e = with_ctx(8, Mask::Causal, |ctx| {
+            Auto::default().plan(&crate::trace::Batch::new(0, vec![1 << 32]), ctx)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("no candidate scheme planned this batch ("),
+            "{e}"
+        );
+        assert!(e.contains("more than the 33554432 a plan may hold"), "{e}");
+        assert!(!e.contains("fcp: fcp:"), "{e}");
+    }
 
     #[test]
     fn auto_keeps_the_fastest_simulated_candidate() {

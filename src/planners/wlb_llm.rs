@@ -81,26 +81,49 @@ impl Planner for WlbLlm {
     }
 
     fn plan(&self, batch: &Batch, ctx: &PlanContext<'_>) -> Result<Plan, PlanError> {
-        let per_seq = Llama3.plan(batch, ctx)?;
-        let per_doc = PerDoc.plan(batch, ctx)?;
-        let (t_seq, t_doc) = (estimate_s(&per_seq, ctx)?, estimate_s(&per_doc, ctx)?);
+        // A candidate too large to plan leaves the other, which records why (bug hunt: per-doc
+        // built 38 million tiles past the cap on 100,000 short documents, where llama3 was
+        // chosen; now per-doc refuses, and wlb-llm must not refuse with it).
+        let (per_seq, per_doc) = (Llama3.plan(batch, ctx), PerDoc.plan(batch, ctx));
+        let (t_seq, t_doc) = (
+            per_seq
+                .as_ref()
+                .ok()
+                .map(|p| estimate_s(p, ctx))
+                .transpose()?,
+            per_doc
+                .as_ref()
+                .ok()
+                .map(|p| estimate_s(p, ctx))
+                .transpose()?,
+        );
         // Ties keep per-sequence sharding (fewer, larger kernels).
-        let (mut plan, chose) = if t_doc < t_seq {
-            (per_doc, "per-doc")
+        let doc_wins = match (t_seq, t_doc) {
+            (Some(s), Some(d)) => d < s,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        let (refused, why) = match (&per_seq, &per_doc) {
+            (Err(e), _) => ("llama3_refused", e.to_string()),
+            (_, Err(e)) => ("per_doc_refused", e.to_string()),
+            _ => ("", String::new()),
+        };
+        let (mut plan, chose) = if doc_wins {
+            (per_doc?, "per-doc")
         } else {
-            (per_seq, "llama3")
+            (per_seq?, "llama3")
         };
         plan.scheme.name = self.name().to_string();
         let p = &mut plan.scheme.params;
         p.insert("chose".into(), chose.into());
-        p.insert(
-            "est_ns_llama3".into(),
-            ((t_seq * 1e9).round() as u64).into(),
-        );
-        p.insert(
-            "est_ns_per_doc".into(),
-            ((t_doc * 1e9).round() as u64).into(),
-        );
+        for (key, t) in [("est_ns_llama3", t_seq), ("est_ns_per_doc", t_doc)] {
+            if let Some(t) = t {
+                p.insert(key.into(), ((t * 1e9).round() as u64).into());
+            }
+        }
+        if !refused.is_empty() {
+            p.insert(refused.into(), why.into());
+        }
         Ok(plan)
     }
 }
@@ -110,6 +133,21 @@ mod tests {
     use super::*;
     use crate::plan::Mask;
     use crate::planners::testing::{assert_plans_verify, with_ctx};
+
+    /// Regression (bug hunt): per-doc CP of many short documents on many ranks built tiles
+    /// past the plan cap (it now refuses); wlb-llm takes llama3 then, saying why.
+    #[test]
+    fn regression_a_candidate_too_large_leaves_the_other() {
+        let batch = Batch::new(0, vec![128; 100_000]);
+        let plan = with_ctx(64, Mask::Causal, |ctx| WlbLlm.plan(&batch, ctx)).unwrap();
+        let p = &plan.scheme.params;
+        assert_eq!(p["chose"], "llama3");
+        assert!(p.contains_key("est_ns_llama3") && !p.contains_key("est_ns_per_doc"));
+        assert!(p["per_doc_refused"]
+            .as_str()
+            .unwrap()
+            .contains("more than a plan may hold"));
+    }
 
     #[test]
     fn wlb_plans_verify() {
