@@ -574,3 +574,34 @@ fn trace_gen_writes_a_sweep_s_exponential_trace() {
             "exponential takes --mean and --max",
         ));
 }
+
+/// Regression (bug hunt): `fcp plan --batch K` held the K batches before the one it plans, so
+/// K past the last batch of a 2³²-token document carry-packed one token a batch ran out of
+/// memory before saying it was out of range. Batch 2³² − 1 is the last; 2³² is refused.
+#[test]
+fn regression_plan_batch_k_holds_only_batch_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("huge.csv");
+    std::fs::write(&trace, "doc_len\n4294967296\n").unwrap();
+    let plan = |batch: &str| {
+        let mut c = fcp();
+        c.args([
+            "plan",
+            "--scheme",
+            "fcp",
+            "--ranks",
+            "1",
+            "--tokens-per-rank",
+            "1",
+        ])
+        .args(["--pack", "carry", "--batch", batch, "-o", "-", "--trace"])
+        .arg(&trace);
+        c.assert()
+    };
+    let out = plan("4294967295").success();
+    let p: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(p["batch_index"], 4294967295u64);
+    plan("4294967296").code(2).stderr(predicates::str::contains(
+        "--batch 4294967296 is out of range: the trace packs into 4294967296 batches",
+    ));
+}

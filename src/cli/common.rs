@@ -8,7 +8,7 @@ use clap::Args;
 
 use fcp::hardware::Hardware;
 use fcp::plan::Mask;
-use fcp::trace::{pack_first, Batch, Trace};
+use fcp::trace::{pack_from, Batch, Trace};
 use fcp::Model;
 
 use super::trace::{PackArgs, WlbHints};
@@ -916,7 +916,10 @@ impl ProfileArgs {
 
 /// Packed batches (the first ones asked for) and what packing cut.
 pub struct Batches {
+    /// The batches kept, from batch `first` on.
     pub batches: Vec<Batch>,
+    /// Index of `batches[0]` in the trace's packing.
+    pub first: usize,
     /// Per batch kept: documents packing cut in it.
     pub cuts: Vec<usize>,
     /// Batches the whole trace packs into.
@@ -934,12 +937,14 @@ impl Batches {
         }
         self.batches.drain(..k);
         self.cuts.drain(..k.min(self.cuts.len()));
+        self.first += k;
         Ok(())
     }
 
     /// Batch `index`, or an error naming how many batches the trace packs into.
     pub fn pick(&self, index: usize) -> Result<&Batch> {
-        self.batches.get(index).with_context(|| {
+        let at = index.checked_sub(self.first);
+        at.and_then(|p| self.batches.get(p)).with_context(|| {
             format!(
                 "--batch {index} is out of range: the trace packs into {} batches",
                 self.total
@@ -954,7 +959,8 @@ impl Batches {
     pub fn note_cuts(&self, used: impl IntoIterator<Item = usize>) {
         let (mut cut, mut batches) = (0, 0);
         for i in used {
-            let c = self.cuts.get(i).copied().unwrap_or(0);
+            let at = i.checked_sub(self.first);
+            let c = at.and_then(|p| self.cuts.get(p)).copied().unwrap_or(0);
             cut += c;
             batches += usize::from(c > 0);
         }
@@ -968,7 +974,7 @@ impl Batches {
     /// [`Batches::note_cuts`] over every batch kept: what `compare`, `demo` and `ablation`
     /// run. (Bug hunt: ranging over the `--batches` asked for looped up to 2⁶⁴ times.)
     pub fn note_all_cuts(&self) {
-        self.note_cuts(0..self.batches.len())
+        self.note_cuts(self.first..self.first + self.batches.len())
     }
 }
 
@@ -1004,6 +1010,12 @@ impl BatchArgs {
     /// Validate the shape and pack the trace, keeping its first `keep` batches
     /// ([`fcp::trace::pack_first`]).
     pub fn load(&self, keep: usize, hints: WlbHints) -> Result<Batches> {
+        self.load_from(0, keep, hints)
+    }
+
+    /// [`BatchArgs::load`] keeping batches `skip..keep` only: one batch of a long trace
+    /// (`--batch K`) holds that batch, not the K before it ([`fcp::trace::pack_from`]).
+    pub fn load_from(&self, skip: usize, keep: usize, hints: WlbHints) -> Result<Batches> {
         self.pack.check_context()?;
         self.pack.check_wlb()?;
         self.pack.wlb_weight_note(hints);
@@ -1039,11 +1051,12 @@ impl BatchArgs {
             Some(p) => Trace::load(p)?,
             None => fcp::trace::default_trace(),
         };
-        let packed = pack_first(&trace, &opts, keep).context("packing the trace")?;
-        if packed.batches.is_empty() {
+        let packed = pack_from(&trace, &opts, skip, keep).context("packing the trace")?;
+        if packed.total_batches == 0 || (skip == 0 && packed.batches.is_empty()) {
             bail!("the trace packs into no batch");
         }
         Ok(Batches {
+            first: skip,
             batches: packed.batches,
             cuts: packed.cuts,
             total: packed.total_batches,

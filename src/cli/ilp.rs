@@ -112,9 +112,11 @@ pub fn run(a: IlpArgs) -> Result<()> {
         super::common::refuse_overwriting_input(out, &[t])?;
     }
     let (hw, model) = a.profile.load()?;
-    let packed = a
-        .batch
-        .load(a.batch_index.saturating_add(1), WlbHints::new(&model, None))?;
+    let packed = a.batch.load_from(
+        a.batch_index,
+        a.batch_index.saturating_add(1),
+        WlbHints::new(&model, None),
+    )?;
     let batch = packed.pick(a.batch_index)?;
     packed.note_cuts([a.batch_index]);
     let ctx = a.batch.ctx(&hw, &model);

@@ -158,12 +158,13 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let scheme = a.switches.apply(&a.scheme)?;
     let planner = planner_for(&scheme)?;
     let (hw, model) = a.profile.load()?;
-    let keep = if a.all_batches {
-        usize::MAX
+    // One batch holds that batch only, not those before it (bug hunt: `--batch K` held K + 1).
+    let (skip, keep) = if a.all_batches {
+        (0, usize::MAX)
     } else {
-        a.batch_index.saturating_add(1)
+        (a.batch_index, a.batch_index.saturating_add(1))
     };
-    let packed = a.batch.load(keep, WlbHints::new(&model, None))?;
+    let packed = a.batch.load_from(skip, keep, WlbHints::new(&model, None))?;
     let ctx = fcp::planners::PlanContext {
         judge: judge(a.pass, true, a.recompute, a.tp_overlap),
         ..a.batch.ctx(&hw, &model)

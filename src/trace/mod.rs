@@ -21,7 +21,7 @@ pub use derive::{
 pub use error::TraceError;
 pub use generate::{generate, sample_histogram, Generator, Lognormal, Source, MIXTURE_CAP};
 pub use pack::{
-    pack, pack_first, PackMode, PackOptions, Packed, Packer, DEFAULT_CONTEXT,
+    pack, pack_first, pack_from, PackMode, PackOptions, Packed, Packer, DEFAULT_CONTEXT,
     DEFAULT_TOKENS_PER_RANK,
 };
 pub use parse::{DocReader, Format};

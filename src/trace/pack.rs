@@ -187,12 +187,26 @@ pub fn pack(trace: &Trace, opts: &PackOptions) -> Result<Packed, TraceError> {
 /// two-line trace holding a 2³²-token document, carry-packed one token a batch, built four
 /// billion batches before the first was taken, and ran out of memory.)
 pub fn pack_first(trace: &Trace, opts: &PackOptions, keep: usize) -> Result<Packed, TraceError> {
+    pack_from(trace, opts, 0, keep)
+}
+
+/// [`pack_first`] holding only batches `skip..keep` (the others are counted): a command that
+/// plans batch K needs that one in memory, not the K before it. (Bug hunt: `fcp plan --batch
+/// K` held K + 1 batches, 867 MB at K = 10⁷, and ran out of memory before saying a K past
+/// the last batch was out of range.) [`Packed::batches`] and its cuts start at batch `skip`.
+pub fn pack_from(
+    trace: &Trace,
+    opts: &PackOptions,
+    skip: usize,
+    keep: usize,
+) -> Result<Packed, TraceError> {
     let limit = opts.batch_limit()?;
     if trace.is_pinned() {
-        return Ok(pack_pinned(trace, limit, keep));
+        return Ok(pack_pinned(trace, limit, skip, keep));
     }
     let mut packer = Packer::new(opts)?;
     packer.keep = Some(keep);
+    packer.skip = skip;
     let mut batches = Vec::new();
     let mut emit = |b: Batch| batches.push(b);
     for d in &trace.docs {
@@ -225,6 +239,8 @@ pub struct Packer {
     /// `None`: every batch is emitted (streaming). `Some(k)`: the first k are emitted with
     /// their cuts recorded, the rest only counted ([`pack_first`]).
     keep: Option<usize>,
+    /// Batches before this one are only counted ([`pack_from`]).
+    skip: usize,
     /// WLB packing's step, queue and leftovers ([`PackMode::Wlb`]).
     wlb: Option<WlbState>,
 }
@@ -247,6 +263,7 @@ impl Packer {
             cut_here: 0,
             cuts: Vec::new(),
             keep: None,
+            skip: 0,
             wlb,
         })
     }
@@ -298,6 +315,13 @@ impl Packer {
                     if self.fill == 0 && rest >= limit && self.past_keep() {
                         let whole = rest / limit;
                         self.index = self.index.saturating_add(whole as usize);
+                        rest -= whole * limit;
+                        continue;
+                    }
+                    // Likewise before the batches kept, up to the first of them.
+                    if self.fill == 0 && rest >= limit && self.index < self.skip {
+                        let whole = (rest / limit).min((self.skip - self.index) as u64);
+                        self.index += whole as usize;
                         rest -= whole * limit;
                         continue;
                     }
@@ -354,7 +378,7 @@ impl Packer {
 
     fn close(&mut self, emit: &mut impl FnMut(Batch)) {
         if !self.current.is_empty() {
-            if self.past_keep() {
+            if self.past_keep() || self.index < self.skip {
                 self.current.clear();
             } else {
                 if self.keep.is_some() {
@@ -369,7 +393,7 @@ impl Packer {
     }
 }
 
-fn pack_pinned(trace: &Trace, limit: u64, keep: usize) -> Packed {
+fn pack_pinned(trace: &Trace, limit: u64, skip: usize, keep: usize) -> Packed {
     let mut order: Vec<u64> = Vec::new();
     let mut groups: HashMap<u64, (Vec<u64>, usize)> = HashMap::new();
     let mut truncated = 0;
@@ -390,6 +414,7 @@ fn pack_pinned(trace: &Trace, limit: u64, keep: usize) -> Packed {
         .iter()
         .take(keep)
         .enumerate()
+        .skip(skip)
         .map(|(i, id)| {
             let (lens, cut) = groups.remove(id).unwrap_or_default();
             (Batch::new(i, lens), cut)
@@ -460,6 +485,39 @@ mod tests {
         assert_eq!(p.cuts.iter().sum::<usize>(), p.truncated);
         assert_eq!(p.cuts.len(), p.batches.len());
         assert_eq!(p.cuts[0], 1, "{:?}", lens(&p));
+    }
+
+    /// Regression (bug hunt): `fcp plan --batch K` held the K batches before it; a window of
+    /// batches is the same as that slice of packing everything, in every mode, and batch 2³²
+    /// of a carry-packed 2³²-token document is found without holding the others.
+    #[test]
+    fn packing_a_window_of_batches_is_that_slice() {
+        let t = Trace::from_lens(&[3, 4, 2, 25, 1, 9, 7, 7, 30]);
+        for mode in [PackMode::Budget, PackMode::Carry, PackMode::Window] {
+            let o = opts(mode, 2, 5, Some(10));
+            let all = pack(&t, &o).unwrap();
+            let n = all.batches.len();
+            for skip in 0..n + 2 {
+                for keep in skip..n + 2 {
+                    let w = pack_from(&t, &o, skip, keep).unwrap();
+                    let (a, b) = (skip.min(n), keep.min(n));
+                    assert_eq!(w.batches[..], all.batches[a..b], "{mode:?} {skip}..{keep}");
+                    assert_eq!(w.cuts[..], all.cuts[a..b], "{mode:?} {skip}..{keep}");
+                    assert_eq!((w.total_batches, w.truncated), (n, all.truncated));
+                }
+            }
+        }
+        let t = Trace::from_lens(&[1 << 32, 1]);
+        let p = pack_from(
+            &t,
+            &opts(PackMode::Carry, 1, 1, None),
+            1 << 32,
+            (1 << 32) + 1,
+        )
+        .unwrap();
+        assert_eq!(lens(&p), vec![vec![1]]);
+        assert_eq!(p.batches[0].index, 1 << 32);
+        assert_eq!(p.total_batches, (1 << 32) + 1);
     }
 
     /// Regression (bug hunt): a two-line trace with a 2³²-token document, carry-packed one
