@@ -52,6 +52,21 @@ fn sends_of(plan: &Plan, pieces: &[usize]) -> FastMap<(u32, u32, TransferTensor)
     sends
 }
 
+/// Piece `j` of collective `id` sends `rows` it gets only through that call (`how`).
+fn relayed(plan: &Plan, j: usize, id: u32, rows: &TokenRange, how: &str) -> Violation {
+    let p = &plan.transfers[j];
+    v(
+        ViolationKind::BadTransfer,
+        format!(
+            "transfer {} → {}, a piece of collective {id}, sends {:?} of {} {how}: a call's pieces are filled before it runs",
+            p.src,
+            p.dst,
+            p.tensor,
+            fmt_range(rows)
+        ),
+    )
+}
+
 /// Whether two `(start, end, heads)` stretches of one document overlap.
 fn overlap(a: (u64, u64, HeadRange), b: (u64, u64, HeadRange)) -> bool {
     a.0 < b.1 && b.0 < a.1 && a.2.start < b.2.end && b.2.start < a.2.end
@@ -91,18 +106,9 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
                             )
                             && reported.insert(j)
                         {
-                            let p = &plan.transfers[j];
-                            out.push(v(
-                                ViolationKind::BadTransfer,
-                                format!(
-                                    "transfer {} → {}, a piece of collective {id}, sends {:?} of {} that the same call delivers to rank {}: a call's pieces are filled before it runs",
-                                    p.src,
-                                    p.dst,
-                                    p.tensor,
-                                    fmt_range(&rows),
-                                    p.src
-                                ),
-                            ));
+                            let src = plan.transfers[j].src;
+                            let how = format!("that the same call delivers to rank {src}");
+                            out.push(relayed(plan, j, id, &rows, &how));
                         }
                     }
                 }
@@ -188,19 +194,10 @@ fn relayed_through_a_hop(plan: &Plan, out: &mut Vec<Violation>) {
                         )
                         && reported.insert(j)
                     {
-                        let p = &plan.transfers[j];
-                        out.push(v(
-                            ViolationKind::BadTransfer,
-                            format!(
-                                "transfer {} → {}, a piece of collective {}, sends {:?} of {} that reaches rank {} only through the same call (it delivers them to rank {origin}, and point-to-point transfers bring them on by step {held}): a call's pieces are filled before it runs",
-                                p.src,
-                                p.dst,
-                                key.0,
-                                p.tensor,
-                                fmt_range(&rows),
-                                p.src
-                            ),
-                        ));
+                        let how = format!(
+                            "that reaches rank {rank} only through the same call (it delivers them to rank {origin}, and point-to-point transfers bring them on by step {held})"
+                        );
+                        out.push(relayed(plan, j, key.0, &rows, &how));
                     }
                 }
             }
