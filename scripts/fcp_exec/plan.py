@@ -337,6 +337,18 @@ def depths(plan, tensors):
     return {t.index: depth(t) for t in ts}
 
 
+def call_joins(pieces):
+    """The step each member joins each collective call at, `{(call key, rank): step}`, from
+    `(call key, src, dst, issue step)` per piece (key `None`: not a call): the earliest piece it
+    sends or receives, as `fcp verify` and the simulator read it."""
+    joins = {}
+    for key, src, dst, issue in pieces:
+        if key is not None:
+            for r in (src, dst):
+                joins[(key, r)] = min(joins.get((key, r), issue), issue)
+    return joins
+
+
 def forwarded(plan):
     """Indices of transfers whose source sends data it received (it must wait for that data,
     as the simulator's `forwards` flag says), with the transfers it must wait for: those due
@@ -345,12 +357,7 @@ def forwarded(plan):
     `fcp verify` refuses, and the replay ran the plan)."""
     deps = {}
     fw = plan.forwards
-    joins = {}
-    for t in plan.transfers:
-        key = t.call_key()
-        if key is not None:
-            for r in (t.src, t.dst):
-                joins[(key, r)] = min(joins.get((key, r), t.issue_at), t.issue_at)
+    joins = call_joins((t.call_key(), t.src, t.dst, t.issue_at) for t in plan.transfers)
     for t in plan.transfers:
         # Outputs: a rank merges what it was sent before passing its rows on.
         if t.tensor != "out" and not fw[t.index]:

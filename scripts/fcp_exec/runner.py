@@ -23,7 +23,7 @@ import torch
 
 from . import step
 from .attention import merge_into
-from .plan import depths, forwarded
+from .plan import call_joins, depths, forwarded
 
 
 class Data:
@@ -284,12 +284,13 @@ class Exchange:
         self.ctx, self.msgs, self.deps, self.check = ctx, msgs, deps, check
         rank, n = ctx.rank, ctx.world
         self.by_index = {m.t.index: m for m in msgs}
-        calls = {}
-        if collectives:
-            for m in msgs:
-                key = m.t.call_key()
-                if key is not None:
-                    calls.setdefault(key, []).append(m)
+        every = {}
+        for m in msgs:
+            if m.t.call_key() is not None:
+                every.setdefault(m.t.call_key(), []).append(m)
+        # The step each member joins each call at (plan.py `call_joins`).
+        join = call_joins((m.t.call_key(), m.src, m.dst, m.issue) for m in msgs)
+        calls = every if collectives else {}
         # A call one of whose pieces forwards data its rank received goes point to point: the
         # order in which every rank must meet whole-group calls then depends on data, and a
         # fixed one hung (bug hunt: a call forwarding what another call of the same step
@@ -300,10 +301,7 @@ class Exchange:
                  and len({m.payload in ("q", "kv") for m in ms}) == 1
                  and not any(deps.get(m.t.index) for m in ms)}
         # Every rank must meet the whole-group calls in the same order.
-        orders = []
-        for r in range(n):
-            joins = sorted((min(m.issue for m in ms if r in (m.src, m.dst)), k) for k, ms in whole.items())
-            orders.append([k for _, k in joins])
+        orders = [[k for _, k in sorted((join[(k, r)], k) for k in whole)] for r in range(n)]
         if any(o != orders[0] for o in orders):
             whole = {}
         self.calls = whole
@@ -312,21 +310,13 @@ class Exchange:
         # source joins the call, the earliest piece it sends or receives, as in a whole-group
         # call (bug hunt: an output piece left at its own later step and took outputs
         # computed after the join along).
-        every = {}
-        for m in msgs:
-            if m.t.call_key() is not None:
-                every.setdefault(m.t.call_key(), []).append(m)
         for key, ms in every.items():
             if key not in whole:
-                join = {}
-                for x in ms:
-                    for r in (x.src, x.dst):
-                        join[r] = min(join.get(r, x.issue), x.issue)
                 for m in ms:
-                    m.issue = join[m.src]
+                    m.issue = join[(key, m.src)]
         self.p2p_send = [m for m in msgs if m.src == rank and m.t.index not in in_call]
         self.p2p_recv = [m for m in msgs if m.dst == rank and m.t.index not in in_call]
-        self.my_calls = [(min(m.issue for m in ms if rank in (m.src, m.dst)), k) for k, ms in whole.items()]
+        self.my_calls = [(join[(k, rank)], k) for k in whole]
         self.my_calls.sort()
         self.pending = {}  # index -> (work, buf, msg, issued_ms) for receives
         self.call_pending = {}

@@ -32,11 +32,8 @@ impl PlanIndex {
             let (mut rq, mut rkv) = (Vec::new(), Vec::new());
             for (s, st) in rp.steps.iter().enumerate() {
                 for t in &st.tasks {
-                    let read = (
-                        s as u32,
-                        heads(t.heads, plan.q_heads).0,
-                        heads(t.heads, plan.q_heads).1,
-                    );
+                    let (first, end) = heads(t.heads, plan.q_heads);
+                    let read = (s as u32, first, end);
                     rq.push((t.q.doc, t.q.start, t.q.end, read));
                     rkv.push((t.kv.doc, t.kv.start, t.kv.end, read));
                 }
@@ -88,10 +85,6 @@ impl PlanIndex {
         }
         // Per reading rank: (doc, read as, start, end, delivery).
         let mut asks: Vec<(u32, TransferTensor, u64, u64, usize)> = Vec::new();
-        let carried: Vec<(u32, u32)> = deliveries
-            .iter()
-            .map(|d| heads(d.transfer.heads, plan.q_heads))
-            .collect();
         for (rank, reads) in by_reader.iter().enumerate() {
             asks.clear();
             for &d in reads {
@@ -114,7 +107,7 @@ impl PlanIndex {
                     continue;
                 };
                 for &(_, _, start, end, d) in chunk {
-                    let (lo, hi) = carried[d];
+                    let (lo, hi) = heads(deliveries[d].transfer.heads, plan.q_heads);
                     widen(
                         &mut spans[d],
                         runs.overlapping(start, end)

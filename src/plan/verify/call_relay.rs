@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{fmt_range, v, Violation, ViolationKind};
 use crate::hashing::FastMap;
-use crate::plan::{HeadRange, Plan, TokenRange, TransferTensor};
+use crate::plan::{DocRuns, HeadRange, Plan, TokenRange, TransferTensor};
 
 /// Both checks, one call at a time.
 pub(super) fn check_call_relays(plan: &Plan, out: &mut Vec<Violation>) {
@@ -101,9 +101,7 @@ fn relayed_within_a_call(plan: &Plan, out: &mut Vec<Violation>) {
                         let heads = HeadRange::from((g.start.max(h.start), g.end.min(h.end)));
                         let join = joins[&key][&dst];
                         if overlap((a, b, g), (r.start, r.end, h))
-                            && !held_otherwise(
-                                plan, dst, rows, heads, t.tensor, join, &pieces, &none,
-                            )
+                            && !held_otherwise(plan, dst, rows, heads, t.tensor, join, key, &none)
                             && reported.insert(j)
                         {
                             let src = plan.transfers[j].src;
@@ -189,7 +187,7 @@ fn relayed_through_a_hop(plan: &Plan, out: &mut Vec<Violation>) {
                             heads,
                             tensor,
                             join.unwrap_or(0),
-                            &pieces,
+                            key,
                             &seen,
                         )
                         && reported.insert(j)
@@ -226,9 +224,9 @@ fn relayed_through_a_hop(plan: &Plan, out: &mut Vec<Violation>) {
     }
 }
 
-/// Whether `rank` holds `rows` of `heads` by step `at` without the call: from the start, or
-/// delivered by transfers that are neither the call's pieces nor the hops that carry on what
-/// it delivers (`hops`: `(transfer, ...)`), head by head (two transfers of half the heads
+/// Whether `rank` holds `rows` of `heads` by step `at` without call `call`: from the start,
+/// or delivered by transfers that are neither the call's pieces nor the hops that carry on
+/// what it delivers (`hops`: `(transfer, ...)`), head by head (two transfers of half the heads
 /// each hold them all; bug hunt). A rank that already has the rows may send them in the call
 /// and ignore the copy coming round. Outputs are never held otherwise: a piece hands over
 /// what it holds.
@@ -240,54 +238,50 @@ fn held_otherwise(
     heads: HeadRange,
     tensor: TransferTensor,
     at: u32,
-    pieces: &[usize],
+    call: CallKey,
     hops: &BTreeSet<(usize, u64, u64, u32, u32)>,
 ) -> bool {
     if tensor == TransferTensor::Out {
         return false;
     }
-    let hop: BTreeSet<usize> = hops.iter().map(|h| h.0).collect();
-    let initial: Vec<(u64, u64)> = plan
+    let is_hop = |i: usize| {
+        hops.range((i, 0, 0, 0, 0)..=(i, u64::MAX, u64::MAX, u32::MAX, u32::MAX))
+            .next()
+            .is_some()
+    };
+    let all = HeadRange::from((0, plan.q_heads));
+    // What the rank holds, per head: its initial rows on every head, and what other
+    // deliveries bring on theirs.
+    let mut held: Vec<(u32, u64, u64, HeadRange)> = plan
         .initial(rank as usize)
         .iter()
         .filter(|o| o.doc == rows.doc)
-        .map(|o| (o.start, o.end))
+        .map(|o| (o.doc, o.start, o.end, all))
         .collect();
-    let all = HeadRange::from((0, plan.q_heads));
-    // What other deliveries bring: (heads, start, end).
-    let mut brought: Vec<(HeadRange, u64, u64)> = Vec::new();
     for (i, t) in plan.transfers.iter().enumerate() {
         if t.tensor == tensor
             && t.arrive_by <= at
-            && !hop.contains(&i)
-            && !pieces.contains(&i)
+            && t.call() != Some(call)
+            && !is_hop(i)
             && t.receivers().any(|d| d == rank)
         {
             let g = t.heads.unwrap_or(all);
-            brought.extend(
+            held.extend(
                 t.ranges
                     .iter()
                     .filter(|x| x.doc == rows.doc)
-                    .map(|x| (g, x.start, x.end)),
+                    .map(|x| (x.doc, x.start, x.end, g)),
             );
         }
     }
     (heads.start..heads.end).all(|h| {
-        let mut have: Vec<(u64, u64)> = initial.clone();
-        have.extend(
-            brought
-                .iter()
-                .filter(|(g, _, _)| g.start <= h && h < g.end)
-                .map(|&(_, a, b)| (a, b)),
-        );
-        have.sort_unstable();
-        let mut reach = rows.start;
-        for (a, b) in have {
-            if a > reach {
-                break;
-            }
-            reach = reach.max(b);
-        }
-        reach >= rows.end
+        let on_h: Vec<(u32, u64, u64, ())> = held
+            .iter()
+            .filter(|x| x.3.start <= h && h < x.3.end)
+            .map(|x| (x.0, x.1, x.2, ()))
+            .collect();
+        DocRuns::new(on_h)
+            .get(rows.doc)
+            .is_some_and(|runs| runs.covers(rows.start, rows.end))
     })
 }
