@@ -12,7 +12,7 @@
 #        ≤ 520 s by its timeouts; the device tool must carry .gpu-session, which git ignores)
 #        a preflight of PyTorch's FlashAttention against the reference (stops the session if
 #        it fails: every later step runs on it, --backend sdpa), the check plans against dense
-#        attention -> $OUT/checks/, calibrate.py (dense rows, written after each) ->
+#        attention -> $OUT/checks.tar, calibrate.py (dense rows, written after each) ->
 #        $OUT/kernels.csv, replay.py --single-device on the three plans in one launch ->
 #        $OUT/<scheme>.measured.json, then 64K rows -> $OUT/kernels-long.csv as time allows;
 #        log in $OUT/session.log. Uses the machine's python3 (its own PyTorch); no install.
@@ -98,10 +98,13 @@ PY
             echo "preflight: $(( $(date +%s) - start )) s"
         fi
         # Correctness with the session's kernels: each scheme's 8 × 256-token plan against
-        # dense attention, one launch.
+        # dense attention, one launch. Their measured.json files travel back as one tar: the
+        # device tool returns at most 8 files.
+        ck=$(mktemp -d)
         timeout 60 "$PY" scripts/replay.py "$CHECKS"/*.json --single-device "${KERNELS[@]}" \
-            --head-dim 128 --pass both --check yes --warmup 0 --iters 1 -o "$OUT/checks" ||
+            --head-dim 128 --pass both --check yes --warmup 0 --iters 1 -o "$ck/checks" ||
             echo "checks failed (exit $?)"
+        tar -C "$ck" -cf "$OUT/checks.tar" checks || true
         # Calibrate: fwd/bwd × causal/full over LENS, dense (the rows the simulator reads),
         # GQA 64:8 hd128. The CSV is rewritten after every row, so a timeout keeps what ran.
         t=$(date +%s)
