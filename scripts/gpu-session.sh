@@ -32,10 +32,11 @@
 # Knobs, for the CPU rehearsal scripts/test-replay.sh runs of all three stages (defaults are
 # the GPU session's): FCP (a built binary instead of `cargo run`), GPU_SESSION_DIR (instead of
 # .gpu-session), GPU_SESSION_DEVICE=cpu (plain PyTorch in float32, no preflight),
-# GPU_SESSION_TOKENS and GPU_SESSION_CHECK_TOKENS (tokens per rank of the timed and the checked
-# plans), GPU_SESSION_LENS and
-# GPU_SESSION_LONG (the calibration grid's lengths and the long rows' length), GPU_SESSION_HBM_MIB
-# (the buffer the memory bandwidth is measured with).
+# GPU_SESSION_HW (the bundled profile the plans are made with and validated against: h200, or
+# h100 when the session ran on an H100), GPU_SESSION_TOKENS and GPU_SESSION_CHECK_TOKENS
+# (tokens per rank of the timed and the checked plans), GPU_SESSION_LENS and GPU_SESSION_LONG
+# (the calibration grid's lengths and the long rows' length), GPU_SESSION_HBM_MIB (the buffer
+# the memory bandwidth is measured with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-}
@@ -44,7 +45,7 @@ SESSION=${GPU_SESSION_DIR:-.gpu-session}
 PLANS=$SESSION/plans
 CHECKS=$SESSION/checks
 MODEL=llama3-70b
-HW=h200
+HW=${GPU_SESSION_HW:-h200}
 TOKENS=${GPU_SESSION_TOKENS:-32768}
 CHECK_TOKENS=${GPU_SESSION_CHECK_TOKENS:-256}
 LENS=${GPU_SESSION_LENS:-128,256,512,1024,2048,4096,8192,16384,32768}
@@ -135,14 +136,14 @@ validate)
     # outside DIR (the device tool hands its files back read-only), naming the table by its
     # absolute path.
     dir=$(cd "$dir" && pwd)
-    cal=$(mktemp -d)/h200-calibrated.toml
+    cal=$(mktemp -d)/$HW-calibrated.toml
     # The memory bandwidth calibrate.py measured (a 2 GiB copy), when it did: hbm_gbs.
     hbm=$(sed -n 's/^# hbm_gbs = \([0-9.]*\) .*/\1/p' "$dir/kernels.csv" | head -n 1)
-    sed -e 's/^name = .*/name = "h200-calibrated"/' \
+    sed -e "s/^name = .*/name = \"$HW-calibrated\"/" \
         -e "s|^kernel_profile = .*|kernel_profile = \"$dir/kernels.csv\"|" \
         ${hbm:+-e "/^\[sources\]/,\$!s|^hbm_gbs = .*|hbm_gbs = $hbm|"} \
         ${hbm:+-e "/^\[sources\]/,\$s|^hbm_gbs = .*|hbm_gbs = \"measured: scripts/calibrate.py --hbm-mib, $dir/kernels.csv\"|"} \
-        configs/hardware/h200.toml >"$cal"
+        "configs/hardware/$HW.toml" >"$cal"
     echo "calibrated profile: $cal${hbm:+ (hbm_gbs $hbm GB/s measured)}"
     for s in $SCHEMES; do
         m="$dir/$s.measured.json"
