@@ -25,7 +25,10 @@ pub fn peak_bytes(plan: &Plan, idx: &PlanIndex, model: &Model, passes: &[Pass]) 
             continue;
         }
         let bytes = bytes[dl.index];
-        let from = t.arrive_by.saturating_sub(1) as usize;
+        // Live from the step the transfer is issued: its data may land any time after (bug
+        // hunt: a buffer issued several steps early was counted from the step before its
+        // data was due only; one issued at the step that reads it, from the step before).
+        let from = t.issue_at.min(t.arrive_by) as usize;
         let until = idx
             .use_steps(d)
             .map_or(t.arrive_by, |(_, last)| last.max(t.arrive_by)) as usize;
@@ -92,5 +95,27 @@ mod tests {
         let owned = 16000 * (2 * model.q_bytes_per_token() + model.kv_bytes_per_token());
         let slice = 16000 * model.kv_bytes_per_token() / 8;
         assert_eq!(fwd, owned + 2 * slice);
+    }
+
+    /// Regression (bug hunt): a receive buffer was counted from the step before its data was
+    /// due, whatever step its transfer was issued at; one issued three steps early holds its
+    /// buffer through them, beside the ring's double buffer.
+    #[test]
+    fn regression_a_buffer_is_live_from_its_issue() {
+        let model = Model::load("llama3-70b").unwrap();
+        let mut plan = with_ctx(4, Mask::Causal, |ctx| {
+            crate::planners::Ring.plan(&Batch::new(0, vec![4096]), ctx)
+        })
+        .unwrap();
+        let peak = |plan: &Plan| peak_bytes(plan, &PlanIndex::new(plan), &model, &[Pass::Fwd])[0];
+        let before = peak(&plan);
+        let last = plan
+            .transfers
+            .iter_mut()
+            .find(|t| t.dst == 0 && t.arrive_by == 3)
+            .expect("rank 0 receives K/V for its last step");
+        last.issue_at = 0;
+        let buffer = 1024 * model.kv_bytes_per_token();
+        assert_eq!(peak(&plan), before + buffer, "three buffers live at step 1");
     }
 }
