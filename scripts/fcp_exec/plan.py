@@ -163,6 +163,12 @@ class Plan:
             for i, t in enumerate(obj["transfers"]):
                 for dst in _receivers(t, i, self.num_ranks):
                     self.transfers.append(Transfer(len(self.transfers), t, self, dst))
+            # What measured.json records so `fcp validate` can tell this batch's plan from
+            # another's of the same scheme and step count (src/report/validate.rs,
+            # PlanFingerprint: the same four counts).
+            self.fingerprint = {"tokens": sum(d["len"] for d in docs), "docs": len(docs),
+                                "tasks": sum(len(tasks) for steps in self.steps for tasks in steps),
+                                "transfers": len(obj["transfers"])}
         except PlanError as e:
             raise PlanError(str(e) if str(e).startswith(f"{origin}:") else f"{origin}: {e}") from None
         except (KeyError, TypeError, ValueError) as e:

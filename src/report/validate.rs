@@ -132,6 +132,44 @@ pub struct MeasuredPlan {
     /// Its CP group size.
     #[serde(default)]
     pub num_ranks: Option<u32>,
+    /// The model it was made for (its provenance field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Its batch's tokens, documents, tasks and transfers: together they tell one batch's
+    /// plan from another's of the same scheme and step count (written since the bug hunt
+    /// that found such a measurement compared without a word; older files lack them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<PlanFingerprint>,
+}
+
+/// What [`MeasuredPlan::fingerprint`] records of a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanFingerprint {
+    /// Tokens of the batch (without padding).
+    pub tokens: u64,
+    /// Documents of the batch.
+    pub docs: u64,
+    /// Tasks over every rank and step.
+    pub tasks: u64,
+    /// Transfers.
+    pub transfers: u64,
+}
+
+impl PlanFingerprint {
+    /// The fingerprint of `plan`, as the replay computes it.
+    pub fn of(plan: &Plan) -> PlanFingerprint {
+        PlanFingerprint {
+            tokens: plan.total_tokens(),
+            docs: plan.documents.len() as u64,
+            tasks: plan
+                .ranks
+                .iter()
+                .flat_map(|r| &r.steps)
+                .map(|s| s.tasks.len() as u64)
+                .sum(),
+            transfers: plan.transfers.len() as u64,
+        }
+    }
 }
 
 /// `check` of a measured.json: whether the replay's outputs matched dense attention. Timings
@@ -245,6 +283,7 @@ impl Measured {
                         check(format!("rank {i} {} step {} wait_ms", p.pass, s.step), w)?;
                     }
                 }
+                pass_is_its_steps(i, p).map_err(bad)?;
             }
             // The passes first: a rank missing one was reported as totals that do not sum
             // (bug hunt).
@@ -272,7 +311,7 @@ impl Measured {
                     let (Some(total), Some(passes)) = (total, passes) else {
                         continue;
                     };
-                    if (total - passes).abs() > 1e-6 * total.abs().max(passes.abs()) + 1e-9 {
+                    if !sums_to(total, passes) {
                         return Err(bad(format!(
                             "rank {i} {k} is {}, but its passes' {k} sum to {}; a rank's totals are its passes' sums",
                             shown(total),
@@ -296,13 +335,19 @@ impl Measured {
         if let (Some(total), Some(ends), false) =
             (m.attention_time_ms, pass_ends, m.ranks.is_empty())
         {
-            if (total - ends).abs() > 1e-6 * total.abs().max(ends) + 1e-9 {
+            if !sums_to(total, ends) {
                 return Err(bad(format!(
                     "attention_time_ms is {}, but each pass's slowest end_ms summed is {}; the end-to-end time is that sum",
                     shown(total),
                     shown(ends)
                 )));
             }
+        }
+        // Distributed mode measures every rank's communication, waits and ends: a rank
+        // without them was left out of the comm statistics, and the end-to-end check skipped
+        // (bug hunt: one rank's nulls passed, with an attention time of 10⁶ ms).
+        if m.mode == "distributed" {
+            distributed_is_complete(&m).map_err(bad)?;
         }
         // Single-device mode replays each rank's compute alone: no message runs, so a
         // communication time or an end time there is not a measurement (bug hunt: they were
@@ -344,6 +389,70 @@ impl Measured {
         })?;
         Measured::from_json(&text, &origin)
     }
+}
+
+/// Relative tolerance of a total against the parts it sums (the replay's floats).
+fn sums_to(total: f64, parts: f64) -> bool {
+    (total - parts).abs() <= 1e-6 * total.abs().max(parts.abs()) + 1e-9
+}
+
+/// Whether a pass's compute is its steps' sum, and its end (when given) no earlier than its
+/// compute and waits, which run one after another on the rank; else the message. Bug hunt:
+/// steps scaled tenfold with their pass left alone read as 0 % per rank beside 90 % per step,
+/// and ends of 1 µs after 30 ms of compute were compared.
+fn pass_is_its_steps(rank: usize, p: &MeasuredPass) -> Result<(), String> {
+    let steps: f64 = p.steps.iter().map(|s| s.compute_ms).sum();
+    if !sums_to(p.compute_ms, steps) {
+        return Err(format!(
+            "rank {rank} {} compute_ms is {}, but its steps' compute_ms sum to {}; a pass's compute is its steps' sum",
+            p.pass,
+            shown(p.compute_ms),
+            shown(steps)
+        ));
+    }
+    if let Some(end) = p.end_ms {
+        let busy = steps + p.steps.iter().filter_map(|s| s.wait_ms).sum::<f64>();
+        if end < busy && !sums_to(end, busy) {
+            return Err(format!(
+                "rank {rank} {} end_ms is {}, before its steps' compute and waits ({} ms) are over; the steps run one after another from the pass start",
+                p.pass,
+                shown(end),
+                shown(busy)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a distributed measurement gives every communication, wait and end time the
+/// replay measures there, and the end-to-end time; else the message naming the first gap.
+fn distributed_is_complete(m: &Measured) -> Result<(), String> {
+    for r in &m.ranks {
+        let gap = |what: &str| {
+            format!(
+                "mode is distributed, yet rank {} gives no {what}; a distributed replay measures it for every rank",
+                r.rank
+            )
+        };
+        if r.comm_ms.is_none() || r.end_ms.is_none() {
+            return Err(gap("comm_ms or end_ms"));
+        }
+        for p in &r.passes {
+            if p.comm_ms.is_none() || p.end_ms.is_none() {
+                return Err(gap(&format!("{} comm_ms or end_ms", p.pass)));
+            }
+            if let Some(s) = p.steps.iter().find(|s| s.wait_ms.is_none()) {
+                return Err(gap(&format!("{} step {} wait_ms", p.pass, s.step)));
+            }
+        }
+    }
+    if m.attention_time_ms.is_none() && !m.ranks.is_empty() {
+        return Err(
+            "mode is distributed, yet attention_time_ms is null; a distributed replay measures it"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Whether rank `r` lists exactly the passes `pass` (`sel`) names, in order; else the message.
@@ -523,6 +632,36 @@ pub fn validate(
     if let Some(mp) = &measured.plan {
         let scheme_differs = mp.scheme.as_ref().is_some_and(|s| *s != plan.scheme.name);
         let ranks_differ = mp.num_ranks.is_some_and(|n| n != plan.num_ranks);
+        // Regression (bug hunt): a measurement of a tiny-model plan was compared with a
+        // llama3-70b plan of the same scheme; the model and the batch's fingerprint say so.
+        let model_differs = match (&mp.model, &plan.model) {
+            (Some(a), Some(b)) => a != b,
+            _ => false,
+        };
+        let batch_differs = mp
+            .fingerprint
+            .is_some_and(|f| f != PlanFingerprint::of(plan));
+        if model_differs || batch_differs {
+            let this = PlanFingerprint::of(plan);
+            let theirs = mp.fingerprint.map_or("?".to_string(), |f| {
+                format!(
+                    "{} tokens in {} documents, {} tasks, {} transfers",
+                    f.tokens, f.docs, f.tasks, f.transfers
+                )
+            });
+            return Err(bad(format!(
+                "it measured {} ({} for {}: {theirs}), not this plan ({} for {}: {} tokens in {} documents, {} tasks, {} transfers)",
+                mp.path.as_deref().unwrap_or("another plan"),
+                mp.scheme.as_deref().unwrap_or("?"),
+                mp.model.as_deref().unwrap_or("?"),
+                plan.scheme.name,
+                plan.model.as_deref().unwrap_or("?"),
+                this.tokens,
+                this.docs,
+                this.tasks,
+                this.transfers
+            )));
+        }
         if scheme_differs || ranks_differ {
             return Err(bad(format!(
                 "it measured {} ({} on {} ranks), not this plan ({} on {} ranks)",
@@ -656,32 +795,39 @@ mod tests {
                     .enumerate()
                     .map(|(pi, n)| {
                         let tl = &outs[pi].timeline[r];
+                        let mut prev = 0;
                         let steps: Vec<MeasuredStep> = tl
                             .compute
                             .iter()
                             .enumerate()
-                            .map(|(s, (a, b))| MeasuredStep {
-                                step: s as u32,
-                                compute_ms: k * (b - a) as f64 * 1e-6,
-                                wait_ms: Some(0.0),
+                            .map(|(s, &(a, b))| {
+                                let wait = a - prev;
+                                prev = b;
+                                MeasuredStep {
+                                    step: s as u32,
+                                    compute_ms: k * (b - a) as f64 * 1e-6,
+                                    wait_ms: Some(k * wait as f64 * 1e-6),
+                                }
                             })
                             .collect();
+                        let o = &outs[pi].ranks[r];
                         MeasuredPass {
                             pass: n.to_string(),
                             compute_ms: steps.iter().map(|s| s.compute_ms).sum(),
-                            comm_ms: None,
+                            comm_ms: Some(k * o.comm_ns as f64 * 1e-6),
                             exposed_comm_ms: None,
-                            end_ms: None,
+                            end_ms: Some(k * o.finish_ns as f64 * 1e-6),
                             steps,
                         }
                     })
                     .collect();
+                let sum = |f: fn(&MeasuredPass) -> Option<f64>| passes.iter().filter_map(f).sum();
                 MeasuredRank {
                     rank: r as u32,
                     compute_ms: passes.iter().map(|p| p.compute_ms).sum(),
-                    comm_ms: Some(k * rep.ranks[r].comm_ms),
+                    comm_ms: Some(sum(|p| p.comm_ms)),
                     exposed_comm_ms: None,
-                    end_ms: None,
+                    end_ms: Some(sum(|p| p.end_ms)),
                     passes,
                 }
             })
@@ -693,6 +839,8 @@ mod tests {
                 path: Some("p.json".into()),
                 scheme: Some(plan.scheme.name.clone()),
                 num_ranks: Some(plan.num_ranks),
+                model: plan.model.clone(),
+                fingerprint: Some(PlanFingerprint::of(plan)),
             }),
             mode: "distributed".into(),
             pass: pass.into(),
@@ -881,13 +1029,13 @@ mod tests {
         );
         let mut wrong = m.clone();
         for p in &mut wrong.ranks[0].passes {
-            p.end_ms = Some(1.0);
+            p.end_ms = Some(100.0);
         }
-        wrong.ranks[0].end_ms = Some(3.0);
+        wrong.ranks[0].end_ms = Some(300.0);
         let e = Measured::from_json(&json(&wrong), "m")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("rank 0 end_ms is 3"), "{e}");
+        assert!(e.contains("rank 0 end_ms is 300"), "{e}");
         // Single-device: the same file with its communication cleared reads; any one
         // communication, wait or end time left is refused.
         let mut single = m.clone();
@@ -895,7 +1043,10 @@ mod tests {
         single.attention_time_ms = None;
         for r in &mut single.ranks {
             r.comm_ms = None;
+            r.end_ms = None;
             for p in &mut r.passes {
+                p.comm_ms = None;
+                p.end_ms = None;
                 p.steps.iter_mut().for_each(|s| s.wait_ms = None);
             }
         }
@@ -912,5 +1063,81 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("yet attention_time_ms is given"), "{e}");
+    }
+
+    /// Regression (bug hunt): a pass whose steps did not sum to it, a pass ending before its
+    /// steps' compute and waits were over, and a distributed file with one rank's
+    /// communication left out were all compared.
+    #[test]
+    fn regression_passes_must_add_up_and_distributed_files_be_complete() {
+        let (plan, sim) = setup();
+        let json = |m: &Measured| serde_json::to_string(m).unwrap();
+        let m = scaled(&plan, &sim, 1.0, "both");
+        assert!(Measured::from_json(&json(&m), "m").is_ok());
+        let mut wrong = m.clone();
+        for p in &mut wrong.ranks[0].passes {
+            for s in &mut p.steps {
+                s.compute_ms *= 10.0;
+            }
+        }
+        let e = Measured::from_json(&json(&wrong), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 0 fwd compute_ms is")
+                && e.contains("a pass's compute is its steps' sum"),
+            "{e}"
+        );
+        let mut early = m.clone();
+        for r in &mut early.ranks {
+            for p in &mut r.passes {
+                p.end_ms = Some(0.001);
+            }
+            r.end_ms = Some(0.002);
+        }
+        early.attention_time_ms = Some(0.002);
+        let e = Measured::from_json(&json(&early), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 0 fwd end_ms is 0.001, before"), "{e}");
+        for gap in 0..4 {
+            let mut holes = m.clone();
+            let r = &mut holes.ranks[1];
+            match gap {
+                0 => r.comm_ms = None,
+                1 => r.passes[1].end_ms = None,
+                2 => r.passes[0].steps[1].wait_ms = None,
+                _ => holes.attention_time_ms = None,
+            }
+            let e = Measured::from_json(&json(&holes), "m")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("mode is distributed, yet"), "{gap}: {e}");
+        }
+    }
+
+    /// Regression (bug hunt): a measurement of a tiny-model plan was compared with a
+    /// llama3-70b plan of the same scheme, and one of another batch of the same scheme and
+    /// step count; the `plan` block's model and fingerprint now say so.
+    #[test]
+    fn regression_a_measurement_of_another_model_or_batch_is_refused() {
+        let (plan, sim) = setup();
+        let mut m = scaled(&plan, &sim, 1.0, "both");
+        assert!(validate(&plan, &sim, &m, "m.json").is_ok());
+        let mut other = plan.clone();
+        other.model = Some("tiny-gqa".into());
+        let e = validate(&other, &sim, &m, "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not this plan (zigzag for tiny-gqa"), "{e}");
+        let fp = m.plan.as_mut().unwrap().fingerprint.as_mut().unwrap();
+        fp.tokens += 1;
+        let e = validate(&plan, &sim, &m, "m.json").unwrap_err().to_string();
+        assert!(e.contains("5121 tokens in 2 documents"), "{e}");
+        m.plan.as_mut().unwrap().fingerprint = None;
+        assert!(
+            validate(&plan, &sim, &m, "m.json").is_ok(),
+            "older files lack the fingerprint"
+        );
     }
 }
