@@ -214,6 +214,17 @@ impl DpcpConfig {
                 });
             }
         }
+        // Every group of every step is a batch the study packs and prices: bounded, so that a
+        // request no trace can meet is refused here rather than packed until memory runs out
+        // (bug hunt: steps = 2³³ on one GPU of one token aborted allocating batches).
+        let cp_min = self.cp.iter().copied().min().unwrap_or(1);
+        let batches = u128::from(self.gpus / (cp_min * self.tp).max(1)) * self.steps as u128;
+        if batches > MAX_GROUP_STEPS as u128 {
+            return bad(format!(
+                "gpus {} at cp {cp_min} × tp {} over {} steps is {batches} group batches to pack and price; a study takes at most {MAX_GROUP_STEPS}",
+                self.gpus, self.tp, self.steps
+            ));
+        }
         if let Some(c) = super::config::repeated(&self.cp) {
             return bad(format!("cp lists {c} twice"));
         }
@@ -250,6 +261,10 @@ impl DpcpConfig {
         }
     }
 }
+
+/// Most batches (CP groups × steps, at the smallest CP degree) one study packs and prices:
+/// 655 times the bundled studies' 6,400, about half a GiB of batches.
+pub const MAX_GROUP_STEPS: u64 = 1 << 22;
 
 /// Whole-document attention time (ms) of one document, summed over the passes.
 fn doc_ms(sim: &Simulator, len: u64, passes: &[Pass]) -> Result<f64, StudyError> {
@@ -603,6 +618,41 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    /// Regression (bug hunt): 2³³ steps of one one-token GPU packed a 2³²-token trace one
+    /// token a batch until memory ran out, before saying the trace was too short.
+    #[test]
+    fn regression_more_group_batches_than_a_study_takes_is_refused_before_packing() {
+        let e = exponential(
+            "gpus = 1
+cp = [1]
+tokens_per_gpu = 1
+steps = 8589934592",
+        )
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("8589934592 group batches"), "{e}");
+        // The smallest CP degree has the most groups: 128 GPUs at cp 2 over 65,536 steps.
+        let e = exponential(
+            "gpus = 128
+cp = [2, 128]
+tokens_per_gpu = 1
+steps = 65537",
+        )
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most 4194304"), "{e}");
+        assert!(exponential(
+            "gpus = 128
+cp = [2, 128]
+tokens_per_gpu = 1
+steps = 65536"
+        )
+        .validate()
+        .is_ok());
     }
 
     /// Regression (bug hunt): `scheme` was read only under `cost = "sim"`, so a misspelt one
