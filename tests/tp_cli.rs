@@ -413,6 +413,26 @@ fn tpcp_says_what_did_not_run() {
             .code(2)
             .stderr(predicate::str::contains("no split could run any scheme"));
     }
+    // Regression (bug hunt): only the first split's reason was given (TP 6's node domain),
+    // when TP 2 × CP 3 and TP 1 × CP 6 failed on Ulysses' head count.
+    fcp()
+        .args([
+            "tpcp",
+            "--gpus",
+            "6",
+            "--context",
+            "6000",
+            "--schemes",
+            "ulysses",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "  TP 6 × CP 1: tensor-parallel degree 6",
+        ))
+        .stderr(predicate::str::contains(
+            "  TP 1 × CP 6 ulysses: batch 0: ulysses needs q_heads (64) divisible by N (6)",
+        ));
     let out = stdout_of(
         fcp()
             .args(base)

@@ -171,12 +171,7 @@ pub fn run(a: TpCpArgs) -> Result<()> {
     let rows = run_tpcp(&windows.batches, &hw, &model, &opts)?;
     // As `compare`: a study in which nothing ran is a failure, in every format.
     let Some(best) = fastest(&rows) else {
-        bail!(
-            "no split could run any scheme: {}",
-            rows.first()
-                .and_then(|r| r.error.as_deref())
-                .unwrap_or("no rows")
-        );
+        bail!("no split could run any scheme:\n{}", why_none_ran(&rows));
     };
     // Overlap matters only where some split with TP ran.
     let overlapped = a.tp_overlap && rows.iter().any(|r| r.tp > 1 && r.error.is_none());
@@ -687,4 +682,31 @@ fn table(rows: &[TpCpRow]) -> String {
         }
     ));
     s
+}
+
+/// Each distinct reason no split ran, with the splits it stopped, one line each (bug hunt:
+/// only the first row's reason was given, which sent a user after TP when the other splits
+/// failed for their CP degree).
+fn why_none_ran(rows: &[fcp::study::tpcp::TpCpRow]) -> String {
+    let mut reasons: Vec<(&str, Vec<String>)> = Vec::new();
+    for r in rows {
+        let why = r.error.as_deref().unwrap_or("no result");
+        // A split refused before any scheme ran names none (`-`).
+        let split = match r.scheme.as_str() {
+            "-" => format!("TP {} × CP {}", r.tp, r.cp),
+            s => format!("TP {} × CP {} {s}", r.tp, r.cp),
+        };
+        match reasons.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, splits)) => splits.push(split),
+            None => reasons.push((why, vec![split])),
+        }
+    }
+    if reasons.is_empty() {
+        return "  no split to try".into();
+    }
+    reasons
+        .iter()
+        .map(|(why, splits)| format!("  {}: {why}", splits.join(", ")))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
