@@ -149,22 +149,20 @@ pub fn run(a: DemoArgs) -> Result<()> {
         .context("no scheme could plan these batches")?;
     let m = best.mean.as_ref().context("best row has metrics")?;
     outln!(
-        "\nAll plans verified. Use {}: {:.3} ms of attention per batch ({}), {:.2}× {}, {:.1}% MFU, {:.2}× the lower bound; compute imbalance {:.3}.",
+        "\nAll plans verified. Use {}: {:.3} ms of attention per batch ({}), {}, {:.1}% MFU, {:.2}× the lower bound; compute imbalance {:.3}.",
         best.scheme,
         m.attention_time_ms,
         pass.name().replace("both", "fwd+bwd"),
-        best.speedup.unwrap_or(1.0),
-        schemes[0],
+        versus(best.speedup, &schemes[0]),
         100.0 * m.mfu,
         m.vs_lower_bound,
         m.compute_imbalance
     );
     if let Some(l) = &m.layer {
         outln!(
-            "With the projections and MLP: {:.3} ms per layer, {:.2}× {}, the fastest layer; {:.2}× its lower bound, token imbalance {:.3}; its fullest rank keeps {} of activations per layer for the backward pass.",
+            "With the projections and MLP: {:.3} ms per layer, {}, the fastest layer; {:.2}× its lower bound, token imbalance {:.3}; its fullest rank keeps {} of activations per layer for the backward pass.",
             l.layer_time_ms,
-            best.layer_speedup.unwrap_or(1.0),
-            schemes[0],
+            versus(best.layer_speedup, &schemes[0]),
             l.layer_vs_lower_bound,
             l.token_imbalance,
             fcp::report::human_bytes(l.act_max_bytes)
@@ -194,6 +192,15 @@ pub fn run(a: DemoArgs) -> Result<()> {
         best.scheme, a.ranks
     );
     Ok(())
+}
+
+/// `1.42× ring`, or, where the baseline did not run, that it did not (bug hunt: `1.00× ring`
+/// was printed for a baseline that could not plan the batches).
+fn versus(speedup: Option<f64>, baseline: &str) -> String {
+    match speedup {
+        Some(x) => format!("{x:.2}× {baseline}"),
+        None => format!("no speedup over {baseline}, which could not run"),
+    }
 }
 
 /// The flags that make the suggested `fcp plan` plan what the demo just planned (every input
@@ -263,7 +270,7 @@ fn shell_word(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shell_word;
+    use super::{shell_word, versus};
 
     #[test]
     fn shell_words_paste_back_as_one_argument() {
@@ -281,5 +288,16 @@ mod tests {
                 .unwrap();
             assert_eq!(String::from_utf8(out.stdout).unwrap(), w);
         }
+    }
+
+    /// Regression (bug hunt): with ring unable to plan 1,024 documents on 256 ranks (past the
+    /// tile cap), the verdict read `1.00× ring` beside a table of `-` speedups.
+    #[test]
+    fn regression_no_speedup_is_claimed_over_a_baseline_that_did_not_run() {
+        assert_eq!(versus(Some(1.4249), "ring"), "1.42× ring");
+        assert_eq!(
+            versus(None, "ring"),
+            "no speedup over ring, which could not run"
+        );
     }
 }
