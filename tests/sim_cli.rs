@@ -1071,3 +1071,46 @@ fn regression_simulate_defaults_to_the_pass_and_recompute_the_plan_was_chosen_fo
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["pass"], "both");
 }
+
+/// Regression (bug hunt): a plan chosen with the TP collectives overlapped
+/// (`objective_tp_overlap`) was simulated with them exposed, silently: 111.5 ms a layer
+/// against the 105.8 it was chosen at. `simulate --layer` now defaults to the overlap, says
+/// so, and `--no-tp-overlap` simulates them exposed.
+#[test]
+fn regression_simulate_defaults_to_the_tp_overlap_the_plan_was_chosen_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("h.json");
+    fcp()
+        .args(["plan", "--scheme", "hybrid", "--ranks", "4", "--tp", "2"])
+        .args(["--tp-overlap", "--tokens-per-rank", "8192", "-o"])
+        .arg(&p)
+        .assert()
+        .success();
+    let sim = |args: &[&str]| {
+        support::json_and_stderr(
+            fcp()
+                .arg("simulate")
+                .arg(&p)
+                .arg("--layer")
+                .args(args)
+                .arg("--json"),
+        )
+    };
+    let (chosen, note) = sim(&[]);
+    assert!(
+        note.contains(
+            "simulating --tp-overlap, what the plan was chosen for (objective_tp_overlap)"
+        ),
+        "{note}"
+    );
+    let (asked, note) = sim(&["--tp-overlap"]);
+    assert_eq!(asked, chosen);
+    assert!(note.is_empty(), "{note}");
+    let (exposed, note) = sim(&["--no-tp-overlap"]);
+    assert!(
+        note.contains("simulating the TP collectives exposed as asked"),
+        "{note}"
+    );
+    let t = |v: &Value| v["layer_time_ms"].as_f64().unwrap();
+    assert!(t(&exposed) > t(&chosen), "{exposed} {chosen}");
+}

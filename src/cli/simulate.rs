@@ -42,9 +42,14 @@ pub struct SimulateArgs {
     #[arg(long, value_enum, requires = "layer")]
     recompute: Option<RecomputeArg>,
     /// With `--layer` under `--tp`: each TP collective overlaps the GEMM it feeds or drains
-    /// (Megatron's `--tp-comm-overlap`); only what outlasts that GEMM is exposed.
-    #[arg(long, requires = "layer")]
+    /// (Megatron's `--tp-comm-overlap`); only what outlasts that GEMM is exposed. Default:
+    /// what the plan was chosen under where it records it (`objective_tp_overlap`), else off.
+    #[arg(long, requires = "layer", conflicts_with = "no_tp_overlap")]
     tp_overlap: bool,
+    /// With `--layer`: simulate the TP collectives exposed even where the plan was chosen
+    /// with them overlapped (`objective_tp_overlap`).
+    #[arg(long, requires = "layer")]
+    no_tp_overlap: bool,
     /// With `--layer`: also count what the fullest GPU holds over a training step (weights,
     /// gradients and optimizer state, every layer's activations, the largest transient) and
     /// check it against the hardware's `hbm_gb`. Needs a model with `layers` and `vocab`.
@@ -88,7 +93,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     } else {
         a.recompute
     };
-    let sim = layer_sim(Simulator::new(hw, model)?, a.layer, recompute, a.tp_overlap)?;
+    let tp_overlap = a.layer && tp_overlap(&plan, a.tp_overlap, a.no_tp_overlap);
+    let sim = layer_sim(Simulator::new(hw, model)?, a.layer, recompute, tp_overlap)?;
     let sim = memory_sim(sim, training, step)?;
     let mut report = sim.simulate(&plan, pass.into())?;
     if let (Some(opts), Some(layer)) = (step, report.metrics.layer.as_mut()) {
@@ -106,6 +112,29 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         print_table(&report)?;
     }
     Ok(())
+}
+
+/// Whether to overlap the TP collectives: as asked (`--tp-overlap`, `--no-tp-overlap`), else
+/// as the plan was chosen (`objective_tp_overlap`), saying so, as [`chosen`] does for the pass
+/// and recomputation (bug hunt: a plan chosen with overlap was simulated without, silently,
+/// 111.5 ms a layer against the 105.8 it was chosen at).
+fn tp_overlap(plan: &fcp::plan::Plan, on: bool, off: bool) -> bool {
+    let recorded = plan
+        .scheme
+        .params
+        .get("objective_tp_overlap")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if on || off {
+        if recorded && off {
+            eprintln!("note: the plan was chosen with --tp-overlap (objective_tp_overlap); simulating the TP collectives exposed as asked");
+        }
+        return on;
+    }
+    if recorded {
+        eprintln!("note: simulating --tp-overlap, what the plan was chosen for (objective_tp_overlap); --no-tp-overlap to simulate otherwise");
+    }
+    recorded
 }
 
 /// The value of `flag`: as given, else what the plan records it was chosen for under `key`,
