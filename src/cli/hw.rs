@@ -8,6 +8,7 @@ use fcp::hardware::{
     bundled, Hardware, KernelLookup, KernelProfile, KernelQuery, Pass, NUMERIC_FIELDS,
 };
 use fcp::plan::{allowed_pairs, Mask};
+use fcp::report::tenths;
 use fcp::Model;
 
 /// Hardware commands.
@@ -372,12 +373,12 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
     for (q, r) in &lookups {
         match r {
             Ok(l) => outln!(
-                "  {:<4} {:<7} {:<7} {:>7.1}  {:>5.1}%  {}",
+                "  {:<4} {:<7} {:<7} {:>7}  {:>5}%  {}",
                 q.pass.to_string(),
                 q.mask.to_string(),
                 q.q_len,
-                hw.achieved_tflops(l.tflops),
-                100.0 * hw.efficiency(l.tflops),
+                tenths(hw.achieved_tflops(l.tflops)),
+                tenths(100.0 * hw.efficiency(l.tflops)),
                 clamp_str(l)
             ),
             Err(e) => outln!(
@@ -482,18 +483,21 @@ fn kernel(a: KernelArgs) -> anyhow::Result<()> {
         hw.name,
         profile.name
     );
-    outln!("  tflops      {:.1} TFLOP/s (table, all SMs)", l.tflops);
+    outln!(
+        "  tflops      {} TFLOP/s (table, all SMs)",
+        tenths(l.tflops)
+    );
     if hw.comm_sms > 0 {
         outln!(
-            "  achieved    {:.1} TFLOP/s with {} of {} SMs",
-            hw.achieved_tflops(l.tflops),
+            "  achieved    {} TFLOP/s with {} of {} SMs",
+            tenths(hw.achieved_tflops(l.tflops)),
             hw.sm_count - hw.comm_sms,
             hw.sm_count
         );
     }
     outln!(
-        "  efficiency  {:.1}% of {} TFLOP/s peak",
-        100.0 * hw.efficiency(l.tflops),
+        "  efficiency  {}% of {} TFLOP/s peak",
+        tenths(100.0 * hw.efficiency(l.tflops)),
         hw.peak_tflops
     );
     outln!("  clamped     {}", clamp_str(&l));

@@ -13,6 +13,7 @@ pub use compare::{
 };
 pub use stats::{mean, percentile};
 pub use table::{
-    compare_csv, compare_table, fits_word, human_bytes, rate, shown, shown_when_long, trimmed,
+    compare_csv, compare_table, fits_word, human_bytes, rate, shown, shown_when_long, tenths,
+    trimmed,
 };
 pub use validate::{validate, Measured, ValidateError, ValidationReport};

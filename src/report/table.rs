@@ -13,6 +13,17 @@ pub fn shown(v: f64) -> String {
     }
 }
 
+/// A rate or share to one decimal, as the tables print GPU figures, or to three significant
+/// digits where one decimal would read `0.0`: a CPU calibration's 1.7e-4 TFLOP/s printed as
+/// `0.0 TFLOP/s` and `0.0%` beside its own rows in full (bug hunt).
+pub fn tenths(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && v.abs() < 0.05 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
 /// A value as [`shown`] writes it, but only where `{}` would print more than 16 characters:
 /// every value whose plain form is short prints exactly as it always has (`0.03`, `0.00001`,
 /// `1000000000`), while `1e308` is no longer 309 digits.
@@ -477,6 +488,17 @@ pub const LAYER_CSV_COLUMNS: &[&str] = &[
 
 #[cfg(test)]
 mod tests {
+    use super::tenths;
+
+    #[test]
+    fn tenths_keep_small_rates_readable() {
+        assert_eq!(tenths(558.04), "558.0");
+        assert_eq!(tenths(0.05), "0.1");
+        assert_eq!(tenths(0.0), "0.0");
+        assert_eq!(tenths(0.000173532), "1.74e-4");
+        assert_eq!(tenths(-0.01), "-1.00e-2");
+    }
+
     use super::*;
 
     /// Regression (user report): `fcp regress` printed a tolerance of 1e308 as 309 digits.
