@@ -33,7 +33,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
 from fcp_exec.attention import choose_backend  # noqa: E402
-from fcp_exec.output import write_text  # noqa: E402
+from fcp_exec.output import cannot_write, write_text  # noqa: E402
 
 
 def parse_args(argv):
@@ -153,6 +153,13 @@ def measure(backend, timer, device, dtype, hq, hk, d, mask, pas, docs, warmup, i
 def main(argv=None):
     a = parse_args(argv)
     if a.dry_run:
+        # Its grid is its own: a flag that sets the grid was dropped without a word (bug hunt).
+        defaults = vars(parse_args(["-o", a.output]))
+        grid_flags = ("device", "dtype", "lens", "q_heads", "kv_heads", "head_dims", "varlen_docs",
+                      "warmup", "iters")
+        given = [f"--{k.replace('_', '-')}" for k in grid_flags if getattr(a, k) != defaults[k]]
+        if given:
+            raise SystemExit(f"error: --dry-run runs its own tiny CPU grid; drop {', '.join(given)}")
         a.device, a.dtype = "cpu", "float32"
         a.lens, a.q_heads, a.kv_heads, a.head_dims, a.varlen_docs = "64,128,256", 4, 2, "16", "2"
         a.warmup, a.iters = 1, 2
@@ -183,13 +190,14 @@ def main(argv=None):
                          "pieces as squares on the diagonal; calibrate them with --masks full")
     if a.iters < 1 or a.warmup < 0:
         raise SystemExit("error: --iters must be at least 1 and --warmup at least 0")
+    if not (math.isfinite(a.max_seconds) and a.max_seconds >= 0):
+        raise SystemExit(f"error: --max-seconds {a.max_seconds}: give seconds ≥ 0 (0: no limit)")
     # Checked before the grid runs: a bad path used to fail after the whole (GPU) calibration.
     if not a.output:
         raise SystemExit("error: -o is empty: name the profile CSV to write")
-    folder = os.path.dirname(a.output) or "."
-    if os.path.isdir(a.output) or not os.path.isdir(folder):
-        raise SystemExit(f"error: -o {a.output}: " + ("is a directory" if os.path.isdir(a.output)
-                                                      else f"the folder {folder} does not exist"))
+    why = cannot_write(a.output)
+    if why:
+        raise SystemExit(f"error: -o {a.output}: {why}")
     dtype = getattr(torch, a.dtype)
     backend = choose_backend(a.backend, device, dtype, lambda m: print(m, file=sys.stderr))
     timer = Timer(device)
@@ -207,6 +215,16 @@ def main(argv=None):
         twice = sorted({v for v in vals if vals.count(v) > 1})
         if twice:
             raise SystemExit(f"error: {flag} lists {', '.join(map(str, twice))} more than once")
+    # fcp keys a row by its geometric-mean length rounded to whole tokens (src/hardware/
+    # kernel.rs, `length().round()`): two dense lengths that round alike under --kv-ratio made
+    # a profile fcp refuses (bug hunt: 100 and 101 at ratio 0.25, both 50).
+    keys = {}
+    for L in lens:
+        key = math.floor(math.sqrt(L * max(1, round(L * a.kv_ratio))) + 0.5)
+        if key in keys:
+            raise SystemExit(f"error: --lens {keys[key]} and {L} at --kv-ratio {a.kv_ratio} both make "
+                             f"tiles of length {key} (the geometric mean fcp keys rows by): drop one")
+        keys[key] = L
     vdocs = ints(a.varlen_docs, "--varlen-docs") if a.varlen_docs else []
     if len(vdocs) > 1:
         # Two counts give two rows of one (pass, mask, head_dim, varlen, length): a profile fcp
@@ -217,7 +235,8 @@ def main(argv=None):
         raise SystemExit(f"error: --hbm-mib {a.hbm_mib}: give a buffer size in MiB, or 0 for none")
     header = []
     if a.hbm_mib:
-        gbs = measure_hbm(timer, device, a.hbm_mib, max(1, a.warmup), max(3, a.iters))
+        gbs = allocating(lambda: measure_hbm(timer, device, a.hbm_mib, max(1, a.warmup), max(3, a.iters)),
+                         f"--hbm-mib {a.hbm_mib}")
         note = (f"hbm_gbs = {gbs:.1f} (copy of {a.hbm_mib} MiB, read + write, median of "
                 f"{max(3, a.iters)}; a hardware profile's hbm_gbs)")
         header.append(note)
@@ -252,9 +271,17 @@ def main(argv=None):
             else:
                 q_len, kv_len = L, max(1, round(L * a.kv_ratio))
                 docs = [(q_len, kv_len)]
-            secs, flops = measure(backend, timer, device, dtype, a.q_heads, a.kv_heads, d, mask, pas,
-                                  docs, a.warmup, a.iters)
+            secs, flops = allocating(lambda: measure(backend, timer, device, dtype, a.q_heads, a.kv_heads, d,
+                                                     mask, pas, docs, a.warmup, a.iters),
+                                     f"the {q_len}x{kv_len} tile ({len(rows)} rows written before it)")
             tflops = flops / secs / 1e12
+            # fcp reads 1e-9..1e6 TFLOP/s (src/hardware/kernel.rs): a row outside would make
+            # the whole file unreadable, so stop with the rows before it (bug hunt: a loaded
+            # CPU wrote 1.7e-7 where the floor was 1e-6).
+            if not 1e-9 <= tflops <= 1e6:
+                raise SystemExit(f"error: {pas} {mask} hd{d} {q_len}x{kv_len} measured {tflops:.3g} TFLOP/s, "
+                                 f"outside the 1e-9..1e6 fcp reads; the {len(rows)} rows before it are in "
+                                 f"{a.output}")
             shape = f"{n} docs x {q_len // n}" if varlen else "batch 1"
             source = (f"scripts/calibrate.py on {dev_name}; {backend.name} {a.dtype}; {versions}; "
                       f"GQA {a.q_heads}:{a.kv_heads}; {shape}; median of {a.iters}; {today}")
@@ -273,6 +300,16 @@ def main(argv=None):
     if not incremental:
         save(a.output, dev_name, versions, today, rows, header)
     print(f"calibrate: wrote {len(rows)} rows to {a.output}")
+
+
+def allocating(work, what):
+    """`work()`, with a clear error where the device cannot hold its tensors (bug hunt: a
+    --kv-ratio of 1e30 or a --hbm-mib of 2⁴⁴ ended in a PyTorch traceback)."""
+    try:
+        return work()
+    except (RuntimeError, MemoryError, OverflowError, ValueError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"error: {what}: {first}") from None
 
 
 def save(path, dev_name, versions, today, rows, header=()):

@@ -136,13 +136,18 @@ validate)
     # outside DIR (the device tool hands its files back read-only), naming the table by its
     # absolute path.
     dir=$(cd "$dir" && pwd)
+    [[ $dir != *$'\n'* ]] || { echo "$dir: a folder name with a line break cannot go in a TOML" >&2; exit 2; }
+    # The path goes into a TOML string, through a sed replacement: escaped for both (bug
+    # hunt: a folder named p&q wrote the matched line into the path).
+    toml_dir=$(printf '%s' "$dir" | sed -e 's/[\\"]/\\&/g')
+    sed_dir=$(printf '%s' "$toml_dir" | sed -e 's/[\\&|]/\\&/g')
     cal=$(mktemp -d)/$HW-calibrated.toml
     # The memory bandwidth calibrate.py measured (a 2 GiB copy), when it did: hbm_gbs.
     hbm=$(sed -n 's/^# hbm_gbs = \([0-9.]*\) .*/\1/p' "$dir/kernels.csv" | head -n 1)
     sed -e "s/^name = .*/name = \"$HW-calibrated\"/" \
-        -e "s|^kernel_profile = .*|kernel_profile = \"$dir/kernels.csv\"|" \
+        -e "s|^kernel_profile = .*|kernel_profile = \"$sed_dir/kernels.csv\"|" \
         ${hbm:+-e "/^\[sources\]/,\$!s|^hbm_gbs = .*|hbm_gbs = $hbm|"} \
-        ${hbm:+-e "/^\[sources\]/,\$s|^hbm_gbs = .*|hbm_gbs = \"measured: scripts/calibrate.py --hbm-mib, $dir/kernels.csv\"|"} \
+        ${hbm:+-e "/^\[sources\]/,\$s|^hbm_gbs = .*|hbm_gbs = \"measured: scripts/calibrate.py --hbm-mib, $sed_dir/kernels.csv\"|"} \
         "configs/hardware/$HW.toml" >"$cal"
     echo "calibrated profile: $cal${hbm:+ (hbm_gbs $hbm GB/s measured)}"
     for s in $SCHEMES; do

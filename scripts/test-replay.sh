@@ -375,14 +375,23 @@ fi
 corrupt "$work/ring.json" "$work/bad-ring-rows.json" drop-rows
 "$PY" scripts/replay.py "$work/bad-ring-rows.json" --single-device --head-dim 8 --pass fwd \
     -o "$work/bad-ring-rows-m.json" >"$work/bad-ring-rows.log" 2>&1 || true
+# The corrupted plan does not verify, so its measurement is compared with the plan it was cut
+# from: refused by the fingerprint (fewer tasks), and, without the fingerprint (as a file
+# written before it), compared with the warning.
 if "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1]))["check"]; sys.exit(0 if c["passed"] is False and c["max_rel_error"] is None else 1)' \
     "$work/bad-ring-rows-m.json" 2>/dev/null &&
-    "$FCP" validate --plan "$work/ring.json" --measured "$work/bad-ring-rows-m.json" --model "$MODEL" \
+    ! "$FCP" validate --plan "$work/ring.json" --measured "$work/bad-ring-rows-m.json" --model "$MODEL" \
+        >/dev/null 2>"$work/bad-ring-rows-other.log" &&
+    grep -q "18 tasks, 12 transfers), not this plan (ring for tiny-gqa: 1800 tokens in 2 documents, 20 tasks" \
+        "$work/bad-ring-rows-other.log" &&
+    "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); del m["plan"]["fingerprint"]; json.dump(m, open(sys.argv[2], "w"))' \
+        "$work/bad-ring-rows-m.json" "$work/bad-ring-rows-old.json" &&
+    "$FCP" validate --plan "$work/ring.json" --measured "$work/bad-ring-rows-old.json" --model "$MODEL" \
         >/dev/null 2>"$work/bad-ring-rows-validate.log" &&
     grep -q "failed the dense check" "$work/bad-ring-rows-validate.log"; then
-    ok "rows with no output: measured.json stays JSON (null, failed) and validate warns"
+    ok "rows with no output: measured.json stays JSON (null, failed), validate refuses it for its plan's source by the fingerprint and warns without one"
 else
-    bad "rows with no output"; cat "$work/bad-ring-rows.log" "$work/bad-ring-rows-validate.log" 2>/dev/null || true
+    bad "rows with no output"; cat "$work/bad-ring-rows.log" "$work/bad-ring-rows-other.log" "$work/bad-ring-rows-validate.log" 2>/dev/null || true
 fi
 corrupt "$work/zigzag.json" "$work/bad-single.json" drop-task
 if "$PY" scripts/replay.py "$work/bad-single.json" --single-device --head-dim 8 -o "$work/bad-single-m.json" \

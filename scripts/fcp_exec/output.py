@@ -35,3 +35,32 @@ def write_text(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def cannot_write(path: str):
+    """Why :func:`write_text` could not write ``path``, or None when it can: checked before
+    long work, so that a bad path is refused up front rather than after it (bug hunt: a link
+    into a missing folder, or a folder that takes no new file, failed with a traceback once
+    the first calibration row had been measured). Files that are not regular files are
+    written directly and not opened here: a named pipe would wait for a reader."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        return f"{path} is a directory"
+    if mode is not None and not stat.S_ISREG(mode):
+        return None
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    tmp = f"{target}.tmp"
+    try:
+        with open(tmp, "w"):
+            pass
+        os.remove(tmp)
+    except OSError as e:
+        return f"cannot write {tmp}: {e.strerror}"
+    return None
+

@@ -632,6 +632,16 @@ pub fn validate(
     if let Some(mp) = &measured.plan {
         let scheme_differs = mp.scheme.as_ref().is_some_and(|s| *s != plan.scheme.name);
         let ranks_differ = mp.num_ranks.is_some_and(|n| n != plan.num_ranks);
+        if scheme_differs || ranks_differ {
+            return Err(bad(format!(
+                "it measured {} ({} on {} ranks), not this plan ({} on {} ranks)",
+                mp.path.as_deref().unwrap_or("another plan"),
+                mp.scheme.as_deref().unwrap_or("?"),
+                mp.num_ranks.map_or("?".to_string(), |n| n.to_string()),
+                plan.scheme.name,
+                plan.num_ranks
+            )));
+        }
         // Regression (bug hunt): a measurement of a tiny-model plan was compared with a
         // llama3-70b plan of the same scheme; the model and the batch's fingerprint say so.
         let model_differs = match (&mp.model, &plan.model) {
@@ -660,16 +670,6 @@ pub fn validate(
                 this.docs,
                 this.tasks,
                 this.transfers
-            )));
-        }
-        if scheme_differs || ranks_differ {
-            return Err(bad(format!(
-                "it measured {} ({} on {} ranks), not this plan ({} on {} ranks)",
-                mp.path.as_deref().unwrap_or("another plan"),
-                mp.scheme.as_deref().unwrap_or("?"),
-                mp.num_ranks.map_or("?".to_string(), |n| n.to_string()),
-                plan.scheme.name,
-                plan.num_ranks
             )));
         }
     }
