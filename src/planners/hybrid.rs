@@ -412,17 +412,34 @@ impl Hybrid {
         let mut best = f64::INFINITY;
         let mut pruned = 0;
         let mut rest = placements.into_iter().peekable();
+        let tasks = |fcp: &Fcp| {
+            block_pairs(batch, ctx.mask, fcp.block, fcp.whole).saturating_mul(relays.len() as u64)
+        };
         while rest.peek().is_some() {
-            let round: Vec<_> = rest
-                .by_ref()
-                .take(EVAL_ROUND)
-                .filter(|(bound, fcp, _)| {
-                    // FCP's default is kept: the caller simulates it (see `plan`).
-                    let keep = is_fcp_default(fcp) || bound * PRUNE_MARGIN <= best;
-                    pruned += usize::from(!keep);
-                    keep
-                })
-                .collect();
+            let mut round = Vec::new();
+            let mut in_flight = 0u64;
+            for _ in 0..EVAL_ROUND {
+                // A round builds its candidates at once: at most MAX_PLAN_ITEMS tasks of them
+                // (at least one candidate), so that a search at tens of thousands of ranks
+                // builds its largest candidates one by one rather than four at a time (bug
+                // hunt: out of memory). The bound depends on the batch alone, never on the
+                // machine, so the plan chosen does not either.
+                let Some(next) = rest.peek() else {
+                    break;
+                };
+                let more = tasks(&next.1);
+                if !round.is_empty() && in_flight.saturating_add(more) > MAX_PLAN_ITEMS {
+                    break;
+                }
+                let (bound, fcp, dist) = rest.next().expect("peeked");
+                // FCP's default is kept: the caller simulates it (see `plan`).
+                let keep = is_fcp_default(&fcp) || bound * PRUNE_MARGIN <= best;
+                pruned += usize::from(!keep);
+                if keep {
+                    in_flight = in_flight.saturating_add(more);
+                    round.push((bound, fcp, dist));
+                }
+            }
             let scored = round
                 .into_par_iter()
                 .map(|(_, fcp, mut dist)| {
@@ -456,13 +473,26 @@ impl Hybrid {
         }
         // Head-parallel nodes: FCP across nodes, heads split inside them. No LPT bound
         // prunes these (their placement is made per node); each is built and estimated.
-        let scored: Vec<Result<_, PlanError>> = node_specs
-            .into_par_iter()
-            .map(|fcp| {
-                let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
-                let plan = fcp.plan(batch, ctx)?;
-                let seconds = estimate(&plan, ctx, &mut cm, layer)?;
-                Ok((Score { seconds, fcp }, plan))
+        // In groups of at most MAX_PLAN_ITEMS tasks built at once, as the rounds above (each
+        // node candidate splits heads over a node's GPUs: its block pairs times those).
+        let g = u64::from(ctx.hardware.gpus_per_node.clamp(1, ctx.ranks.max(1)));
+        let groups = budget_groups(
+            node_specs,
+            |fcp| block_pairs(batch, ctx.mask, fcp.block, fcp.whole).saturating_mul(g),
+            MAX_PLAN_ITEMS,
+        );
+        let scored: Vec<Result<_, PlanError>> = groups
+            .into_iter()
+            .flat_map(|group| {
+                group
+                    .into_par_iter()
+                    .map(|fcp| {
+                        let mut cm = ComputeModel::new(ctx.hardware, &profile, ctx.model);
+                        let plan = fcp.plan(batch, ctx)?;
+                        let seconds = estimate(&plan, ctx, &mut cm, layer)?;
+                        Ok((Score { seconds, fcp }, plan))
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect();
         for c in scored {
@@ -641,6 +671,27 @@ fn longest_whole(batch: &Batch, whole_weights: &[f64], limit: f64, cap: u64) -> 
         .map(|(&l, _)| l)
         .max()
         .unwrap_or(0)
+}
+
+/// `items` in order, cut into consecutive groups whose `cost` adds up to at most `budget`
+/// (an item costlier than that alone makes a group of its own).
+fn budget_groups<T>(items: Vec<T>, cost: impl Fn(&T) -> u64, budget: u64) -> Vec<Vec<T>> {
+    let mut groups: Vec<Vec<T>> = Vec::new();
+    let mut in_group = 0u64;
+    for item in items {
+        let more = cost(&item);
+        match groups.last_mut() {
+            Some(group) if in_group.saturating_add(more) <= budget => {
+                in_group = in_group.saturating_add(more);
+                group.push(item);
+            }
+            _ => {
+                in_group = more;
+                groups.push(vec![item]);
+            }
+        }
+    }
+    groups
 }
 
 /// Keep the plans of the `k` best estimates (ties: the earlier) and FCP's default.
@@ -1088,6 +1139,13 @@ mod tests {
                 ..ctx.clone()
             })
         })
+    }
+
+    #[test]
+    fn budget_groups_keep_order_and_bound_each_group() {
+        let groups = budget_groups(vec![3u64, 4, 2, 9, 1, 1], |&c| c, 8);
+        assert_eq!(groups, vec![vec![3, 4], vec![2], vec![9], vec![1, 1]]);
+        assert!(budget_groups(Vec::<u64>::new(), |&c| c, 8).is_empty());
     }
 
     #[test]
