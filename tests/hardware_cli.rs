@@ -575,3 +575,40 @@ fn regression_what_if_specs_beside_files_of_their_names() {
         .clone();
     assert_eq!(String::from_utf8(out).unwrap(), "");
 }
+
+/// Regression (bug hunt): `hw show`'s text dropped the `[sources]` entries of
+/// `kernel_profile` and `nccl_table` that `--json` gives, and a model's layer widths when it
+/// has no `layers` and `vocab`.
+#[test]
+fn regression_show_text_gives_what_json_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let hw = dir.path().join("cite.toml");
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/configs/hardware/h100.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &hw,
+        format!("{base}kernel_profile = \"CITED-KP\"\nnccl_table = \"CITED-NCCL\"\n"),
+    )
+    .unwrap();
+    let model = dir.path().join("lin.toml");
+    std::fs::write(
+        &model,
+        "q_heads = 32\nkv_heads = 8\nhead_dim = 128\ndtype_bytes = 2\nhidden = 4096\nffn_hidden = 14336\nffn_matrices = 2\n",
+    )
+    .unwrap();
+    fcp()
+        .args(["hw", "show", "--hardware"])
+        .arg(&hw)
+        .arg("--model")
+        .arg(&model)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("h100-fa3   CITED-KP"))
+        .stdout(predicate::str::contains("h200-8gpu   CITED-NCCL"))
+        .stdout(predicate::str::contains(
+            "  hidden 4096, ffn_hidden 14336 × 2 matrices (no layers and vocab",
+        ));
+}

@@ -650,3 +650,41 @@ fn hybrid_sharding_keeps_zero_3s_gathers_in_a_smaller_group() {
         .ends_with(",zero,dp,pp,shard_dp,zero3_comm_ms,zero3_exposed_ms"));
     assert!(lines.next().unwrap().contains(",3,8,1,2,"), "{csv}");
 }
+
+/// Regression (bug hunt): a legal 10¹⁵-parameter model at 0.001 GB/s made an optimizer step
+/// past `u64` nanoseconds, saturated to 1.8·10¹³ ms and printed 39 % low with exit 0; it is
+/// held to the simulator's longest step, as collectives are.
+#[test]
+fn regression_an_optimizer_step_past_the_longest_step_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t8.csv");
+    std::fs::write(&trace, "doc_len\n8\n").unwrap();
+    let model = dir.path().join("big.toml");
+    std::fs::write(
+        &model,
+        "q_heads = 1\nkv_heads = 1\nhead_dim = 128\ndtype_bytes = 2\nhidden = 8388608\nffn_hidden = 1\nlayers = 1\nvocab = 60000000\n",
+    )
+    .unwrap();
+    let p = dir.path().join("p.json");
+    fcp()
+        .args(["plan", "--scheme", "zigzag", "--ranks", "1", "--trace"])
+        .arg(&trace)
+        .arg("--model")
+        .arg(&model)
+        .arg("-o")
+        .arg(&p)
+        .assert()
+        .success();
+    fcp()
+        .arg("simulate")
+        .arg(&p)
+        .arg("--model")
+        .arg(&model)
+        .args(["--hardware", "h100:hbm_gbs=0.001", "--layer", "--memory"])
+        .args(["--zero", "0", "--micro-batches", "1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "the optimizer step over 3.020e16 B at 1.000e-3 GB/s would take 3.020e10 s, beyond the 1e5 s",
+        ));
+}

@@ -329,18 +329,25 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
         1.0 => String::new(),
         s => format!("   what-if: × {} with {field}", num(s)),
     };
+    // Their `[sources]` entries too, as `--json` gives them (bug hunt: the text dropped them).
+    let cited = |field: &str| {
+        hw.source_of(field)
+            .map_or(String::new(), |s| format!("   {s}"))
+    };
     outln!(
-        "  kernel_profile      {}{}",
+        "  kernel_profile      {}{}{}",
         hw.kernel_profile,
-        scaled(hw.kernel_scale(), "peak_tflops")
+        scaled(hw.kernel_scale(), "peak_tflops"),
+        cited("kernel_profile")
     );
     outln!(
-        "  nccl_table          {}{}",
+        "  nccl_table          {}{}{}",
         hw.nccl_table.as_deref().unwrap_or("(none)"),
         match hw.nccl_table {
             Some(_) => scaled(hw.nccl_scale(), "nvlink_gbs"),
             None => String::new(),
-        }
+        },
+        cited("nccl_table")
     );
     outln!(
         "model {}: q_heads {}, kv_heads {}, head_dim {}, dtype_bytes {}  {}",
@@ -351,8 +358,8 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
         model.dtype_bytes,
         model_source.unwrap_or_default()
     );
-    if let (Some(l), Some(st), Some(p)) = (model.linear, model.stack, model.params_per_gpu()) {
-        outln!(
+    match (model.linear, model.stack, model.params_per_gpu()) {
+        (Some(l), Some(st), Some(p)) => outln!(
             "  hidden {}, ffn_hidden {} × {} matrices, layers {}, vocab {}{} · {} parameters ({:.2} B)",
             l.hidden,
             l.ffn_hidden,
@@ -362,7 +369,16 @@ fn show(hardware: &str, model_arg: &str, as_json: bool) -> anyhow::Result<()> {
             if st.tied_embeddings { ", tied embeddings" } else { "" },
             p,
             p as f64 / 1e9
-        );
+        ),
+        // The layer's widths without the stack's depth (bug hunt: given, in `--json`, and
+        // left out of the text).
+        (Some(l), _, _) => outln!(
+            "  hidden {}, ffn_hidden {} × {} matrices (no layers and vocab: the whole model is not counted)",
+            l.hidden,
+            l.ffn_hidden,
+            l.ffn_matrices
+        ),
+        _ => {}
     }
     outln!(
         "kernel lookups ({}, head_dim {}, non-varlen, q_len = kv_len):",

@@ -186,7 +186,14 @@ impl Hardware {
         if let (false, true, Some(g)) = (gemm_given, scale != 1.0, self.gemm_tflops) {
             // Held to the new peak: 989.4 × (1001.2 / 989.4) rounds one step past 1001.2, and
             // a GEMM rate equal to the peak was refused as above it (bug hunt).
-            self.gemm_tflops = Some((g * scale).min(self.peak_tflops));
+            // And to the 0.1 TFLOP/s floor both rates share: a peak of 0.1, in range, scaled
+            // the GEMM rate under it, and the override was refused for a field it never set
+            // (bug hunt).
+            self.gemm_tflops = Some(
+                (g * scale)
+                    .min(self.peak_tflops)
+                    .max(0.1f64.min(self.peak_tflops)),
+            );
             self.sources.insert(
                 "gemm_tflops".to_string(),
                 format!(
@@ -697,6 +704,10 @@ kernel_profile = "h100-fa3"
         assert_eq!(busbw(&fast), busbw(&base));
 
         // A slower GPU is a question, not an error; a GEMM rate given too is taken as given.
+        // A peak at the floor holds the scaled GEMM rate to the floor too (bug hunt: it was
+        // refused as `gemm_tflops` 0.08).
+        let floor = Hardware::load("h100:peak_tflops=0.1").unwrap();
+        assert_eq!(floor.gemm_tflops, Some(0.1));
         let slow = Hardware::load("h100:peak_tflops=494.7,gemm_tflops=300").unwrap();
         assert!((fastest(&slow) - fastest(&base) / 2.0).abs() < 1e-9);
         assert_eq!(slow.gemm_tflops, Some(300.0));

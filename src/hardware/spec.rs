@@ -58,7 +58,9 @@ impl Override<'_> {
     /// The value as a number (range checks are the profile's own).
     pub fn real(&self) -> Result<f64, HardwareError> {
         self.value
-            .parse()
+            .parse::<f64>()
+            // -0 is 0 (bug hunt: `launch_overhead_us=-0` printed `incl. -0 us launch`).
+            .map(|v| v + 0.0)
             .map_err(|_| self.error(format!("`{}` is not a number", self.value)))
     }
 }
@@ -105,8 +107,10 @@ pub fn canonical_overrides(overrides: &str) -> String {
     let mut canonical: Vec<(&str, String)> = pairs(overrides)
         .map(|(pair, kv)| {
             let (k, v) = kv.unwrap_or((pair.trim(), ""));
+            // `+ 0.0` makes -0 read 0: both name one profile (bug hunt: a sweep ran `=0` and
+            // `=-0` as two).
             let v = match v.parse::<f64>() {
-                Ok(x) if x.is_finite() => format!("{x}"),
+                Ok(x) if x.is_finite() => format!("{}", x + 0.0),
                 _ => v.to_string(),
             };
             (k, v)

@@ -865,6 +865,11 @@ mod tests {
                 "llama3-8b: layers=16 ,kv_heads=16",
             ),
             ("hardware", "h100:nic_gbs=10", "h100:nic_gbs=1e1"),
+            (
+                "hardware",
+                "h100:launch_overhead_us=0",
+                "h100:launch_overhead_us=-0",
+            ),
         ] {
             let e = SweepConfig::parse(&format!("{grid}{axis} = [{a:?}, {b:?}]\n"))
                 .unwrap_err()
