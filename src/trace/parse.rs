@@ -183,6 +183,11 @@ impl DocReader<Box<dyn BufRead>> {
         Ok(r)
     }
 }
+/// A CSV line of spaces alone: blank, as an empty line is (a quoted empty value `""` is not).
+fn is_blank(record: &csv::StringRecord) -> bool {
+    record.len() == 1 && !record[0].is_empty() && record[0].trim().is_empty()
+}
+
 impl<R: BufRead> DocReader<R> {
     /// Read CSV (see [`Trace::from_csv_str`]); the header is read and checked here.
     pub fn csv(mut src: R) -> Result<Self, TraceError> {
@@ -190,22 +195,27 @@ impl<R: BufRead> DocReader<R> {
         skip_bom(&mut src);
         let (src, lines) = LineLogging::new(src);
         let mut rdr = csv::ReaderBuilder::new()
-            .has_headers(true)
+            .has_headers(false)
             .comment(Some(b'#'))
-            .trim(csv::Trim::All)
             .from_reader(src);
-        let headers = match rdr.headers() {
-            Ok(h) => h.clone(),
-            Err(e) => {
-                let line = lines
-                    .borrow_mut()
-                    .line_of_record_ending(rdr.position().byte());
-                return Err(csv_error(e, line));
+        // Fields are trimmed here rather than by the reader, which made a line of spaces and
+        // a quoted empty value alike. The header is the first line with something on it: lines of spaces are blank lines,
+        // before the header as after it (bug hunt: one before the header was read as an
+        // empty header, and the file as holding no documents).
+        let mut headers = csv::StringRecord::new();
+        loop {
+            let more = rdr.read_record(&mut headers);
+            let line = lines
+                .borrow_mut()
+                .line_of_record_ending(rdr.position().byte());
+            if !more.map_err(|e| csv_error(e, line))? {
+                return Err(TraceError::Empty);
             }
-        };
-        if headers.is_empty() || (headers.len() == 1 && headers[0].is_empty()) {
-            return Err(TraceError::Empty);
+            if !is_blank(&headers) {
+                break;
+            }
         }
+        let headers: csv::StringRecord = headers.iter().map(str::trim).collect();
         let len_col = headers.iter().position(|h| h == "doc_len").ok_or_else(|| {
             TraceError::MissingColumn {
                 found: headers.iter().collect::<Vec<_>>().join(","),
@@ -322,14 +332,19 @@ impl<R: BufRead> DocReader<R> {
                 batch_col,
                 record,
             } => {
-                let more = rdr.read_record(record);
-                let line = lines
-                    .borrow_mut()
-                    .line_of_record_ending(rdr.position().byte());
-                if !more.map_err(|e| csv_error(e, line))? {
-                    return Ok(None);
-                }
-                let value = record.get(*len_col).unwrap_or("");
+                let line = loop {
+                    let more = rdr.read_record(record);
+                    let line = lines
+                        .borrow_mut()
+                        .line_of_record_ending(rdr.position().byte());
+                    if !more.map_err(|e| csv_error(e, line))? {
+                        return Ok(None);
+                    }
+                    if !is_blank(record) {
+                        break line;
+                    }
+                };
+                let value = record.get(*len_col).unwrap_or("").trim();
                 let len = parse_len(value).ok_or_else(|| TraceError::BadLength {
                     line,
                     value: quote(value),
@@ -337,7 +352,7 @@ impl<R: BufRead> DocReader<R> {
                 let batch = match batch_col {
                     None => None,
                     Some(c) => {
-                        let v = record.get(*c).unwrap_or("");
+                        let v = record.get(*c).unwrap_or("").trim();
                         Some(v.parse::<u64>().map_err(|_| TraceError::BadBatch {
                             line,
                             value: v.to_string(),
@@ -592,6 +607,25 @@ mod tests {
         assert_eq!(lens(&t), vec![5, 6, 7]);
         assert_eq!(t.docs[1].batch, Some(0));
         assert!(t.is_pinned());
+    }
+
+    #[test]
+    /// Regression (bug hunt): a line of spaces before the header was read as an empty header
+    /// ("trace is empty"), and one between lengths as an empty length, where an empty line
+    /// is skipped; both are blank lines now, and a quoted empty value is still refused.
+    fn lines_of_spaces_are_blank_lines() {
+        let t = Trace::from_csv_str("  \ndoc_len\n5\n \t\n6\n").unwrap();
+        assert_eq!(t.lens(), vec![5, 6]);
+        assert!(matches!(
+            Trace::from_csv_str("  \n\t\n"),
+            Err(TraceError::Empty)
+        ));
+        assert!(matches!(
+            Trace::from_csv_str("doc_len\n5\n\"\"\n"),
+            Err(TraceError::BadLength { line: 3, .. })
+        ));
+        let t = Trace::from_csv_str(" doc_len , batch \n 5 , 0 \n").unwrap();
+        assert_eq!(t.lens(), vec![5]);
     }
 
     #[test]
