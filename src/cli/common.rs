@@ -1046,7 +1046,7 @@ impl BatchArgs {
                         .is_some_and(|s| s.starts_with("gen:") || s == "default") =>
             {
                 let spec = fcp::study::traces::TraceSpec::parse(p.to_str().unwrap_or_default())?;
-                spec.load(opts.tokens_to_fill(keep)?)?
+                spec.load_for(std::slice::from_ref(&opts), keep)?
             }
             Some(p) => Trace::load(p)?,
             None => fcp::trace::default_trace(),

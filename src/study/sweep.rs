@@ -267,22 +267,25 @@ fn load_inputs(
     cells: &[CellKey],
     grid: &[CellKey],
 ) -> Result<Inputs, StudyError> {
-    let mut need: HashMap<&str, u64> = HashMap::new();
+    // Each trace, with every packing its cells read it under: a generated one grows until
+    // each of them packs the sweep's batches.
+    let mut need: HashMap<&str, Vec<PackOptions>> = HashMap::new();
     for c in cells {
-        let tokens = PackOptions {
+        let packing = PackOptions {
             // WLB's breakpoint weighs documents; it does not change how many tokens fill K.
             mode: cfg.pack_mode(c.context, None)?,
             ranks: c.ranks,
             tokens_per_rank: c.tokens_per_rank,
             context: c.context,
+        };
+        let packings = need.entry(c.trace.as_str()).or_default();
+        if !packings.contains(&packing) {
+            packings.push(packing);
         }
-        .tokens_to_fill(cfg.batches)?;
-        let n = need.entry(c.trace.as_str()).or_default();
-        *n = (*n).max(tokens);
     }
     let mut traces = HashMap::new();
-    for (spec, tokens) in need {
-        let t = TraceSpec::parse(spec)?.load(tokens)?;
+    for (spec, packings) in need {
+        let t = TraceSpec::parse(spec)?.load_for(&packings, cfg.batches)?;
         traces.insert(spec.to_string(), Arc::new(t));
     }
     let mut sims = HashMap::new();

@@ -15,7 +15,9 @@
 
 use std::path::Path;
 
-use crate::trace::{default_trace, generate, Lognormal, Source, Trace, MAX_DOC_LEN};
+use crate::trace::{
+    default_trace, generate, pack_first, Lognormal, PackOptions, Source, Trace, MAX_DOC_LEN,
+};
 
 use super::StudyError;
 
@@ -154,6 +156,42 @@ impl TraceSpec {
     /// Load or generate the trace; a generated one without `docs` grows until it holds at
     /// least `need_tokens` tokens (doubling, so every size is a prefix of the same stream).
     pub fn load(&self, need_tokens: u64) -> Result<Trace, StudyError> {
+        self.grow(|t| Ok(t.tokens() >= need_tokens))
+    }
+
+    /// [`TraceSpec::load`] for `batches` batches under each of `packings`: a generated trace
+    /// grows until each packs into more than `batches` batches (the last one asked for then
+    /// closed, as in any longer prefix) and holds the tokens they may take. Raw tokens alone
+    /// stopped short where packing drops some (budget truncation, window rests, WLB cuts):
+    /// magi at a 16K budget packed 98 batches of the 101 asked for (bug hunt). `batches` of
+    /// `usize::MAX` (every batch) grows by tokens, as `load`.
+    pub fn load_for(&self, packings: &[PackOptions], batches: usize) -> Result<Trace, StudyError> {
+        let mut need = 0u64;
+        for p in packings {
+            need = need.max(p.tokens_to_fill(batches)?);
+        }
+        self.grow(|t| {
+            if t.tokens() < need {
+                return Ok(false);
+            }
+            if batches == usize::MAX {
+                return Ok(true);
+            }
+            for p in packings {
+                if pack_first(t, p, 0)?.total_batches <= batches {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    /// The trace; a generated one without `docs` doubled from 1,024 documents until `enough`
+    /// (or [`MAX_GEN_DOCS`]).
+    fn grow(
+        &self,
+        enough: impl Fn(&Trace) -> Result<bool, StudyError>,
+    ) -> Result<Trace, StudyError> {
         match self {
             TraceSpec::Default => Ok(default_trace()),
             TraceSpec::File(p) => Ok(Trace::load(Path::new(p))?),
@@ -162,7 +200,7 @@ impl TraceSpec {
                 let mut n = 1024usize;
                 loop {
                     let t = self.generate(n)?;
-                    if t.tokens() >= need_tokens || n >= MAX_GEN_DOCS {
+                    if n >= MAX_GEN_DOCS || enough(&t)? {
                         return Ok(t);
                     }
                     n *= 2;
@@ -207,6 +245,32 @@ impl TraceSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::PackMode;
+
+    /// Regression (bug hunt): a generated trace grew until its raw tokens filled the batches,
+    /// but budget packing drops what does not fit: magi at 2 × 8K packed 98 of the 101
+    /// batches asked for. It grows until the packing itself yields them, each batch as in a
+    /// longer prefix of the same stream.
+    #[test]
+    fn regression_a_generated_trace_grows_until_it_packs_the_batches() {
+        let spec = TraceSpec::parse("gen:magi:seed=1").unwrap();
+        let budget = PackOptions {
+            mode: PackMode::Budget,
+            ranks: 2,
+            tokens_per_rank: 8192,
+            context: None,
+        };
+        let by_tokens = spec.load(budget.tokens_to_fill(101).unwrap()).unwrap();
+        assert!(pack_first(&by_tokens, &budget, 0).unwrap().total_batches < 101);
+        let t = spec.load_for(std::slice::from_ref(&budget), 101).unwrap();
+        let packed = pack_first(&t, &budget, 101).unwrap();
+        assert!(packed.total_batches > 101);
+        let longer = spec.load_for(std::slice::from_ref(&budget), 1000).unwrap();
+        assert_eq!(
+            pack_first(&longer, &budget, 101).unwrap().batches,
+            packed.batches
+        );
+    }
 
     /// Regression (bug hunt): a file named like a spec is read, as `compare --trace` reads it.
     #[test]
