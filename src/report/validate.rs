@@ -155,6 +155,16 @@ pub struct PlanFingerprint {
     pub transfers: u64,
 }
 
+impl std::fmt::Display for PlanFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} tokens in {} documents, {} tasks, {} transfers",
+            self.tokens, self.docs, self.tasks, self.transfers
+        )
+    }
+}
+
 impl PlanFingerprint {
     /// The fingerprint of `plan`, as the replay computes it.
     pub fn of(plan: &Plan) -> PlanFingerprint {
@@ -652,24 +662,15 @@ pub fn validate(
             .fingerprint
             .is_some_and(|f| f != PlanFingerprint::of(plan));
         if model_differs || batch_differs {
-            let this = PlanFingerprint::of(plan);
-            let theirs = mp.fingerprint.map_or("?".to_string(), |f| {
-                format!(
-                    "{} tokens in {} documents, {} tasks, {} transfers",
-                    f.tokens, f.docs, f.tasks, f.transfers
-                )
-            });
             return Err(bad(format!(
-                "it measured {} ({} for {}: {theirs}), not this plan ({} for {}: {} tokens in {} documents, {} tasks, {} transfers)",
+                "it measured {} ({} for {}: {}), not this plan ({} for {}: {})",
                 mp.path.as_deref().unwrap_or("another plan"),
                 mp.scheme.as_deref().unwrap_or("?"),
                 mp.model.as_deref().unwrap_or("?"),
+                mp.fingerprint.map_or("?".to_string(), |f| f.to_string()),
                 plan.scheme.name,
                 plan.model.as_deref().unwrap_or("?"),
-                this.tokens,
-                this.docs,
-                this.tasks,
-                this.transfers
+                PlanFingerprint::of(plan)
             )));
         }
     }
